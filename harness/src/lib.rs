@@ -1,0 +1,1 @@
+//! The `pocketperf` harness library: SUT adapters, telemetry, devices, commands.

@@ -1,0 +1,3 @@
+fn main() {
+    println!("pocketperf {}", env!("CARGO_PKG_VERSION"));
+}

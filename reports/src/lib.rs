@@ -1,0 +1,1 @@
+//! Result schema, statistics, renderers, comparison and the release gate.

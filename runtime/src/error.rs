@@ -1,0 +1,51 @@
+//! The runtime's one error type. Every variant carries the context a user needs to act:
+//! the file, the tensor, the metadata key, the byte offset.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A malformed or hostile GGUF file: names the field and the byte offset where reading failed.
+    #[error("{file}: invalid GGUF: {field} at offset {offset}: {reason}")]
+    Gguf {
+        file: String,
+        field: String,
+        offset: u64,
+        reason: String,
+    },
+    #[error("metadata key `{key}`: {reason}")]
+    Metadata { key: String, reason: String },
+    #[error("tensor `{name}`: {reason}")]
+    Tensor { name: String, reason: String },
+    #[error("tensor `{name}`: unsupported tensor type {ty}")]
+    UnsupportedType { name: String, ty: String },
+    #[error("unsupported architecture `{0}` (supported: llama, qwen2)")]
+    UnsupportedArch(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("kernel: {0}")]
+    Kernel(String),
+    #[error("POCKETPERF_ISA={requested}: {reason}")]
+    Isa { requested: String, reason: String },
+    #[error("prompt of {tokens} tokens does not fit the context of {ctx} tokens")]
+    ContextOverflow { tokens: usize, ctx: usize },
+    #[error("KV cache full: {capacity} slots in use and the policy is `error` (use --kv-policy sliding)")]
+    KvFull { capacity: usize },
+    #[error("KV cache: {0}")]
+    Kv(String),
+    #[error("invalid argument `{what}`: {reason}")]
+    InvalidArgument { what: String, reason: String },
+    #[error("governor: {0}")]
+    Governor(String),
+    #[error("OpenCL: {0}")]
+    OpenCl(String),
+}

@@ -1,0 +1,18 @@
+//! PocketPerf runtime: a complete on-device LLM inference engine.
+//!
+//! The runtime knows nothing of benchmarks. It owns the model file (`gguf`), the text codec
+//! (`tokenizer`), the numeric kernels (`quant`, `pool`), the forward pass (`model`), the
+//! preallocated ring KV cache (`kv`), the prefill/decode API with per-token timing
+//! (`session`) and the PID thermal governor (`governor`).
+
+pub mod error;
+pub mod gguf;
+pub mod governor;
+pub mod kv;
+pub mod model;
+pub mod pool;
+pub mod quant;
+pub mod session;
+pub mod tokenizer;
+
+pub use error::{Error, Result};

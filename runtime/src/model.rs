@@ -1,0 +1,1 @@
+//! (module under construction: filled in by its owner)

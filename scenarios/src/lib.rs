@@ -1,0 +1,1 @@
+//! LoadGen-equivalent scenario engine (SingleStream, Offline, Server), LLM-agnostic.
