@@ -6,6 +6,7 @@
 //! (`session`) and the PID thermal governor (`governor`).
 
 pub mod error;
+pub mod ggml_type;
 pub mod gguf;
 pub mod governor;
 pub mod kv;
@@ -16,3 +17,4 @@ pub mod session;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
+pub use ggml_type::GgmlType;

@@ -1,0 +1,1 @@
+//! Closed-loop governor simulation in virtual time (filled in by its owner).

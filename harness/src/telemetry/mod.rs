@@ -1,0 +1,1 @@
+//! Telemetry: sysfs probing, sampling and energy meters (filled in by its owner).
