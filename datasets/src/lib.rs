@@ -1,1 +1,19 @@
-//! Datasets: MMLU reader, the 576-question subset, prompt sets and dialogues.
+//! Datasets for PocketPerf: the MMLU reader, the MMLU-576 subset and its manifest, MMLU
+//! prompts and scoring, scripted dialogues and the performance prompt set.
+//!
+//! The crate knows nothing of tokenizers or models: it produces prompt strings (or chat
+//! messages) and scores answers from numbers the caller supplies. Specifications live in
+//! `docs/MMLU576.md` and `docs/DATASETS.md`.
+
+pub mod error;
+pub mod mmlu;
+pub mod subset;
+
+pub use error::{Error, Result};
+pub use mmlu::{
+    Category, Letter, Question, Split, SubjectInfo, categories, category_of, load_split,
+    resolve_mmlu_dir, subjects,
+};
+pub use subset::{
+    Difference, SubsetEntry, VerifyReport, compute_subset, load_subset, manifest, verify,
+};
