@@ -1,0 +1,815 @@
+//! The release gate: compares a candidate run with a baseline under [`GateRules`] (read from
+//! TOML, e.g. `ci/gate.toml`) and returns per-check rows and an overall verdict whose exit
+//! code is 0 (pass), 1 (regression) or 2 (error: a run could not be read or lacks a section
+//! the baseline has).
+//!
+//! - Latency, TTFT, TPOT, per-query tokens/s and net energy per dialogue: two-sided
+//!   Mann–Whitney U on the per-query (per-dialogue) samples; a regression needs `p < alpha`
+//!   *and* a relative change of the median beyond the noise threshold, in the bad direction.
+//! - Accuracy: exact McNemar on paired per-question records when both runs have them,
+//!   otherwise non-overlapping Wilson intervals; either way the drop must exceed `max_drop`.
+//! - Validity and robustness: counts (crashes, output drift) against maxima.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, Normal};
+
+use crate::error::{ReportError, Result};
+use crate::render::{RenderContext, escape_md, escape_xml, num, one_line, utc};
+use crate::schema::{self, ResultFile, RunMeta};
+use crate::stats::{self, Better, Verdict};
+
+/// Rules for per-query timing checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PerformanceRules {
+    /// Significance level of the Mann–Whitney test.
+    pub alpha: f64,
+    /// Relative change of the median below which nothing is called (0.05 = 5%).
+    pub noise_threshold: f64,
+    /// Fewest samples per run for a distribution test; fewer skips the check.
+    pub min_samples: usize,
+    /// Check end-to-end query latency.
+    pub latency: bool,
+    /// Check time to first token.
+    pub ttft: bool,
+    /// Check time per output token.
+    pub tpot: bool,
+    /// Check per-query tokens/s.
+    pub throughput: bool,
+    /// Fail when the candidate run is INVALID under the scenario rules.
+    pub require_valid: bool,
+}
+
+impl Default for PerformanceRules {
+    fn default() -> Self {
+        Self {
+            alpha: 0.01,
+            noise_threshold: 0.05,
+            min_samples: 8,
+            latency: true,
+            ttft: true,
+            tpot: true,
+            throughput: true,
+            require_valid: true,
+        }
+    }
+}
+
+/// Rules for energy per dialogue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnergyRules {
+    /// Run the check.
+    pub enabled: bool,
+    /// Significance level.
+    pub alpha: f64,
+    /// Relative change of the median net energy below which nothing is called.
+    pub noise_threshold: f64,
+    /// Fewest dialogues per run.
+    pub min_samples: usize,
+}
+
+impl Default for EnergyRules {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            alpha: 0.01,
+            noise_threshold: 0.05,
+            min_samples: 5,
+        }
+    }
+}
+
+/// Rules for accuracy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccuracyRules {
+    /// Run the check.
+    pub enabled: bool,
+    /// Largest tolerated drop in accuracy (absolute, 0.01 = one point).
+    pub max_drop: f64,
+    /// Significance level of McNemar / confidence of the Wilson intervals (`1 - alpha`).
+    pub alpha: f64,
+}
+
+impl Default for AccuracyRules {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_drop: 0.01,
+            alpha: 0.05,
+        }
+    }
+}
+
+/// Rules for robustness counters in the candidate's `robustness` section.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RobustnessRules {
+    /// Most SUT crashes tolerated.
+    pub max_crashes: u64,
+    /// Most output-drift events (greedy outputs that changed) tolerated.
+    pub max_drift: u64,
+}
+
+/// All gate rules. Every field has a default, so an empty file is a valid rule set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GateRules {
+    /// Timing checks.
+    pub performance: PerformanceRules,
+    /// Energy check.
+    pub energy: EnergyRules,
+    /// Accuracy check.
+    pub accuracy: AccuracyRules,
+    /// Robustness checks.
+    pub robustness: RobustnessRules,
+}
+
+impl GateRules {
+    /// Parses rules from TOML text; `path` names the source in errors.
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Self> {
+        let rules: GateRules = toml::from_str(text).map_err(|source| ReportError::Toml {
+            path: path.into(),
+            source,
+        })?;
+        rules.validate()?;
+        Ok(rules)
+    }
+
+    /// Reads and validates a rules file.
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ReportError::io("reading", path, e))?;
+        Self::from_toml_str(&text, path)
+    }
+
+    /// Checks that every probability lies in its range.
+    pub fn validate(&self) -> Result<()> {
+        let open01 = |rule: &str, v: f64| -> Result<()> {
+            if v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                Err(ReportError::Rule {
+                    rule: rule.into(),
+                    value: v.to_string(),
+                    problem: "must lie strictly between 0 and 1".into(),
+                })
+            }
+        };
+        let nonneg = |rule: &str, v: f64| -> Result<()> {
+            if v >= 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(ReportError::Rule {
+                    rule: rule.into(),
+                    value: v.to_string(),
+                    problem: "must be a finite number ≥ 0".into(),
+                })
+            }
+        };
+        open01("performance.alpha", self.performance.alpha)?;
+        nonneg(
+            "performance.noise_threshold",
+            self.performance.noise_threshold,
+        )?;
+        open01("energy.alpha", self.energy.alpha)?;
+        nonneg("energy.noise_threshold", self.energy.noise_threshold)?;
+        open01("accuracy.alpha", self.accuracy.alpha)?;
+        nonneg("accuracy.max_drop", self.accuracy.max_drop)?;
+        if self.accuracy.max_drop >= 1.0 {
+            return Err(ReportError::Rule {
+                rule: "accuracy.max_drop".into(),
+                value: self.accuracy.max_drop.to_string(),
+                problem: "must be below 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Status of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Within the rules.
+    Pass,
+    /// Worse than the rules allow.
+    Regression,
+    /// Not enough data or disabled.
+    Skipped,
+    /// The check could not be evaluated (missing section).
+    Error,
+}
+
+/// One row of the gate's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GateCheck {
+    /// `performance.tpot_ms`, `accuracy`, ...
+    pub name: String,
+    /// Verdict.
+    pub status: CheckStatus,
+    /// Baseline figure (median, accuracy, count).
+    pub baseline: Option<f64>,
+    /// Candidate figure.
+    pub candidate: Option<f64>,
+    /// Relative (timing) or absolute (accuracy) change.
+    pub change: Option<f64>,
+    /// p-value of the test used.
+    pub p_value: Option<f64>,
+    /// Human-readable explanation.
+    pub detail: String,
+}
+
+/// Overall verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateStatus {
+    /// Every check passed or was skipped.
+    Pass,
+    /// At least one check found a regression.
+    Regression,
+    /// A run could not be read or a required section is missing.
+    Error,
+}
+
+/// The gate's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GateOutcome {
+    /// Overall verdict.
+    pub status: GateStatus,
+    /// Baseline directory.
+    pub baseline_dir: PathBuf,
+    /// Candidate directory.
+    pub candidate_dir: PathBuf,
+    /// Per-check rows.
+    pub checks: Vec<GateCheck>,
+    /// Why the gate could not run, when it could not.
+    pub error: Option<String>,
+    /// Baseline provenance, when it was read.
+    pub baseline_meta: Option<RunMeta>,
+    /// Candidate provenance, when it was read.
+    pub candidate_meta: Option<RunMeta>,
+}
+
+impl GateOutcome {
+    /// Process exit code: 0 pass, 1 regression, 2 error.
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            GateStatus::Pass => 0,
+            GateStatus::Regression => 1,
+            GateStatus::Error => 2,
+        }
+    }
+}
+
+/// Runs the gate on two result directories. Never fails: unreadable input is an
+/// [`GateStatus::Error`] outcome naming the file.
+pub fn gate(
+    baseline_dir: impl AsRef<Path>,
+    candidate_dir: impl AsRef<Path>,
+    rules: &GateRules,
+) -> GateOutcome {
+    let (bd, cd) = (baseline_dir.as_ref(), candidate_dir.as_ref());
+    let loaded = schema::load_result(bd).and_then(|b| schema::load_result(cd).map(|c| (b, c)));
+    match loaded {
+        Ok((b, c)) => gate_results(bd, &b, cd, &c, rules),
+        Err(e) => GateOutcome {
+            status: GateStatus::Error,
+            baseline_dir: bd.into(),
+            candidate_dir: cd.into(),
+            checks: Vec::new(),
+            error: Some(e.to_string()),
+            baseline_meta: None,
+            candidate_meta: None,
+        },
+    }
+}
+
+fn check(name: impl Into<String>, status: CheckStatus, detail: impl Into<String>) -> GateCheck {
+    GateCheck {
+        name: name.into(),
+        status,
+        baseline: None,
+        candidate: None,
+        change: None,
+        p_value: None,
+        detail: detail.into(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sample_check(
+    name: &str,
+    base: &[f64],
+    cand: &[f64],
+    better: Better,
+    alpha: f64,
+    noise: f64,
+    min_samples: usize,
+) -> GateCheck {
+    if cand.is_empty() && !base.is_empty() {
+        return check(
+            name,
+            CheckStatus::Error,
+            format!(
+                "candidate has no samples but the baseline has {}",
+                base.len()
+            ),
+        );
+    }
+    if base.len() < min_samples || cand.len() < min_samples {
+        return check(
+            name,
+            CheckStatus::Skipped,
+            format!(
+                "too few samples (baseline {}, candidate {}, need {min_samples})",
+                base.len(),
+                cand.len()
+            ),
+        );
+    }
+    match stats::compare_samples(base, cand, better, alpha, noise) {
+        Ok(c) => {
+            let status = if c.verdict == Verdict::Regressed {
+                CheckStatus::Regression
+            } else {
+                CheckStatus::Pass
+            };
+            let word = match c.verdict {
+                Verdict::Regressed => "regressed",
+                Verdict::Improved => "improved",
+                Verdict::NoChange => "no significant change",
+            };
+            GateCheck {
+                name: name.into(),
+                status,
+                baseline: Some(c.baseline_median),
+                candidate: Some(c.candidate_median),
+                change: Some(c.relative_change),
+                p_value: Some(c.p_value),
+                detail: format!(
+                    "{word}: median {} → {} ({:+.1}%), Mann-Whitney p = {:.3e} (alpha {alpha}, noise {:.1}%, n = {} / {})",
+                    num(c.baseline_median),
+                    num(c.candidate_median),
+                    c.relative_change * 100.0,
+                    c.p_value,
+                    noise * 100.0,
+                    base.len(),
+                    cand.len()
+                ),
+            }
+        }
+        Err(e) => check(name, CheckStatus::Error, e.to_string()),
+    }
+}
+
+fn z_for(alpha: f64) -> f64 {
+    Normal::new(0.0, 1.0)
+        .map(|n| n.inverse_cdf(1.0 - alpha / 2.0))
+        .unwrap_or(stats::Z95)
+}
+
+fn accuracy_check(b: &schema::Accuracy, c: &schema::Accuracy, rules: &AccuracyRules) -> GateCheck {
+    use std::collections::HashMap;
+    let base: HashMap<(&str, u64), bool> = b
+        .per_question
+        .iter()
+        .map(|q| ((q.subject.as_str(), q.row), q.correct))
+        .collect();
+    let (mut n, mut worse, mut better) = (0u64, 0u64, 0u64);
+    for q in &c.per_question {
+        if let Some(&bc) = base.get(&(q.subject.as_str(), q.row)) {
+            n += 1;
+            match (bc, q.correct) {
+                (true, false) => worse += 1,
+                (false, true) => better += 1,
+                _ => {}
+            }
+        }
+    }
+    if n > 0 {
+        let drop = (worse as f64 - better as f64) / n as f64;
+        let p = stats::mcnemar_exact(worse, better);
+        let regressed = drop > rules.max_drop && p < rules.alpha;
+        return GateCheck {
+            name: "accuracy".into(),
+            status: if regressed {
+                CheckStatus::Regression
+            } else {
+                CheckStatus::Pass
+            },
+            baseline: Some(b.accuracy),
+            candidate: Some(c.accuracy),
+            change: Some(-drop),
+            p_value: Some(p),
+            detail: format!(
+                "{n} paired questions: {worse} newly wrong, {better} newly right; drop {:.2} points, exact McNemar p = {p:.3e} (alpha {}, max drop {:.2} points)",
+                drop * 100.0,
+                rules.alpha,
+                rules.max_drop * 100.0
+            ),
+        };
+    }
+    let z = z_for(rules.alpha);
+    let (blo, _) = stats::wilson_interval(b.correct, b.n, z);
+    let (_, chi) = stats::wilson_interval(c.correct, c.n, z);
+    let drop = b.accuracy - c.accuracy;
+    let regressed = drop > rules.max_drop && chi < blo;
+    GateCheck {
+        name: "accuracy".into(),
+        status: if regressed {
+            CheckStatus::Regression
+        } else {
+            CheckStatus::Pass
+        },
+        baseline: Some(b.accuracy),
+        candidate: Some(c.accuracy),
+        change: Some(-drop),
+        p_value: None,
+        detail: format!(
+            "no paired records: Wilson {:.0}% intervals, candidate upper {} vs baseline lower {}; drop {:.2} points (max {:.2})",
+            (1.0 - rules.alpha) * 100.0,
+            num(chi),
+            num(blo),
+            drop * 100.0,
+            rules.max_drop * 100.0
+        ),
+    }
+}
+
+fn count_field(v: &serde_json::Value, keys: &[&str]) -> Option<u64> {
+    keys.iter().find_map(|k| match v.get(*k)? {
+        serde_json::Value::Bool(b) => Some(u64::from(*b)),
+        x => x.as_u64(),
+    })
+}
+
+/// Runs the gate on two loaded results; the directories only label the outcome.
+pub fn gate_results(
+    baseline_dir: &Path,
+    b: &ResultFile,
+    candidate_dir: &Path,
+    c: &ResultFile,
+    rules: &GateRules,
+) -> GateOutcome {
+    let mut checks = Vec::new();
+    let pr = &rules.performance;
+    match (&b.performance, &c.performance) {
+        (Some(bp), Some(cp)) => {
+            if pr.require_valid {
+                checks.push(if cp.valid {
+                    check(
+                        "performance.valid",
+                        CheckStatus::Pass,
+                        "candidate run is VALID",
+                    )
+                } else {
+                    check(
+                        "performance.valid",
+                        CheckStatus::Regression,
+                        format!(
+                            "candidate run is INVALID: {}",
+                            cp.invalid_reasons.join("; ")
+                        ),
+                    )
+                });
+            }
+            let series = |p: &schema::Performance,
+                          f: fn(&schema::QuerySample) -> Option<f64>|
+             -> Vec<f64> { p.per_query.iter().filter_map(f).collect() };
+            type Getter = fn(&schema::QuerySample) -> Option<f64>;
+            let metrics: [(&str, bool, Getter); 3] = [
+                ("performance.latency_ms", pr.latency, |q| Some(q.latency_ms)),
+                ("performance.ttft_ms", pr.ttft, |q| q.ttft_ms),
+                ("performance.tpot_ms", pr.tpot, |q| q.tpot_ms),
+            ];
+            for (name, enabled, get) in metrics {
+                if enabled {
+                    checks.push(sample_check(
+                        name,
+                        &series(bp, get),
+                        &series(cp, get),
+                        Better::Lower,
+                        pr.alpha,
+                        pr.noise_threshold,
+                        pr.min_samples,
+                    ));
+                }
+            }
+            if pr.throughput {
+                checks.push(sample_check(
+                    "performance.tokens_per_s",
+                    &crate::render::per_query_tokens_per_s(bp),
+                    &crate::render::per_query_tokens_per_s(cp),
+                    Better::Higher,
+                    pr.alpha,
+                    pr.noise_threshold,
+                    pr.min_samples,
+                ));
+            }
+        }
+        (Some(_), None) => checks.push(check(
+            "performance",
+            CheckStatus::Error,
+            "candidate has no performance section but the baseline has one",
+        )),
+        (None, _) => checks.push(check(
+            "performance",
+            CheckStatus::Skipped,
+            "baseline has no performance section",
+        )),
+    }
+
+    if rules.energy.enabled {
+        let er = &rules.energy;
+        match (&b.energy, &c.energy) {
+            (Some(be), Some(ce)) => {
+                let bv: Vec<f64> = be.per_dialogue.iter().map(|d| d.net_mwh).collect();
+                let cv: Vec<f64> = ce.per_dialogue.iter().map(|d| d.net_mwh).collect();
+                let mut row = sample_check(
+                    "energy.net_mwh_per_dialogue",
+                    &bv,
+                    &cv,
+                    Better::Lower,
+                    er.alpha,
+                    er.noise_threshold,
+                    er.min_samples,
+                );
+                if !ce.reliable {
+                    row.detail.push_str(" (candidate meter flagged unreliable)");
+                }
+                checks.push(row);
+            }
+            (Some(_), None) => checks.push(check(
+                "energy",
+                CheckStatus::Error,
+                "candidate has no energy section but the baseline has one",
+            )),
+            (None, _) => checks.push(check(
+                "energy",
+                CheckStatus::Skipped,
+                "baseline has no energy section",
+            )),
+        }
+    }
+
+    if rules.accuracy.enabled {
+        match (&b.accuracy, &c.accuracy) {
+            (Some(ba), Some(ca)) => checks.push(accuracy_check(ba, ca, &rules.accuracy)),
+            (Some(_), None) => checks.push(check(
+                "accuracy",
+                CheckStatus::Error,
+                "candidate has no accuracy section but the baseline has one",
+            )),
+            (None, _) => checks.push(check(
+                "accuracy",
+                CheckStatus::Skipped,
+                "baseline has no accuracy section",
+            )),
+        }
+    }
+
+    match &c.robustness {
+        Some(rb) => {
+            for (name, keys, max) in [
+                (
+                    "robustness.crashes",
+                    &["crashes"][..],
+                    rules.robustness.max_crashes,
+                ),
+                (
+                    "robustness.drift",
+                    &["drift", "output_drift"][..],
+                    rules.robustness.max_drift,
+                ),
+            ] {
+                let base = b.robustness.as_ref().and_then(|v| count_field(v, keys));
+                checks.push(match count_field(rb, keys) {
+                    Some(n) => GateCheck {
+                        name: name.into(),
+                        status: if n > max {
+                            CheckStatus::Regression
+                        } else {
+                            CheckStatus::Pass
+                        },
+                        baseline: base.map(|x| x as f64),
+                        candidate: Some(n as f64),
+                        change: None,
+                        p_value: None,
+                        detail: format!("{n} counted, at most {max} allowed"),
+                    },
+                    None => check(
+                        name,
+                        CheckStatus::Skipped,
+                        "candidate robustness section has no such count",
+                    ),
+                });
+            }
+        }
+        None => checks.push(check(
+            "robustness",
+            CheckStatus::Skipped,
+            "candidate has no robustness section",
+        )),
+    }
+
+    let status = if checks.iter().any(|c| c.status == CheckStatus::Error) {
+        GateStatus::Error
+    } else if checks.iter().any(|c| c.status == CheckStatus::Regression) {
+        GateStatus::Regression
+    } else {
+        GateStatus::Pass
+    };
+    GateOutcome {
+        status,
+        baseline_dir: baseline_dir.into(),
+        candidate_dir: candidate_dir.into(),
+        checks,
+        error: None,
+        baseline_meta: Some(b.meta.clone()),
+        candidate_meta: Some(c.meta.clone()),
+    }
+}
+
+fn meta_pairs(prefix: &str, m: &RunMeta) -> Vec<(String, String)> {
+    vec![
+        (format!("{prefix}.tool_version"), m.tool_version.clone()),
+        (format!("{prefix}.git_commit"), m.git_commit.clone()),
+        (format!("{prefix}.device"), m.device.id.clone()),
+        (format!("{prefix}.device_name"), m.device.name.clone()),
+        (format!("{prefix}.model_sha256"), m.model.sha256.clone()),
+        (
+            format!("{prefix}.settings"),
+            serde_json::to_string(&m.settings).unwrap_or_default(),
+        ),
+        (format!("{prefix}.run_started_utc"), utc(&m.started_utc)),
+    ]
+}
+
+impl GateOutcome {
+    fn provenance(&self, ctx: &RenderContext) -> Vec<(String, String)> {
+        let mut p = vec![
+            (
+                "schema_version".to_string(),
+                schema::SCHEMA_VERSION.to_string(),
+            ),
+            ("rendered_utc".to_string(), utc(&ctx.rendered_utc)),
+            (
+                "baseline.dir".to_string(),
+                self.baseline_dir.display().to_string(),
+            ),
+            (
+                "candidate.dir".to_string(),
+                self.candidate_dir.display().to_string(),
+            ),
+        ];
+        if let Some(m) = &self.baseline_meta {
+            p.extend(meta_pairs("baseline", m));
+        }
+        if let Some(m) = &self.candidate_meta {
+            p.extend(meta_pairs("candidate", m));
+        }
+        p
+    }
+
+    fn status_word(&self) -> &'static str {
+        match self.status {
+            GateStatus::Pass => "PASS",
+            GateStatus::Regression => "REGRESSION",
+            GateStatus::Error => "ERROR",
+        }
+    }
+
+    /// JUnit XML: one test case per check; regressions are failures, errors are errors.
+    pub fn to_junit(&self, ctx: &RenderContext) -> String {
+        let count = |s: CheckStatus| self.checks.iter().filter(|c| c.status == s).count();
+        let errors = count(CheckStatus::Error) + usize::from(self.error.is_some());
+        let failures = count(CheckStatus::Regression);
+        let skipped = count(CheckStatus::Skipped);
+        let tests = self.checks.len() + usize::from(self.error.is_some());
+        let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = writeln!(
+            s,
+            "<testsuites name=\"pocketperf-gate\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">"
+        );
+        let _ = writeln!(
+            s,
+            "  <testsuite name=\"pocketperf-gate\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" timestamp=\"{}\">",
+            utc(&ctx.rendered_utc)
+        );
+        s.push_str("    <properties>\n");
+        for (k, v) in self.provenance(ctx) {
+            let _ = writeln!(
+                s,
+                "      <property name=\"{}\" value=\"{}\"/>",
+                escape_xml(&k),
+                escape_xml(&one_line(&v))
+            );
+        }
+        s.push_str("    </properties>\n");
+        if let Some(e) = &self.error {
+            let _ = writeln!(
+                s,
+                "    <testcase classname=\"gate\" name=\"load\">\n      <error message=\"{}\"/>\n    </testcase>",
+                escape_xml(&one_line(e))
+            );
+        }
+        for c in &self.checks {
+            let class = c.name.split('.').next().unwrap_or("gate");
+            let _ = write!(
+                s,
+                "    <testcase classname=\"gate.{}\" name=\"{}\"",
+                escape_xml(class),
+                escape_xml(&c.name)
+            );
+            let msg = escape_xml(&one_line(&c.detail));
+            match c.status {
+                CheckStatus::Pass => {
+                    let _ = writeln!(
+                        s,
+                        ">\n      <system-out>{msg}</system-out>\n    </testcase>"
+                    );
+                }
+                CheckStatus::Regression => {
+                    let _ = writeln!(
+                        s,
+                        ">\n      <failure message=\"{msg}\" type=\"regression\"/>\n    </testcase>"
+                    );
+                }
+                CheckStatus::Skipped => {
+                    let _ = writeln!(s, ">\n      <skipped message=\"{msg}\"/>\n    </testcase>");
+                }
+                CheckStatus::Error => {
+                    let _ = writeln!(s, ">\n      <error message=\"{msg}\"/>\n    </testcase>");
+                }
+            }
+        }
+        s.push_str("  </testsuite>\n</testsuites>\n");
+        s
+    }
+
+    /// Markdown for a CI step summary.
+    pub fn to_markdown(&self, ctx: &RenderContext) -> String {
+        let mut s = format!("# PocketPerf gate: {}\n\n", self.status_word());
+        if let Some(e) = &self.error {
+            let _ = writeln!(s, "**Error:** {}\n", escape_md(e));
+        }
+        if !self.checks.is_empty() {
+            s.push_str("| check | status | baseline | candidate | change | p | detail |\n|---|---|---:|---:|---:|---:|---|\n");
+            for c in &self.checks {
+                let o = |x: Option<f64>| x.map(num).unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    escape_md(&c.name),
+                    status_text(c.status),
+                    o(c.baseline),
+                    o(c.candidate),
+                    c.change
+                        .map(|x| format!("{:+.2}%", x * 100.0))
+                        .unwrap_or_default(),
+                    c.p_value.map(|p| format!("{p:.3e}")).unwrap_or_default(),
+                    escape_md(&c.detail)
+                );
+            }
+        }
+        s.push_str("\n<details><summary>Provenance</summary>\n\n| | |\n|---|---|\n");
+        for (k, v) in self.provenance(ctx) {
+            let _ = writeln!(s, "| {} | {} |", escape_md(&k), escape_md(&v));
+        }
+        s.push_str("\n</details>\n");
+        s
+    }
+
+    /// Plain text for terminals.
+    pub fn to_text(&self) -> String {
+        let mut s = format!("gate: {}\n", self.status_word());
+        if let Some(e) = &self.error {
+            let _ = writeln!(s, "error: {}", one_line(e));
+        }
+        for c in &self.checks {
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<34} {}",
+                status_text(c.status),
+                one_line(&c.name),
+                one_line(&c.detail)
+            );
+        }
+        s
+    }
+}
+
+fn status_text(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Pass => "pass",
+        CheckStatus::Regression => "REGRESSION",
+        CheckStatus::Skipped => "skipped",
+        CheckStatus::Error => "ERROR",
+    }
+}

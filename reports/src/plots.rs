@@ -1,0 +1,225 @@
+//! Inline SVG charts for the HTML reports, drawn with plotters' SVG backend. The backend
+//! writes text as SVG `<text>` elements (escaped, sized by a built-in estimate), so no font
+//! files are needed and the HTML stays self-contained.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{ReportError, Result};
+
+/// Chart size in pixels.
+const SIZE: (u32, u32) = (760, 340);
+
+/// Palette for successive series (colour-blind friendly Okabe–Ito).
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+];
+
+/// One named line of a line chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// `(x, y)` points; non-finite points are skipped.
+    pub points: Vec<(f64, f64)>,
+}
+
+fn plot_err(plot: &str, e: impl std::fmt::Display) -> ReportError {
+    ReportError::Plot {
+        plot: plot.into(),
+        problem: e.to_string(),
+    }
+}
+
+fn padded(lo: f64, hi: f64) -> (f64, f64) {
+    if !(lo.is_finite() && hi.is_finite()) {
+        return (0.0, 1.0);
+    }
+    if hi - lo <= f64::EPSILON * lo.abs().max(1.0) {
+        let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.05 };
+        return (lo - pad, hi + pad);
+    }
+    let pad = (hi - lo) * 0.04;
+    (lo - pad, hi + pad)
+}
+
+fn frame<'a>(
+    root: &DrawingArea<SVGBackend<'a>, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x: (f64, f64),
+    y: (f64, f64),
+) -> Result<
+    ChartContext<
+        'a,
+        SVGBackend<'a>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+> {
+    root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x.0..x.1, y.0..y.1)
+        .map_err(|e| plot_err(title, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|e| plot_err(title, e))?;
+    Ok(chart)
+}
+
+/// A line chart of one or more series. Returns `None` when no series has a finite point.
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<Option<String>> {
+    let finite: Vec<Vec<(f64, f64)>> = series
+        .iter()
+        .map(|s| {
+            s.points
+                .iter()
+                .copied()
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .collect()
+        })
+        .collect();
+    let all = finite.iter().flatten();
+    let (mut x0, mut x1, mut y0, mut y1) = (
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    );
+    for &(x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        return Ok(None);
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let mut chart = frame(
+            &root,
+            title,
+            x_label,
+            y_label,
+            padded(x0, x1),
+            padded(y0, y1),
+        )?;
+        for (i, (s, pts)) in series.iter().zip(finite).enumerate() {
+            if pts.is_empty() {
+                continue;
+            }
+            let color = PALETTE[i % PALETTE.len()];
+            chart
+                .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+                .map_err(|e| plot_err(title, e))?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        if series.len() > 1 || series.iter().any(|s| !s.name.is_empty()) {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(|e| plot_err(title, e))?;
+        }
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
+}
+
+/// Equal-width bins over the finite values: `(left edge, right edge, count)`.
+pub fn bin(values: &[f64], bins: usize) -> Vec<(f64, f64, u64)> {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() || bins == 0 {
+        return Vec::new();
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, hi + 0.5)
+    };
+    let width = (hi - lo) / bins as f64;
+    let mut counts = vec![0u64; bins];
+    for x in v {
+        let i = (((x - lo) / width).floor() as usize).min(bins - 1);
+        counts[i] += 1;
+    }
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (lo + i as f64 * width, lo + (i + 1) as f64 * width, c))
+        .collect()
+}
+
+/// A histogram of `values` in `bins` equal-width bins. `None` when there is no finite value.
+pub fn histogram(
+    title: &str,
+    x_label: &str,
+    values: &[f64],
+    bins: usize,
+) -> Result<Option<String>> {
+    let b = bin(values, bins);
+    let (Some(first), Some(last)) = (b.first(), b.last()) else {
+        return Ok(None);
+    };
+    let max_count = b.iter().map(|x| x.2).max().unwrap_or(1).max(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let mut chart = frame(
+            &root,
+            title,
+            x_label,
+            "count",
+            (first.0, last.1),
+            (0.0, max_count * 1.08),
+        )?;
+        let fill = PALETTE[0].mix(0.7).filled();
+        chart
+            .draw_series(
+                b.iter()
+                    .map(|&(l, r, c)| Rectangle::new([(l, 0.0), (r, c as f64)], fill)),
+            )
+            .map_err(|e| plot_err(title, e))?;
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
+}
+
+/// Empirical CDF points of the finite values: `(value, fraction ≤ value)`.
+pub fn ecdf(values: &[f64]) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    v.iter()
+        .enumerate()
+        .map(|(i, &x)| (x, (i + 1) as f64 / n))
+        .collect()
+}

@@ -1,0 +1,32 @@
+//! The per-run report files: `report.html` (self-contained, inline SVG) and `report.md`,
+//! written into the result directory they describe.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{ReportError, Result};
+use crate::render::{Exporter, MarkdownExporter, RenderContext, RunData, render_html};
+use crate::schema::{REPORT_HTML, REPORT_MD};
+
+/// Renders the HTML report of the result directory `dir`, stamped with the current time.
+pub fn render_report(dir: impl AsRef<Path>) -> Result<String> {
+    render_html(&RunData::load(dir)?, &RenderContext::now())
+}
+
+/// Writes `report.html` and `report.md` into `dir`; returns their paths.
+pub fn write_report(dir: impl AsRef<Path>) -> Result<(PathBuf, PathBuf)> {
+    write_report_at(dir, &RenderContext::now())
+}
+
+/// [`write_report`] with an injected render time.
+pub fn write_report_at(dir: impl AsRef<Path>, ctx: &RenderContext) -> Result<(PathBuf, PathBuf)> {
+    let dir = dir.as_ref();
+    let run = RunData::load(dir)?;
+    let html_path = dir.join(REPORT_HTML);
+    fs::write(&html_path, render_html(&run, ctx)?)
+        .map_err(|e| ReportError::io("writing", &html_path, e))?;
+    let md_path = dir.join(REPORT_MD);
+    fs::write(&md_path, MarkdownExporter.render(&run, ctx)?)
+        .map_err(|e| ReportError::io("writing", &md_path, e))?;
+    Ok((html_path, md_path))
+}
