@@ -1,0 +1,869 @@
+//! GGUF model files: a validating reader over a read-only memory mapping (zero-copy tensor
+//! data) and a writer for synthetic files and realigned copies.
+//!
+//! Implements GGUF versions 2 and 3 as specified in ggml's `docs/gguf.md` (little-endian
+//! only): header, key/value metadata, tensor infos, padding to `general.alignment` (default
+//! 32) and the tensor data section. Everything read from the file is untrusted: every count
+//! and length is checked against the bytes that remain before anything is allocated, and a
+//! malformed file yields [`Error::Gguf`] naming the field and the byte offset, never a panic.
+
+mod value;
+mod writer;
+
+pub use value::{Array, Value, ValueType};
+pub use writer::{GgufWriter, write_aligned};
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::ggml_type::GgmlType;
+
+/// The four bytes every GGUF file starts with.
+pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+/// Alignment of the data section and of every tensor when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// Most tensors a file may declare.
+pub const MAX_TENSORS: u64 = 1 << 20;
+/// Most metadata entries a file may declare.
+pub const MAX_KV: u64 = 1 << 20;
+/// Longest string (key, value or tensor name) accepted, in bytes.
+pub const MAX_STRING_LEN: u64 = 1 << 30;
+/// Most dimensions a tensor may have (ggml's `GGML_MAX_DIMS`).
+pub const MAX_DIMS: u32 = 4;
+/// Deepest nesting of arrays inside arrays.
+pub const MAX_ARRAY_DEPTH: u32 = 4;
+
+/// One tensor as described in the file's tensor-info section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Shape in ggml order: `dims[0]` (ne0) varies fastest.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset of the tensor's first byte relative to the start of the data section.
+    pub offset: u64,
+    /// Size of the tensor's data in bytes.
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements (product of the dims; overflow was ruled out at open).
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// A parsed, validated GGUF file. Cheap to share between threads (`Send + Sync`).
+pub struct GgufFile {
+    name: String,
+    path: Option<PathBuf>,
+    backing: Backing,
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("kv", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .field("alignment", &self.alignment)
+            .field("data_offset", &self.data_offset)
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Maps `path` read-only and parses it.
+    ///
+    /// The mapping assumes the file is not truncated or rewritten while it is open (as every
+    /// mmap-based model loader does): a file shrunk underneath the mapping makes later reads
+    /// of the vanished pages fault (SIGBUS).
+    pub fn open(path: &Path) -> Result<GgufFile> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let backing = if len == 0 {
+            // Mapping an empty file fails on some systems; the parser reports it properly.
+            Backing::Owned(Vec::new())
+        } else {
+            // SAFETY: the mapping is read-only and private to this process; we never create a
+            // mutable view of it. The remaining hazard, another process truncating the file
+            // while it is mapped, is documented above and cannot be ruled out by any loader.
+            let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(io)?;
+            Backing::Mmap(map)
+        };
+        Self::parse(
+            path.display().to_string(),
+            Some(path.to_path_buf()),
+            backing,
+        )
+    }
+
+    /// Parses a GGUF image held in memory; `name` stands for the file in error messages.
+    pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<GgufFile> {
+        Self::parse(name.to_string(), None, Backing::Owned(bytes))
+    }
+
+    fn parse(name: String, path: Option<PathBuf>, backing: Backing) -> Result<GgufFile> {
+        let parsed = parse_header(&name, backing.bytes())?;
+        Ok(GgufFile {
+            name,
+            path,
+            backing,
+            version: parsed.version,
+            metadata: parsed.metadata,
+            kv_index: parsed.kv_index,
+            tensors: parsed.tensors,
+            tensor_index: parsed.tensor_index,
+            alignment: parsed.alignment,
+            data_offset: parsed.data_offset,
+        })
+    }
+
+    /// The path the file was opened from (`None` for [`GgufFile::from_bytes`]).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The name used in error messages (the path, or the name given to `from_bytes`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// All metadata in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.kv_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| Error::Metadata {
+            key: key.to_string(),
+            reason: format!("missing from {}", self.name),
+        })
+    }
+
+    fn wrong_type(key: &str, want: &str, v: &Value) -> Error {
+        Error::Metadata {
+            key: key.to_string(),
+            reason: format!("expected {want}, found {} ({v})", v.type_name()),
+        }
+    }
+
+    /// An integer value of any integer type that fits in u32.
+    pub fn get_u32(&self, key: &str) -> Result<u32> {
+        let v = self.require(key)?;
+        match v.as_integer() {
+            Some(i) => u32::try_from(i).map_err(|_| Error::Metadata {
+                key: key.to_string(),
+                reason: format!("value {i} does not fit in u32"),
+            }),
+            None => Err(Self::wrong_type(key, "an integer", v)),
+        }
+    }
+
+    /// An integer value of any integer type that fits in u64.
+    pub fn get_u64(&self, key: &str) -> Result<u64> {
+        let v = self.require(key)?;
+        match v.as_integer() {
+            Some(i) => u64::try_from(i).map_err(|_| Error::Metadata {
+                key: key.to_string(),
+                reason: format!("value {i} does not fit in u64"),
+            }),
+            None => Err(Self::wrong_type(key, "an integer", v)),
+        }
+    }
+
+    /// A FLOAT32 value (FLOAT64 is accepted and rounded).
+    pub fn get_f32(&self, key: &str) -> Result<f32> {
+        let v = self.require(key)?;
+        match v {
+            Value::F32(x) => Ok(*x),
+            Value::F64(x) => Ok(*x as f32),
+            _ => Err(Self::wrong_type(key, "a float", v)),
+        }
+    }
+
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        let v = self.require(key)?;
+        v.as_str()
+            .ok_or_else(|| Self::wrong_type(key, "a string", v))
+    }
+
+    pub fn get_bool(&self, key: &str) -> Result<bool> {
+        match self.require(key)? {
+            Value::Bool(b) => Ok(*b),
+            v => Err(Self::wrong_type(key, "a bool", v)),
+        }
+    }
+
+    fn get_array(&self, key: &str) -> Result<&Array> {
+        let v = self.require(key)?;
+        v.as_array()
+            .ok_or_else(|| Self::wrong_type(key, "an array", v))
+    }
+
+    /// An array of strings, borrowed.
+    pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
+        match self.get_array(key)? {
+            Array::String(v) => Ok(v.iter().map(String::as_str).collect()),
+            a => Err(Error::Metadata {
+                key: key.to_string(),
+                reason: format!("expected ARRAY[STRING], found ARRAY[{}]", a.elem_type()),
+            }),
+        }
+    }
+
+    pub fn get_f32_array(&self, key: &str) -> Result<&[f32]> {
+        match self.get_array(key)? {
+            Array::F32(v) => Ok(v),
+            a => Err(Error::Metadata {
+                key: key.to_string(),
+                reason: format!("expected ARRAY[FLOAT32], found ARRAY[{}]", a.elem_type()),
+            }),
+        }
+    }
+
+    pub fn get_i32_array(&self, key: &str) -> Result<&[i32]> {
+        match self.get_array(key)? {
+            Array::I32(v) => Ok(v),
+            a => Err(Error::Metadata {
+                key: key.to_string(),
+                reason: format!("expected ARRAY[INT32], found ARRAY[{}]", a.elem_type()),
+            }),
+        }
+    }
+
+    /// `general.architecture` (e.g. `llama`).
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+    }
+
+    /// All tensors in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensor_index
+            .get(name)
+            .map(|&i| &self.tensors[i])
+            .ok_or_else(|| Error::Tensor {
+                name: name.to_string(),
+                reason: format!("not found in {}", self.name),
+            })
+    }
+
+    /// The tensor's bytes: a zero-copy slice of the mapping.
+    ///
+    /// Bounds were validated at open for the file's own tensor infos; for a `TensorInfo`
+    /// that does not fit this file (e.g. from another file) the slice is empty.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        let bytes = self.backing.bytes();
+        let start = self.data_offset.checked_add(t.offset);
+        let end = start.and_then(|s| s.checked_add(t.n_bytes));
+        match (start, end) {
+            (Some(s), Some(e)) if e <= bytes.len() as u64 => &bytes[s as usize..e as usize],
+            _ => &[],
+        }
+    }
+
+    /// Absolute file offset of a tensor's first byte.
+    pub fn tensor_file_offset(&self, t: &TensorInfo) -> u64 {
+        self.data_offset.saturating_add(t.offset)
+    }
+
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Absolute file offset of the data section.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// The whole file.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+}
+
+struct Parsed {
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+/// A bounds-checked little-endian cursor that reports failures as `Error::Gguf`.
+struct Reader<'a> {
+    file: &'a str,
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn err(&self, field: String, offset: usize, reason: impl Into<String>) -> Error {
+        Error::Gguf {
+            file: self.file.to_string(),
+            field,
+            offset: offset as u64,
+            reason: reason.into(),
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, field: &dyn Fn() -> String) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(self.err(
+                field(),
+                self.pos,
+                format!(
+                    "truncated: needs {n} bytes, only {} left in a {}-byte file",
+                    self.remaining(),
+                    self.buf.len()
+                ),
+            ));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, field: &dyn Fn() -> String) -> Result<[u8; N]> {
+        let s = self.take(N, field)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u32(&mut self, field: &dyn Fn() -> String) -> Result<u32> {
+        self.array::<4>(field).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, field: &dyn Fn() -> String) -> Result<u64> {
+        self.array::<8>(field).map(u64::from_le_bytes)
+    }
+
+    /// A GGUF string: u64 length, then that many UTF-8 bytes.
+    fn string(&mut self, field: &dyn Fn() -> String) -> Result<String> {
+        let at = self.pos;
+        let len = self.u64(&|| format!("{} (length)", field()))?;
+        if len > MAX_STRING_LEN {
+            return Err(self.err(
+                field(),
+                at,
+                format!("string length {len} exceeds the cap of {MAX_STRING_LEN} bytes"),
+            ));
+        }
+        if len > self.remaining() as u64 {
+            return Err(self.err(
+                field(),
+                at,
+                format!(
+                    "string length {len} runs past the end of the file ({} bytes left)",
+                    self.remaining()
+                ),
+            ));
+        }
+        let body_at = self.pos;
+        let bytes = self.take(len as usize, field)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_string()),
+            Err(e) => Err(self.err(
+                field(),
+                body_at + e.valid_up_to(),
+                "string is not valid UTF-8",
+            )),
+        }
+    }
+
+    fn value_type(&mut self, field: &dyn Fn() -> String) -> Result<ValueType> {
+        let at = self.pos;
+        let id = self.u32(field)?;
+        ValueType::from_id(id).ok_or_else(|| {
+            self.err(
+                field(),
+                at,
+                format!("unknown value type id {id} (valid: 0..=12)"),
+            )
+        })
+    }
+
+    fn value(&mut self, ty: ValueType, depth: u32, field: &dyn Fn() -> String) -> Result<Value> {
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.array::<1>(field)?[0]),
+            ValueType::I8 => Value::I8(i8::from_le_bytes(self.array::<1>(field)?)),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.array::<2>(field)?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.array::<2>(field)?)),
+            ValueType::U32 => Value::U32(self.u32(field)?),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.array::<4>(field)?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.array::<4>(field)?)),
+            ValueType::Bool => {
+                let at = self.pos;
+                match self.array::<1>(field)?[0] {
+                    0 => Value::Bool(false),
+                    1 => Value::Bool(true),
+                    b => {
+                        return Err(self.err(
+                            field(),
+                            at,
+                            format!("bool byte {b} is neither 0 nor 1"),
+                        ));
+                    }
+                }
+            }
+            ValueType::String => Value::String(self.string(field)?),
+            ValueType::U64 => Value::U64(self.u64(field)?),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.array::<8>(field)?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.array::<8>(field)?)),
+            ValueType::Array => Value::Array(self.array_value(depth, field)?),
+        })
+    }
+
+    fn array_value(&mut self, depth: u32, field: &dyn Fn() -> String) -> Result<Array> {
+        let at = self.pos;
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(self.err(
+                field(),
+                at,
+                format!("arrays nested deeper than {MAX_ARRAY_DEPTH} levels"),
+            ));
+        }
+        let elem = self.value_type(&|| format!("{} (element type)", field()))?;
+        let len_at = self.pos;
+        let len = self.u64(&|| format!("{} (length)", field()))?;
+        let min = elem.min_size() as u64;
+        let fits = len
+            .checked_mul(min)
+            .is_some_and(|need| need <= self.remaining() as u64);
+        if !fits {
+            return Err(self.err(
+                field(),
+                len_at,
+                format!(
+                    "array of {len} {elem} elements cannot fit in the {} bytes left",
+                    self.remaining()
+                ),
+            ));
+        }
+        let n = len as usize;
+        macro_rules! fixed {
+            ($variant:ident, $t:ty) => {{
+                const W: usize = std::mem::size_of::<$t>();
+                let bytes = self.take(n * W, field)?;
+                Array::$variant(
+                    bytes
+                        .chunks_exact(W)
+                        .map(|c| {
+                            let mut a = [0u8; W];
+                            a.copy_from_slice(c);
+                            <$t>::from_le_bytes(a)
+                        })
+                        .collect(),
+                )
+            }};
+        }
+        Ok(match elem {
+            ValueType::U8 => Array::U8(self.take(n, field)?.to_vec()),
+            ValueType::I8 => fixed!(I8, i8),
+            ValueType::U16 => fixed!(U16, u16),
+            ValueType::I16 => fixed!(I16, i16),
+            ValueType::U32 => fixed!(U32, u32),
+            ValueType::I32 => fixed!(I32, i32),
+            ValueType::F32 => fixed!(F32, f32),
+            ValueType::U64 => fixed!(U64, u64),
+            ValueType::I64 => fixed!(I64, i64),
+            ValueType::F64 => fixed!(F64, f64),
+            ValueType::Bool => {
+                let start = self.pos;
+                let bytes = self.take(n, field)?;
+                let mut out = Vec::with_capacity(n);
+                for (i, &b) in bytes.iter().enumerate() {
+                    match b {
+                        0 => out.push(false),
+                        1 => out.push(true),
+                        _ => {
+                            return Err(self.err(
+                                format!("{}[{i}]", field()),
+                                start + i,
+                                format!("bool byte {b} is neither 0 nor 1"),
+                            ));
+                        }
+                    }
+                }
+                Array::Bool(out)
+            }
+            ValueType::String => {
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    out.push(self.string(&|| format!("{}[{i}]", field()))?);
+                }
+                Array::String(out)
+            }
+            ValueType::Array => {
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    out.push(self.array_value(depth + 1, &|| format!("{}[{i}]", field()))?);
+                }
+                Array::Array(out)
+            }
+        })
+    }
+}
+
+fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
+    let mut r = Reader { file, buf, pos: 0 };
+
+    let magic = r.take(4, &|| "header.magic".to_string()).map_err(|_| {
+        r_err(
+            file,
+            "header.magic",
+            0,
+            format!(
+                "not a GGUF file: only {} bytes, too short for the GGUF header",
+                buf.len()
+            ),
+        )
+    })?;
+    if magic != GGUF_MAGIC {
+        return Err(r_err(
+            file,
+            "header.magic",
+            0,
+            format!(
+                "not a GGUF file: bad magic {:02x?} ({:?}) at offset 0, expected \"GGUF\"",
+                magic,
+                String::from_utf8_lossy(magic)
+            ),
+        ));
+    }
+    let version = r.u32(&|| "header.version".to_string())?;
+    match version {
+        2 | 3 => {}
+        1 => {
+            return Err(r_err(
+                file,
+                "header.version",
+                4,
+                "GGUF version 1 (32-bit counts) is not supported; convert the model again"
+                    .to_string(),
+            ));
+        }
+        v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
+            return Err(r_err(
+                file,
+                "header.version",
+                4,
+                format!(
+                    "big-endian GGUF (version {}) is not supported",
+                    v.swap_bytes()
+                ),
+            ));
+        }
+        v => {
+            return Err(r_err(
+                file,
+                "header.version",
+                4,
+                format!("unsupported GGUF version {v} (supported: 2, 3)"),
+            ));
+        }
+    }
+    let n_tensors = r.u64(&|| "header.tensor_count".to_string())?;
+    if n_tensors > MAX_TENSORS {
+        return Err(r_err(
+            file,
+            "header.tensor_count",
+            8,
+            format!("{n_tensors} tensors exceeds the cap of {MAX_TENSORS}"),
+        ));
+    }
+    let n_kv = r.u64(&|| "header.kv_count".to_string())?;
+    if n_kv > MAX_KV {
+        return Err(r_err(
+            file,
+            "header.kv_count",
+            16,
+            format!("{n_kv} metadata entries exceeds the cap of {MAX_KV}"),
+        ));
+    }
+    // Each entry needs at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at least
+    // 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes.
+    if n_kv.saturating_mul(13) > r.remaining() as u64 {
+        return Err(r_err(
+            file,
+            "header.kv_count",
+            16,
+            format!(
+                "{n_kv} metadata entries cannot fit in the {} bytes left",
+                r.remaining()
+            ),
+        ));
+    }
+    if n_tensors.saturating_mul(24) > r.remaining() as u64 {
+        return Err(r_err(
+            file,
+            "header.tensor_count",
+            8,
+            format!(
+                "{n_tensors} tensor infos cannot fit in the {} bytes left",
+                r.remaining()
+            ),
+        ));
+    }
+
+    let mut metadata = Vec::with_capacity(n_kv as usize);
+    let mut kv_index = HashMap::with_capacity(n_kv as usize);
+    let mut kv_value_at = Vec::with_capacity(n_kv as usize);
+    for i in 0..n_kv as usize {
+        let key_at = r.pos;
+        let key = r.string(&|| format!("kv[{i}].key"))?;
+        if kv_index.contains_key(&key) {
+            return Err(r.err(
+                format!("kv[{i}].key"),
+                key_at,
+                format!("duplicate metadata key `{key}`"),
+            ));
+        }
+        let ty = r.value_type(&|| format!("kv[{i}].type (key {key})"))?;
+        kv_value_at.push(r.pos);
+        let value = r.value(ty, 0, &|| format!("kv[{i}].value (key {key})"))?;
+        kv_index.insert(key.clone(), i);
+        metadata.push((key, value));
+    }
+
+    let mut alignment = DEFAULT_ALIGNMENT;
+    if let Some(&i) = kv_index.get("general.alignment") {
+        let v = &metadata[i].1;
+        let a = v.as_integer().and_then(|a| u64::try_from(a).ok());
+        match a {
+            Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 30 => alignment = a,
+            _ => {
+                return Err(r_err(
+                    file,
+                    &format!("kv[{i}].value (key general.alignment)"),
+                    kv_value_at[i] as u64,
+                    format!(
+                        "alignment must be a power of two integer, found {} {v}",
+                        v.type_name()
+                    ),
+                ));
+            }
+        }
+    }
+
+    let mut tensors = Vec::with_capacity(n_tensors as usize);
+    let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+    for i in 0..n_tensors as usize {
+        let name_at = r.pos;
+        let name = r.string(&|| format!("tensor_infos[{i}].name"))?;
+        if tensor_index.contains_key(&name) {
+            return Err(r.err(
+                format!("tensor_infos[{i}].name"),
+                name_at,
+                format!("duplicate tensor name `{name}`"),
+            ));
+        }
+        let nd_at = r.pos;
+        let n_dims = r.u32(&|| format!("tensor_infos[{i}].n_dims (tensor {name})"))?;
+        if n_dims == 0 || n_dims > MAX_DIMS {
+            return Err(r.err(
+                format!("tensor_infos[{i}].n_dims (tensor {name})"),
+                nd_at,
+                format!("{n_dims} dimensions (must be 1..={MAX_DIMS})"),
+            ));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        let mut n_elements: u64 = 1;
+        for d in 0..n_dims as usize {
+            let at = r.pos;
+            let field = || format!("tensor_infos[{i}].dims[{d}] (tensor {name})");
+            let v = r.u64(&field)?;
+            if v == 0 {
+                return Err(r.err(field(), at, "dimension is 0"));
+            }
+            n_elements = match n_elements.checked_mul(v) {
+                Some(n) if n <= i64::MAX as u64 => n,
+                _ => {
+                    return Err(r.err(
+                        field(),
+                        at,
+                        format!("dimension {v} makes the element count overflow"),
+                    ));
+                }
+            };
+            dims.push(v);
+        }
+        let ty_at = r.pos;
+        let ty_id = r.u32(&|| format!("tensor_infos[{i}].type (tensor {name})"))?;
+        let ty = GgmlType::from_id(ty_id).ok_or_else(|| {
+            r.err(
+                format!("tensor_infos[{i}].type (tensor {name})"),
+                ty_at,
+                format!("unknown ggml tensor type id {ty_id} for tensor `{name}`"),
+            )
+        })?;
+        let row = ty.row_bytes(dims[0]).ok_or_else(|| {
+            r.err(
+                format!("tensor_infos[{i}].dims[0] (tensor {name})"),
+                nd_at + 4,
+                format!(
+                    "row of {} elements is not a whole number of {} blocks ({} elements each)",
+                    dims[0],
+                    ty.name(),
+                    ty.block_len()
+                ),
+            )
+        })?;
+        let n_rows = n_elements / dims[0];
+        let n_bytes = row.checked_mul(n_rows).ok_or_else(|| {
+            r.err(
+                format!("tensor_infos[{i}].dims (tensor {name})"),
+                nd_at + 4,
+                "tensor size in bytes overflows",
+            )
+        })?;
+        let off_at = r.pos;
+        let offset = r.u64(&|| format!("tensor_infos[{i}].offset (tensor {name})"))?;
+        if offset % alignment != 0 {
+            return Err(r.err(
+                format!("tensor_infos[{i}].offset (tensor {name})"),
+                off_at,
+                format!("data offset {offset} is not a multiple of the alignment {alignment}"),
+            ));
+        }
+        tensor_index.insert(name.clone(), i);
+        tensors.push((
+            TensorInfo {
+                name,
+                dims,
+                ty,
+                offset,
+                n_bytes,
+            },
+            off_at,
+        ));
+    }
+
+    let header_end = r.pos as u64;
+    let data_offset = header_end.div_ceil(alignment) * alignment;
+    let file_len = buf.len() as u64;
+    if !tensors.is_empty() && data_offset > file_len {
+        return Err(r_err(
+            file,
+            "tensor_data",
+            header_end,
+            format!(
+                "data section would start at {data_offset}, past the end of the {file_len}-byte file"
+            ),
+        ));
+    }
+    for (i, (t, off_at)) in tensors.iter().enumerate() {
+        let end = data_offset
+            .checked_add(t.offset)
+            .and_then(|s| s.checked_add(t.n_bytes));
+        if end.is_none_or(|e| e > file_len) {
+            return Err(r_err(
+                file,
+                &format!("tensor_infos[{i}].offset (tensor {})", t.name),
+                *off_at as u64,
+                format!(
+                    "data [{} + {}, +{} bytes) runs past the end of the {file_len}-byte file",
+                    data_offset, t.offset, t.n_bytes
+                ),
+            ));
+        }
+    }
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by_key(|&i| tensors[i].0.offset);
+    for w in order.windows(2) {
+        let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
+        // Ends were checked against the file length above, so this cannot overflow.
+        if a.0.offset + a.0.n_bytes > b.0.offset {
+            return Err(r_err(
+                file,
+                &format!("tensor_infos[{}].offset (tensor {})", w[1], b.0.name),
+                b.1 as u64,
+                format!(
+                    "data overlaps tensor `{}` ([{}, {}) vs [{}, {}) in the data section)",
+                    a.0.name,
+                    a.0.offset,
+                    a.0.offset + a.0.n_bytes,
+                    b.0.offset,
+                    b.0.offset + b.0.n_bytes
+                ),
+            ));
+        }
+    }
+
+    Ok(Parsed {
+        version,
+        metadata,
+        kv_index,
+        tensors: tensors.into_iter().map(|(t, _)| t).collect(),
+        tensor_index,
+        alignment,
+        data_offset,
+    })
+}
+
+fn r_err(file: &str, field: &str, offset: u64, reason: String) -> Error {
+    Error::Gguf {
+        file: file.to_string(),
+        field: field.to_string(),
+        offset,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gguf_file_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<GgufFile>();
+    }
+}
