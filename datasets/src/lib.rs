@@ -7,12 +7,18 @@
 
 pub mod error;
 pub mod mmlu;
+pub mod prompt;
+pub mod score;
 pub mod subset;
 
 pub use error::{Error, Result};
 pub use mmlu::{
     Category, Letter, Question, Split, SubjectInfo, categories, category_of, load_split,
     resolve_mmlu_dir, subjects,
+};
+pub use prompt::{ChatMessage, ChatPrompt, Prompt, Role, build_chat, build_prompt, zero_shot};
+pub use score::{
+    Accuracy, McNemar, Record, Response, Summary, compare_runs, mcnemar_exact, summarize,
 };
 pub use subset::{
     Difference, SubsetEntry, VerifyReport, compute_subset, load_subset, manifest, verify,
