@@ -5,17 +5,21 @@
 //! messages) and scores answers from numbers the caller supplies. Specifications live in
 //! `docs/MMLU576.md` and `docs/DATASETS.md`.
 
+pub mod dialogue;
 pub mod error;
 pub mod mmlu;
+pub mod perf;
 pub mod prompt;
 pub mod score;
 pub mod subset;
 
+pub use dialogue::{DIALOGUE_NEW_TOKENS, Dialogue, Turn, dialogues};
 pub use error::{Error, Result};
 pub use mmlu::{
     Category, Letter, Question, Split, SubjectInfo, categories, category_of, load_split,
     resolve_mmlu_dir, subjects,
 };
+pub use perf::{PerfPrompt, Preset, perf_prompts};
 pub use prompt::{ChatMessage, ChatPrompt, Prompt, Role, build_chat, build_prompt, zero_shot};
 pub use score::{
     Accuracy, McNemar, Record, Response, Summary, compare_runs, mcnemar_exact, summarize,
