@@ -1,1 +1,33 @@
 //! LoadGen-equivalent scenario engine (SingleStream, Offline, Server), LLM-agnostic.
+//!
+//! Implements MLPerf LoadGen's test semantics (test_settings.h, loadgen.cc, results.cc,
+//! early_stopping.cc) and log layout (logging.cc): it issues queries to any
+//! [`SystemUnderTest`], times queries and the tokens the SUT reports, judges the run
+//! VALID/INVALID with every cause listed, and writes `mlperf_log_summary.txt`,
+//! `mlperf_log_detail.txt` and `mlperf_log_accuracy.json`. See docs/SCENARIOS.md.
+
+pub mod clock;
+pub mod early_stopping;
+pub mod engine;
+pub mod error;
+pub mod logs;
+pub mod results;
+pub mod settings;
+pub mod stats;
+pub mod sut;
+
+pub use clock::{Clock, RealClock, VirtualClock};
+pub use early_stopping::{
+    EarlyStoppingOutcome, EsRank, MinPassingFinder, early_stopping_command_text,
+    min_passing_queries, min_queries_for_over_bound, min_queries_for_percentile,
+    single_stream_rank,
+};
+pub use engine::{OFFLINE_ISSUE_CHUNK, offline_sample_count, run_test};
+pub use error::{Error, Result};
+pub use logs::{LogMeta, parse_summary};
+pub use results::{
+    AccuracyEntry, EndReason, InvalidCause, PerformanceResult, QueryRecord, TestResult,
+};
+pub use settings::{Scenario, TestMode, TestSettings};
+pub use stats::{LatencyStats, REPORTED_PERCENTILES, percentile, tpot_ns};
+pub use sut::{QslError, Query, QuerySampleLibrary, Responder, SystemUnderTest};

@@ -1,0 +1,558 @@
+//! The scenario engine: loads the performance sample set, issues queries under
+//! SingleStream, Offline or Server rules (LoadGen loadgen.cc semantics), waits for the SUT,
+//! enforces stop rules and the query timeout, and hands the raw records to
+//! [`crate::results`].
+//!
+//! Stop rules: issuing continues until the query count reaches `min_query_count` and the
+//! last issued (SingleStream) or scheduled (Server) query lies at or after `min_duration`;
+//! it stops early at `max_query_count` or `max_duration`. With equal issue the count is
+//! also rounded up to a whole number of passes over the loaded set. Offline issues
+//! `max(min_query_count, floor(1.1 × expected_qps × min_duration))` samples at once, as
+//! LoadGen sizes its single query.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::results::{AccuracyEntry, AccuracyPass, EndReason, PassRecords, TestResult};
+use crate::settings::{Scenario, TestSettings};
+use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest};
+
+/// Largest slice of queries handed to one `issue_queries` call in Offline.
+pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
+
+/// LoadGen's Offline slack on the expected sample count.
+const OFFLINE_SLACK: f64 = 1.1;
+
+/// Deterministic 64-bit generator (SplitMix64 seeding a xoshiro256** state), identical on
+/// every platform so seeds reproduce runs across devices.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            x ^ (x >> 31)
+        };
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
+    }
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        let r = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        r
+    }
+    /// Uniform in [0, n) (multiply-shift; bias below 2^-64·n, irrelevant here). n > 0.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// Uniform in (0, 1].
+    pub(crate) fn unit_open0(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The first `k` entries of a seeded shuffle of `0..total`, without materializing
+/// `total` entries (sparse Fisher–Yates).
+pub(crate) fn choose_loaded_set(total: u64, k: u64, seed: u64) -> Vec<u64> {
+    let mut rng = Rng::new(seed);
+    let mut swapped: HashMap<u64, u64> = HashMap::new();
+    let mut out = Vec::with_capacity(k as usize);
+    for i in 0..k {
+        let j = i + rng.below(total - i);
+        let vi = *swapped.get(&i).unwrap_or(&i);
+        let vj = *swapped.get(&j).unwrap_or(&j);
+        swapped.insert(j, vi);
+        out.push(vj);
+    }
+    out
+}
+
+/// The sequence of sample indices queries use: uniform draws from the loaded set, or with
+/// equal issue, concatenated seeded permutations of it. Regenerable from its seed, so
+/// per-query sample indices need not be stored.
+#[derive(Debug, Clone)]
+pub(crate) struct SampleSeq<'a> {
+    rng: Rng,
+    loaded: &'a [u64],
+    equal_issue: bool,
+    perm: Vec<u32>,
+    pos: usize,
+}
+
+impl<'a> SampleSeq<'a> {
+    pub(crate) fn new(loaded: &'a [u64], seed: u64, equal_issue: bool) -> Self {
+        SampleSeq {
+            rng: Rng::new(seed),
+            loaded,
+            equal_issue,
+            perm: if equal_issue {
+                (0..loaded.len() as u32).collect()
+            } else {
+                Vec::new()
+            },
+            pos: usize::MAX,
+        }
+    }
+    pub(crate) fn next_sample(&mut self) -> u64 {
+        if self.equal_issue {
+            if self.pos >= self.perm.len() {
+                for i in (1..self.perm.len()).rev() {
+                    let j = self.rng.below(i as u64 + 1) as usize;
+                    self.perm.swap(i, j);
+                }
+                self.pos = 0;
+            }
+            let s = self.loaded[self.perm[self.pos] as usize];
+            self.pos += 1;
+            s
+        } else {
+            self.loaded[self.rng.below(self.loaded.len() as u64) as usize]
+        }
+    }
+}
+
+/// Offline sample count LoadGen would generate for these settings and loaded-set size.
+pub fn offline_sample_count(settings: &TestSettings, loaded: u64) -> u64 {
+    let expected = (OFFLINE_SLACK * settings.offline_expected_qps * settings.min_duration_ms as f64
+        / 1000.0) as u64;
+    let mut n = settings.min_query_count.max(expected).max(1);
+    if settings.sample_concatenate_permutation && loaded > 0 {
+        n = n.div_ceil(loaded) * loaded;
+    }
+    if settings.max_query_count > 0 {
+        n = n.min(settings.max_query_count);
+    }
+    n
+}
+
+struct Waiter<'c> {
+    clock: &'c dyn Clock,
+    timeout_ns: Option<u64>,
+}
+
+enum WaitOutcome {
+    Done,
+    TimedOut(u64),
+}
+
+impl Waiter<'_> {
+    /// Polls the SUT until `done` holds, or until the oldest pending query (found from
+    /// `oldest`) exceeds the timeout. Returns the timed-out query id.
+    fn wait(
+        &self,
+        sut: &mut dyn SystemUnderTest,
+        rec: &mut Records,
+        oldest: &mut usize,
+        done: &dyn Fn(&Records) -> bool,
+    ) -> WaitOutcome {
+        let mut spins = 0u32;
+        loop {
+            if done(rec) {
+                return WaitOutcome::Done;
+            }
+            sut.poll(&mut Responder {
+                clock: self.clock,
+                rec,
+            });
+            if done(rec) {
+                return WaitOutcome::Done;
+            }
+            while *oldest < rec.complete.len() && rec.is_complete(*oldest) {
+                *oldest += 1;
+            }
+            if *oldest >= rec.complete.len() {
+                // Nothing pending; the condition must be about something else.
+                return WaitOutcome::Done;
+            }
+            let deadline = self
+                .timeout_ns
+                .map(|t| rec.issue_of(*oldest).saturating_add(t));
+            let now = self.clock.now_ns();
+            if let Some(d) = deadline
+                && now >= d
+            {
+                return WaitOutcome::TimedOut(*oldest as u64);
+            }
+            if self.clock.is_virtual() {
+                match deadline {
+                    Some(d) => self.clock.wait_until(d),
+                    // Virtual time cannot move by itself: the SUT is stuck.
+                    None => return WaitOutcome::TimedOut(*oldest as u64),
+                }
+            } else {
+                spins += 1;
+                if spins < 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+    }
+}
+
+fn stop_reason(
+    s: &TestSettings,
+    count: u64,
+    last_rel: Option<u64>,
+    loaded: u64,
+) -> Option<EndReason> {
+    if s.max_query_count > 0 && count >= s.max_query_count {
+        return Some(EndReason::MaxQueries);
+    }
+    let min_dur_ns = s.min_duration_ms.saturating_mul(1_000_000);
+    if let Some(rel) = last_rel {
+        if s.max_duration_ms > 0 && rel >= s.max_duration_ms.saturating_mul(1_000_000) {
+            return Some(EndReason::MaxDuration);
+        }
+        let whole =
+            !s.sample_concatenate_permutation || loaded == 0 || count.is_multiple_of(loaded);
+        if count >= s.min_query_count && rel >= min_dur_ns && whole {
+            return Some(EndReason::Natural);
+        }
+    }
+    None
+}
+
+/// Runs the test `settings` describes: an accuracy pass, a performance pass, or both.
+pub fn run_test(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
+    clock: &dyn Clock,
+) -> Result<TestResult> {
+    settings.validate()?;
+    let total = qsl.total_sample_count();
+    let perf_count = if settings.performance_sample_count_override > 0 {
+        settings.performance_sample_count_override
+    } else {
+        qsl.performance_sample_count()
+    };
+    if total == 0 || perf_count == 0 {
+        return Err(Error::Settings {
+            field: "performance_sample_count",
+            value: format!("{perf_count} (QSL total {total})"),
+            reason: "the query sample library must hold at least one sample".into(),
+        });
+    }
+    if perf_count > total {
+        return Err(Error::QslTooSmall {
+            qsl: qsl.name().to_string(),
+            total,
+            needed: perf_count,
+        });
+    }
+    let qsl_err = |what: &str, e: crate::sut::QslError| Error::Settings {
+        field: "query_sample_library",
+        value: what.to_string(),
+        reason: e.to_string(),
+    };
+    let timeout_ns = (settings.query_timeout_ms > 0)
+        .then(|| settings.query_timeout_ms.saturating_mul(1_000_000));
+    let waiter = Waiter { clock, timeout_ns };
+
+    let mut accuracy = None;
+    if settings.mode.runs_accuracy() {
+        accuracy = Some(run_accuracy(
+            sut, qsl, perf_count, total, &waiter, &qsl_err,
+        )?);
+    }
+    let mut perf = None;
+    let mut loaded = Vec::new();
+    if settings.mode.runs_performance() {
+        loaded = choose_loaded_set(total, perf_count, settings.qsl_rng_seed);
+        qsl.load_samples(&loaded)
+            .map_err(|e| qsl_err("load_samples", e))?;
+        let p = match settings.scenario {
+            Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &waiter),
+            Scenario::Server => run_server(sut, settings, &loaded, &waiter),
+            Scenario::Offline => run_offline(sut, settings, &loaded, &waiter),
+        };
+        qsl.unload_samples(&loaded)
+            .map_err(|e| qsl_err("unload_samples", e))?;
+        perf = Some(p);
+    }
+    Ok(TestResult::build(
+        settings.clone(),
+        sut.name().to_string(),
+        qsl.name().to_string(),
+        total,
+        perf_count,
+        loaded,
+        perf,
+        accuracy,
+    ))
+}
+
+fn run_accuracy(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    perf_count: u64,
+    total: u64,
+    waiter: &Waiter<'_>,
+    qsl_err: &dyn Fn(&str, crate::sut::QslError) -> Error,
+) -> Result<AccuracyPass> {
+    let mut entries = Vec::with_capacity(total as usize);
+    let mut start = 0u64;
+    while start < total {
+        let end = (start + perf_count).min(total);
+        let group: Vec<u64> = (start..end).collect();
+        qsl.load_samples(&group)
+            .map_err(|e| qsl_err("load_samples", e))?;
+        let mut rec = Records {
+            keep_outputs: true,
+            ..Records::default()
+        };
+        let now = waiter.clock.now_ns();
+        let queries: Vec<Query> = group
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Query {
+                id: i as u64,
+                sample_index: s,
+            })
+            .collect();
+        for _ in &queries {
+            rec.push(now);
+        }
+        let mut r = Responder {
+            clock: waiter.clock,
+            rec: &mut rec,
+        };
+        for chunk in queries.chunks(OFFLINE_ISSUE_CHUNK) {
+            sut.issue_queries(chunk, &mut r);
+        }
+        sut.flush_queries(&mut r);
+        let n = queries.len() as u64;
+        let mut oldest = 0usize;
+        let outcome = waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.completed >= n);
+        let mut outputs = std::mem::take(&mut rec.outputs);
+        outputs.sort_by_key(|(id, _)| *id);
+        for (id, data) in outputs {
+            let qsl_idx = group[id as usize];
+            entries.push(AccuracyEntry {
+                seq_id: entries.len() as u64,
+                qsl_idx,
+                data,
+                token_count: (rec.tokens_of(id as usize) > 0).then(|| rec.tokens_of(id as usize)),
+            });
+        }
+        qsl.unload_samples(&group)
+            .map_err(|e| qsl_err("unload_samples", e))?;
+        if let WaitOutcome::TimedOut(id) = outcome {
+            return Ok((entries, Some((group[id as usize], id))));
+        }
+        start = end;
+    }
+    Ok((entries, None))
+}
+
+fn finish(rec: Records, start: u64, end: EndReason, timed_out: Option<u64>) -> PassRecords {
+    PassRecords {
+        rec,
+        start_ns: start,
+        end,
+        timed_out,
+    }
+}
+
+fn run_single_stream(
+    sut: &mut dyn SystemUnderTest,
+    s: &TestSettings,
+    loaded: &[u64],
+    waiter: &Waiter<'_>,
+) -> PassRecords {
+    let clock = waiter.clock;
+    let mut seq = SampleSeq::new(
+        loaded,
+        s.sample_index_rng_seed,
+        s.sample_concatenate_permutation,
+    );
+    let mut rec = Records::default();
+    let start = clock.now_ns();
+    let mut last_rel = None;
+    let mut oldest = 0usize;
+    let k = loaded.len() as u64;
+    loop {
+        if let Some(reason) = stop_reason(s, rec.issued(), last_rel, k) {
+            return finish(rec, start, reason, None);
+        }
+        let now = clock.now_ns();
+        let id = rec.issued();
+        let q = Query {
+            id,
+            sample_index: seq.next_sample(),
+        };
+        rec.push(now);
+        last_rel = Some(now - start);
+        sut.issue_queries(
+            std::slice::from_ref(&q),
+            &mut Responder {
+                clock,
+                rec: &mut rec,
+            },
+        );
+        let i = id as usize;
+        if !rec.is_complete(i)
+            && let WaitOutcome::TimedOut(t) =
+                waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.is_complete(i))
+        {
+            return finish(rec, start, EndReason::Timeout, Some(t));
+        }
+        if let Some(done) = rec.completion(i) {
+            clock.wait_until(done);
+        }
+    }
+}
+
+fn run_server(
+    sut: &mut dyn SystemUnderTest,
+    s: &TestSettings,
+    loaded: &[u64],
+    waiter: &Waiter<'_>,
+) -> PassRecords {
+    let clock = waiter.clock;
+    let mut seq = SampleSeq::new(
+        loaded,
+        s.sample_index_rng_seed,
+        s.sample_concatenate_permutation,
+    );
+    let mut sched_rng = Rng::new(s.schedule_rng_seed);
+    let mean_gap_ns = 1e9 / s.server_target_qps;
+    let mut rec = Records::default();
+    let start = clock.now_ns();
+    let mut sched = start as f64;
+    let mut last_rel = None;
+    let mut oldest = 0usize;
+    let k = loaded.len() as u64;
+    let end = loop {
+        if let Some(reason) = stop_reason(s, rec.issued(), last_rel, k) {
+            break reason;
+        }
+        sched += -mean_gap_ns * sched_rng.unit_open0().ln();
+        let t = sched as u64;
+        // Wait for the arrival, letting an asynchronous SUT report meanwhile.
+        loop {
+            let now = clock.now_ns();
+            if now >= t {
+                break;
+            }
+            sut.poll(&mut Responder {
+                clock,
+                rec: &mut rec,
+            });
+            if clock.is_virtual() || t - now < 100_000 {
+                clock.wait_until(t);
+            } else {
+                std::thread::sleep(Duration::from_nanos((t - now) / 2));
+            }
+        }
+        if let Some(to) = waiter.timeout_ns {
+            while oldest < rec.complete.len() && rec.is_complete(oldest) {
+                oldest += 1;
+            }
+            if oldest < rec.complete.len() && clock.now_ns() >= rec.issue_of(oldest) + to {
+                return finish(rec, start, EndReason::Timeout, Some(oldest as u64));
+            }
+        }
+        let id = rec.issued();
+        let q = Query {
+            id,
+            sample_index: seq.next_sample(),
+        };
+        rec.push(t);
+        last_rel = Some(t - start);
+        sut.issue_queries(
+            std::slice::from_ref(&q),
+            &mut Responder {
+                clock,
+                rec: &mut rec,
+            },
+        );
+    };
+    sut.flush_queries(&mut Responder {
+        clock,
+        rec: &mut rec,
+    });
+    let n = rec.issued();
+    if let WaitOutcome::TimedOut(t) =
+        waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.completed >= n)
+    {
+        return finish(rec, start, EndReason::Timeout, Some(t));
+    }
+    finish(rec, start, end, None)
+}
+
+fn run_offline(
+    sut: &mut dyn SystemUnderTest,
+    s: &TestSettings,
+    loaded: &[u64],
+    waiter: &Waiter<'_>,
+) -> PassRecords {
+    let clock = waiter.clock;
+    let n = offline_sample_count(s, loaded.len() as u64);
+    let mut seq = SampleSeq::new(
+        loaded,
+        s.sample_index_rng_seed,
+        s.sample_concatenate_permutation,
+    );
+    let start = clock.now_ns();
+    let mut rec = Records {
+        single_issue: Some(start),
+        ..Records::default()
+    };
+    rec.complete.reserve_exact(n as usize);
+    let mut chunk = Vec::with_capacity(OFFLINE_ISSUE_CHUNK);
+    let mut id = 0u64;
+    while id < n {
+        chunk.clear();
+        let end = (id + OFFLINE_ISSUE_CHUNK as u64).min(n);
+        for q in id..end {
+            chunk.push(Query {
+                id: q,
+                sample_index: seq.next_sample(),
+            });
+            rec.push(start);
+        }
+        sut.issue_queries(
+            &chunk,
+            &mut Responder {
+                clock,
+                rec: &mut rec,
+            },
+        );
+        id = end;
+    }
+    sut.flush_queries(&mut Responder {
+        clock,
+        rec: &mut rec,
+    });
+    let mut oldest = 0usize;
+    if let WaitOutcome::TimedOut(t) =
+        waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.completed >= n)
+    {
+        return finish(rec, start, EndReason::Timeout, Some(t));
+    }
+    let reason = if s.max_query_count > 0 && n >= s.max_query_count {
+        EndReason::MaxQueries
+    } else {
+        EndReason::Natural
+    };
+    finish(rec, start, reason, None)
+}
