@@ -1,6 +1,8 @@
 //! Scoring against hand-worked numbers: answer choice from log-probabilities and text, the
 //! Wilson interval, the exact McNemar test, and aggregation.
 
+mod common;
+
 use approx::assert_abs_diff_eq;
 use pocketperf_datasets::mmlu::{Category, Letter, Question};
 use pocketperf_datasets::score::{WILSON_Z, choose_by_logprob, parse_generated, wilson_interval};
@@ -192,4 +194,57 @@ fn records_serialize_with_their_response() {
     let s = serde_json::to_value(summarize(&[r])).unwrap();
     assert_eq!(s["by_category"]["other"]["correct"], 1);
     assert_eq!(s["overall"]["total"], 1);
+}
+
+#[test]
+fn argmax_rule_agrees_with_the_reference_multiple_choice_scores() {
+    // Four hand-made questions scored by llama.cpp and by an exact-math forward pass of
+    // SmolLM2-135M; the reference records each pick and llama.cpp's running accuracy.
+    let mc = common::shared_dir()
+        .join("reference")
+        .join("smollm2-135m")
+        .join("mc");
+    let scores: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(mc.join("mini_mc_scores.json"))
+            .expect("reference/smollm2-135m/mc/mini_mc_scores.json is missing"),
+    )
+    .unwrap();
+    let stdout = std::fs::read_to_string(mc.join("mini_mc.noamx.stdout"))
+        .expect("reference/smollm2-135m/mc/mini_mc.noamx.stdout is missing");
+    // llama.cpp prints "task<TAB>acc_norm" and then "<n><TAB><running accuracy in %>".
+    let running: Vec<f64> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("task\tacc_norm"))
+        .skip(1)
+        .filter_map(|l| l.split('\t').nth(1)?.trim().parse().ok())
+        .collect();
+    let items = scores.as_array().unwrap();
+    assert_eq!(running.len(), items.len());
+    let mut correct = 0;
+    for (i, item) in items.iter().enumerate() {
+        let lp = |key: &str| -> [f32; 4] {
+            let v: Vec<f32> = item[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            v.try_into().unwrap()
+        };
+        for (key, pick) in [
+            ("numpy_exact_mean_logprob", "numpy_exact_pick"),
+            ("numpy_emul_mean_logprob", "numpy_emul_pick"),
+        ] {
+            let chosen = choose_by_logprob(&lp(key)).unwrap();
+            assert_eq!(
+                chosen.index() as u64,
+                item[pick].as_u64().unwrap(),
+                "item {i} {key}"
+            );
+        }
+        let chosen = choose_by_logprob(&lp("numpy_exact_mean_logprob")).unwrap();
+        correct += u64::from(chosen.index() as u64 == item["correct"].as_u64().unwrap());
+        let acc = Accuracy::new(correct, i as u64 + 1);
+        assert_abs_diff_eq!(100.0 * acc.accuracy, running[i], epsilon = 1e-6);
+    }
 }
