@@ -92,8 +92,14 @@ fn shots_are_dropped_whole_from_the_front_until_the_prompt_fits() {
 fn the_few_shot_prefix_is_shared_by_every_question_of_a_subject() {
     let dir = common::mmlu_dir();
     let questions = load_subset(&dir).unwrap();
-    let dev = mmlu::load_split(&dir, Split::Dev, "professional_law").unwrap();
-    assert_eq!(dev.len(), 5);
+    let shots = mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str())).unwrap();
+    assert_eq!(shots.len(), 57);
+    assert!(shots.values().all(|s| s.len() == 5));
+    let dev = &shots["professional_law"];
+    assert_eq!(
+        dev,
+        &mmlu::load_split(&dir, Split::Dev, "professional_law").unwrap()
+    );
     let law: Vec<_> = questions
         .iter()
         .filter(|q| q.subject == "professional_law")
@@ -101,7 +107,7 @@ fn the_few_shot_prefix_is_shared_by_every_question_of_a_subject() {
     assert_eq!(law.len(), 63);
     let prompts: Vec<_> = law
         .iter()
-        .map(|q| build_prompt(q, &dev, |_| true).unwrap())
+        .map(|q| build_prompt(q, dev, |_| true).unwrap())
         .collect();
     let prefix = prompts[0].prefix().to_string();
     assert!(prefix.starts_with(

@@ -1,5 +1,9 @@
 //! The `pocketperf` harness library: SUT adapters, telemetry, devices, commands.
 
+pub mod cmd;
 pub mod governor_sim;
+pub mod meta;
+pub mod model_store;
+pub mod progress;
 pub mod sim;
 pub mod telemetry;

@@ -1,1 +1,325 @@
-//! (module under construction: filled in by its owner)
+//! Prefill/decode API over a loaded model: an [`Engine`] owns the model, tokenizer and thread
+//! pool; a [`Session`] owns one sequence's KV ring and scratch. Generation reports every token
+//! to a callback so the caller can timestamp it on its own clock; sampling is greedy or
+//! temperature/top-p with a seeded generator. After the first token nothing on the decode
+//! path allocates (proven by a counting-allocator test).
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::model::{Counters, Forward, Model, SessionOptions};
+use crate::pool::ThreadPool;
+use crate::quant::{self, Isa};
+use crate::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A loaded model with its tokenizer and worker threads.
+pub struct Engine {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pool: Arc<ThreadPool>,
+    isa: Isa,
+}
+
+impl Engine {
+    /// Loads a GGUF model. `threads = 0` uses every available core.
+    pub fn load(path: &Path, threads: usize, isa: Isa) -> Result<Self> {
+        let gguf = Arc::new(GgufFile::open(path)?);
+        Self::from_gguf(gguf, threads, isa)
+    }
+
+    pub fn from_gguf(gguf: Arc<GgufFile>, threads: usize, isa: Isa) -> Result<Self> {
+        if !quant::supported(isa) {
+            return Err(Error::Isa {
+                requested: format!("{isa:?}"),
+                reason: "not supported by this CPU".into(),
+            });
+        }
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let model = Model::from_gguf(gguf)?;
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        Ok(Engine {
+            model,
+            tokenizer,
+            pool: Arc::new(ThreadPool::new(threads)),
+            isa,
+        })
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    pub fn session(&self, opts: SessionOptions) -> Result<Session<'_>> {
+        Ok(Session {
+            engine: self,
+            fwd: Forward::new(&self.model, opts, self.pool.clone(), self.isa)?,
+            sampler: Sampler::new(self.model.config().vocab_size),
+        })
+    }
+}
+
+/// How the next token is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct SamplingParams {
+    /// 0 = greedy.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// Seeded sampler with a preallocated candidate buffer.
+pub struct Sampler {
+    idx: Vec<u32>,
+    probs: Vec<f32>,
+    state: u64,
+}
+
+impl Sampler {
+    pub fn new(vocab: usize) -> Self {
+        Sampler {
+            idx: Vec::with_capacity(vocab),
+            probs: vec![0.0; vocab],
+            state: 0,
+        }
+    }
+
+    pub fn reseed(&mut self, seed: u64) {
+        self.state = seed;
+    }
+
+    fn next_f32(&mut self) -> f32 {
+        // splitmix64
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    pub fn sample(&mut self, logits: &[f32], p: &SamplingParams) -> u32 {
+        if p.temperature <= 0.0 {
+            return argmax(logits);
+        }
+        let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for (q, &l) in self.probs.iter_mut().zip(logits) {
+            *q = ((l - mx) / p.temperature).exp();
+            sum += *q;
+        }
+        self.idx.clear();
+        self.idx.extend(0..logits.len() as u32);
+        let probs = &self.probs;
+        self.idx
+            .sort_unstable_by(|&a, &b| probs[b as usize].total_cmp(&probs[a as usize]));
+        let mut keep = self.idx.len();
+        let mut acc = 0.0f32;
+        for (i, &t) in self.idx.iter().enumerate() {
+            acc += probs[t as usize] / sum;
+            if acc >= p.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        let total: f32 = self.idx[..keep].iter().map(|&t| probs[t as usize]).sum();
+        let r = self.next_f32() * total;
+        let mut acc = 0.0f32;
+        for &t in &self.idx[..keep] {
+            acc += self.probs[t as usize];
+            if acc >= r {
+                return t;
+            }
+        }
+        self.idx[keep - 1]
+    }
+}
+
+/// Index of the largest logit (first on ties).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Log-softmax of one logit row at `id`, computed in f64.
+pub fn log_prob(logits: &[f32], id: u32) -> f64 {
+    let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits.iter().map(|&l| (l as f64 - mx).exp()).sum::<f64>().ln() + mx;
+    logits.get(id as usize).map_or(f64::NEG_INFINITY, |&l| l as f64 - lse)
+}
+
+/// Limits of one generation.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    /// Stop at an end-of-generation token (performance runs force a fixed length instead).
+    pub stop_at_eog: bool,
+    pub sampling: SamplingParams,
+}
+
+/// What a generation did.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub generated: usize,
+    pub stopped_at_eog: bool,
+}
+
+/// One sequence: KV ring, scratch, sampler.
+pub struct Session<'e> {
+    engine: &'e Engine,
+    fwd: Forward,
+    sampler: Sampler,
+}
+
+impl<'e> Session<'e> {
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.fwd.n_past()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.fwd.counters
+    }
+
+    pub fn forward_state(&self) -> &Forward {
+        &self.fwd
+    }
+
+    pub fn reset(&mut self) {
+        self.fwd.reset();
+    }
+
+    /// Rewinds the cache to its first `n` tokens (shared-prefix reuse).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.fwd.truncate(n)
+    }
+
+    /// Appends tokens and returns the logits after the last one.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.fwd.forward(&self.engine.model, tokens)
+    }
+
+    /// Appends one token and returns the next-token logits.
+    pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
+        self.fwd.forward(&self.engine.model, std::slice::from_ref(&token))
+    }
+
+    /// Logits of every position of the last forward call (sessions with `logits_all`).
+    pub fn all_logits(&self) -> &[f32] {
+        self.fwd.logits()
+    }
+
+    /// Prefills `prompt` and generates up to `max_new_tokens`, calling `on_token(index, id)`
+    /// as soon as each token is chosen (index 0 is the first generated token).
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        mut on_token: impl FnMut(usize, u32),
+    ) -> Result<GenerationStats> {
+        let cap = self.fwd.kv().shape().capacity;
+        if self.n_past() + prompt.len() > cap
+            && matches!(self.fwd.kv().policy(), crate::kv::KvPolicy::Error)
+        {
+            return Err(Error::ContextOverflow {
+                tokens: self.n_past() + prompt.len(),
+                ctx: cap,
+            });
+        }
+        self.sampler.reseed(opts.sampling.seed);
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        if opts.max_new_tokens == 0 {
+            self.prefill(prompt)?;
+            return Ok(stats);
+        }
+        let logits = self.fwd.forward(&self.engine.model, prompt)?;
+        let mut tok = self.sampler.sample(logits, &opts.sampling);
+        loop {
+            on_token(stats.generated, tok);
+            stats.generated += 1;
+            if opts.stop_at_eog && self.engine.tokenizer.is_eog(tok) {
+                stats.stopped_at_eog = true;
+                break;
+            }
+            if stats.generated >= opts.max_new_tokens {
+                break;
+            }
+            let logits = self.fwd.forward(&self.engine.model, std::slice::from_ref(&tok))?;
+            tok = self.sampler.sample(logits, &opts.sampling);
+        }
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_is_argmax_and_log_prob_normalizes() {
+        let l = [0.5f32, 2.0, -1.0, 2.0];
+        let mut s = Sampler::new(4);
+        assert_eq!(s.sample(&l, &SamplingParams::default()), 1);
+        let total: f64 = (0..4).map(|i| log_prob(&l, i).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        // closed form: log(e^2 / (e^.5 + 2e^2 + e^-1))
+        let expect = 2.0 - (0.5f64.exp() + 2.0 * 2.0f64.exp() + (-1.0f64).exp()).ln();
+        assert!((log_prob(&l, 1) - expect).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_p_restricts_to_nucleus_and_seed_repeats() {
+        // probabilities ~ [0.665, 0.245, 0.090]: top_p 0.5 keeps only the first
+        let l = [2.0f32, 1.0, 0.0];
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_p: 0.5,
+            seed: 7,
+        };
+        let mut s = Sampler::new(3);
+        for _ in 0..50 {
+            assert_eq!(s.sample(&l, &p), 0);
+        }
+        let p = SamplingParams { top_p: 1.0, ..p };
+        let mut a = Sampler::new(3);
+        let mut b = Sampler::new(3);
+        a.reseed(3);
+        b.reseed(3);
+        let xa: Vec<u32> = (0..64).map(|_| a.sample(&l, &p)).collect();
+        let xb: Vec<u32> = (0..64).map(|_| b.sample(&l, &p)).collect();
+        assert_eq!(xa, xb);
+        // all three tokens appear in 64 draws with these probabilities (chance of missing the
+        // 0.09 one is 0.91^64 ≈ 0.2%: the fixed seed makes this deterministic)
+        assert!((0..3).all(|t| xa.contains(&t)));
+    }
+}

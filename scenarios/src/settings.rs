@@ -381,7 +381,7 @@ enum Kind {
     Bool,
     /// Finite non-negative number.
     F64,
-    /// Percent in (0, 100).
+    /// Percent in [1, 100) (below 1 is taken for a fraction written by mistake).
     Percentile,
     /// Percent in [0, 100].
     Percent,
@@ -704,13 +704,16 @@ fn parse_config(text: &str, file: &str) -> Result<Vec<ConfigLine>> {
                 let ok = match spec.kind {
                     Kind::F64 => f.is_finite() && f >= 0.0,
                     Kind::Percent => (0.0..=100.0).contains(&f),
-                    _ => f > 0.0 && f < 100.0,
+                    _ => (1.0..100.0).contains(&f),
                 };
                 if !ok {
                     let range = match spec.kind {
                         Kind::F64 => "a finite non-negative number",
                         Kind::Percent => "a percentage in [0, 100]",
-                        _ => "a percentage in (0, 100), e.g. 90 for the 90th percentile",
+                        _ => {
+                            "a percentage in [1, 100): write 90 for the 90th percentile \
+                             (LoadGen reads percent, not a fraction)"
+                        }
                     };
                     return Err(err(k, format!("value `{v}` must be {range}")));
                 }

@@ -1,3 +1,44 @@
-//! Simulated handsets: thermal/power model and the sysfs tree they expose.
+//! Simulated handsets (`--device sim:<profile>`): the thermal/power model ([`model`]) and the
+//! sysfs tree a simulated handset exposes ([`device`]), so the probe, the sampler, the energy
+//! meters and the thermal governor run in CI exactly as on a phone.
+//!
+//! The tree mirrors the layout of the shared fixture snapshots of the same handsets (Linux
+//! thermal, power_supply, cpufreq ABIs; Adreno kgsl / Mali; Pixel ODPM). See
+//! `docs/TELEMETRY.md` ("Simulated handsets").
 
+pub mod device;
 pub mod model;
+
+pub use device::{ActivitySource, SimDevice, SimDriver};
+
+use std::path::PathBuf;
+
+/// Errors of the simulated handsets.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The profile name is not one of [`model::profile_names`].
+    #[error("unknown simulated handset `{name}`: known profiles are {known}")]
+    UnknownProfile {
+        /// Name given.
+        name: String,
+        /// Known names, comma-separated.
+        known: String,
+    },
+    /// Creating or writing the simulated sysfs tree failed.
+    #[error("simulated sysfs: cannot write {}: {source}", path.display())]
+    Write {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The driver thread could not start.
+    #[error("cannot start the simulated handset driver thread: {source}")]
+    Thread {
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The driver thread panicked (a bug).
+    #[error("the simulated handset driver thread panicked")]
+    ThreadPanicked,
+}

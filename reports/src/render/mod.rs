@@ -22,6 +22,11 @@ use crate::stats::{self, Statistic, TukeyFences};
 
 pub use html::render_html;
 
+/// Series derived from the CSV members, as the HTML report plots them.
+pub mod html_helpers {
+    pub use super::html::{cumulative_energy_j, tokens_per_s_over_time};
+}
+
 /// Seed of every bootstrap interval the reports print, so reruns print the same figures.
 pub const BOOTSTRAP_SEED: u64 = 0x5EED_2026;
 /// Bootstrap resamples for report intervals.

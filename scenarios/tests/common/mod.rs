@@ -113,6 +113,8 @@ pub struct SimSut {
     pub stream_tokens: bool,
     pub issued: Vec<Query>,
     pub output: bool,
+    /// Infinite servers: every query starts at its issue time (no queueing).
+    pub parallel: bool,
 }
 
 impl SimSut {
@@ -123,6 +125,7 @@ impl SimSut {
             stream_tokens: true,
             issued: Vec::new(),
             output: false,
+            parallel: false,
         }
     }
 }
@@ -138,7 +141,11 @@ impl SystemUnderTest for SimSut {
             if m.hang {
                 continue;
             }
-            let start = r.now_ns().max(self.busy_until);
+            let start = if self.parallel {
+                r.now_ns()
+            } else {
+                r.now_ns().max(self.busy_until)
+            };
             let out = self.output.then(|| q.sample_index.to_le_bytes());
             let out = out.as_ref().map(|b| &b[..]);
             let done = if m.tokens == 0 {

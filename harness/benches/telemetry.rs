@@ -1,0 +1,3 @@
+//! Telemetry sampler cost benchmark.
+
+fn main() {}

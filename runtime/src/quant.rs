@@ -1,1 +1,0 @@
-//! (module under construction: filled in by its owner)

@@ -1,0 +1,271 @@
+//! AVX2 + FMA + F16C kernels (x86_64): activation quantization and the int8 dot products,
+//! one 32-element block per step, following ggml-cpu/arch/x86/quants.c (AVX2 paths):
+//! `vpmaddubsw` + `vpmaddwd` for the integer block dot, scale by `d_w * d_a` and accumulate
+//! eight f32 lanes with FMA; the Q4_1 min term `m_w * s_a` is summed separately.
+//!
+//! Every function is `unsafe`: the caller guarantees the CPU has AVX2, FMA and F16C and that
+//! the weight bytes hold at least as many blocks as the activation row.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::ActRow;
+use super::blocks::{BlockQ8_0, BlockQ8_1, QK};
+use crate::GgmlType;
+
+/// Reads a little-endian u16 at `p` (any alignment) and widens the f16 it holds.
+#[inline(always)]
+pub(super) unsafe fn f16_to_f32(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees two readable bytes at p.
+    let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
+    f16::from_bits(u16::from_le(bits)).to_f32()
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Quantizes 32 floats at `x` to `qs` with the x86 convention; returns (d, sum of q).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
+    // SAFETY: the caller guarantees 32 readable floats at x and 32 writable bytes at qs.
+    unsafe {
+        let v0 = _mm256_loadu_ps(x);
+        let v1 = _mm256_loadu_ps(x.add(8));
+        let v2 = _mm256_loadu_ps(x.add(16));
+        let v3 = _mm256_loadu_ps(x.add(24));
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_andnot_ps(sign, v0);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v1));
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v2));
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v3));
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        let i0 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v0, id)));
+        let i1 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v1, id)));
+        let i2 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v2, id)));
+        let i3 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v3, id)));
+        let sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+        let a = _mm256_packs_epi32(i0, i1);
+        let b = _mm256_packs_epi32(i2, i3);
+        let p = _mm256_packs_epi16(a, b);
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(qs as *mut __m256i, p);
+        (d, sum)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    for (xb, y) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        // SAFETY: xb has 32 floats, y.qs 32 bytes.
+        let (d, _) = unsafe { q8_block(xb.as_ptr(), y.qs.as_mut_ptr()) };
+        y.d = f16::from_f32(d);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+    for (xb, y) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        // SAFETY: xb has 32 floats, y.qs 32 bytes.
+        let (d, sum) = unsafe { q8_block(xb.as_ptr(), y.qs.as_mut_ptr()) };
+        y.d = f16::from_f32(d);
+        y.s = f16::from_f32(d * sum as f32);
+    }
+}
+
+/// 16 packed bytes of nibbles → 32 bytes in 0..=15 (low nibbles first, as ggml).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes at p.
+    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Sum of u8 × i8 products in eight i32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_us(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// Sum of i8 × i8 products in eight i32 lanes (sign moved onto the second operand).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
+    dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_q8_1(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (i, y) in a.iter().enumerate() {
+        // SAFETY: the caller guarantees w holds a.len() blocks of 20 bytes.
+        unsafe {
+            let wp = w.as_ptr().add(i * 20);
+            summs += f16_to_f32(wp.add(2)) * y.s.to_f32();
+            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
+            let qx = nibbles(wp.add(4));
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us(qx, qy)), acc);
+        }
+    }
+    hsum_ps(acc) + summs
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (i, y) in a.iter().enumerate() {
+        // SAFETY: the caller guarantees w holds a.len() blocks of 18 bytes.
+        unsafe {
+            let wp = w.as_ptr().add(i * 18);
+            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
+            let qx = _mm256_sub_epi8(nibbles(wp.add(2)), _mm256_set1_epi8(8));
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_ss(qx, qy)), acc);
+        }
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (i, y) in a.iter().enumerate() {
+        // SAFETY: the caller guarantees w holds a.len() blocks of 34 bytes.
+        unsafe {
+            let wp = w.as_ptr().add(i * 34);
+            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
+            let qx = _mm256_loadu_si256(wp.add(2) as *const __m256i);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_ss(qx, qy)), acc);
+        }
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16(w: &[u8], a: &[f16]) -> f32 {
+    let n = a.len();
+    let wp = w.as_ptr();
+    let ap = a.as_ptr() as *const u8;
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: the caller guarantees w holds 2 * n bytes; a holds n halves.
+    unsafe {
+        while i + 16 <= n {
+            let w0 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(2 * i) as *const __m128i));
+            let w1 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(2 * i + 16) as *const __m128i));
+            let a0 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(2 * i) as *const __m128i));
+            let a1 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(2 * i + 16) as *const __m128i));
+            acc0 = _mm256_fmadd_ps(w0, a0, acc0);
+            acc1 = _mm256_fmadd_ps(w1, a1, acc1);
+            i += 16;
+        }
+        let mut s = hsum_ps(_mm256_add_ps(acc0, acc1));
+        while i < n {
+            s += f16_to_f32(wp.add(2 * i)) * a[i].to_f32();
+            i += 1;
+        }
+        s
+    }
+}
+
+/// f32 dot over raw pointers; `n` readable floats at each.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_ptr(x: *const f32, y: *const f32, n: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY: the caller guarantees n readable floats at x and y.
+    unsafe {
+        while i + 32 <= n {
+            for (k, ak) in acc.iter_mut().enumerate() {
+                let o = i + 8 * k;
+                *ak = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(o)), _mm256_loadu_ps(y.add(o)), *ak);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(y.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut s = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        while i < n {
+            s += std::ptr::read_unaligned(x.add(i)) * std::ptr::read_unaligned(y.add(i));
+            i += 1;
+        }
+        s
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: equal lengths (caller contract).
+    unsafe { dot_f32_ptr(a.as_ptr(), b.as_ptr(), a.len().min(b.len())) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let av = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    // SAFETY: n readable floats at x and writable at y.
+    unsafe {
+        while i + 8 <= n {
+            let yp = y.as_mut_ptr().add(i);
+            let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(yp));
+            _mm256_storeu_ps(yp, r);
+            i += 8;
+        }
+    }
+    for k in i..n {
+        y[k] += alpha * x[k];
+    }
+}
+
+/// The AVX2 kernel for a (weight type, activation) pair.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
+    // SAFETY: forwarded caller contract (features present, lengths checked).
+    unsafe {
+        match (ty, a) {
+            (GgmlType::Q4_1, ActRow::Q8_1(b)) => q4_1_q8_1(w, b),
+            (GgmlType::Q4_0, ActRow::Q8_0(b)) => q4_0_q8_0(w, b),
+            (GgmlType::Q8_0, ActRow::Q8_0(b)) => q8_0_q8_0(w, b),
+            (GgmlType::F16, ActRow::F16(v)) => f16_f16(w, v),
+            (GgmlType::F32, ActRow::F32(v)) => {
+                dot_f32_ptr(w.as_ptr() as *const f32, v.as_ptr(), v.len())
+            }
+            _ => super::scalar_dot(ty, w, a),
+        }
+    }
+}

