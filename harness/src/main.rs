@@ -3,12 +3,16 @@
 //! Exit codes: 0 success, 1 a gate or validity failure, 2 an error.
 
 use clap::{Parser, Subcommand};
-use pocketperf::cmd::runtime as rt;
 use pocketperf::cmd::run as runcmd;
+use pocketperf::cmd::runtime as rt;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "pocketperf", version, about = "Benchmark and conformance harness for on-device LLM inference")]
+#[command(
+    name = "pocketperf",
+    version,
+    about = "Benchmark and conformance harness for on-device LLM inference"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

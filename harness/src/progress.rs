@@ -26,7 +26,9 @@ pub fn spinner(msg: &str) -> ProgressBar {
 /// A bar over `len` items.
 pub fn bar(len: u64, msg: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(Some(len), target());
-    if let Ok(style) = ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})")
+    {
         pb.set_style(style);
     }
     pb.set_message(msg.to_string());

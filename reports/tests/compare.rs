@@ -15,7 +15,9 @@ fn two_runs_compare_with_ratios_and_render() {
     for q in &mut other.performance.as_mut().unwrap().per_query {
         q.latency_ms *= 2.0;
     }
-    other.performance = Some(common::performance_from(other.performance.unwrap().per_query));
+    other.performance = Some(common::performance_from(
+        other.performance.unwrap().per_query,
+    ));
     other.accuracy = None;
     write_result(a.path(), &base).unwrap();
     write_result(b.path(), &other).unwrap();
@@ -37,7 +39,13 @@ fn two_runs_compare_with_ratios_and_render() {
     assert!(html.contains("2026-01-02T03:04:05Z"));
     let csv = c.to_csv(&ctx);
     assert!(csv.starts_with("# schema_version=1\n# rendered_utc=2026-01-02T03:04:05Z\n"));
-    assert!(csv.lines().any(|l| l.starts_with("1,adb:R5CW123,Pixel <8>,") && l.contains(",latency_p50,ms,728,") && l.ends_with(",2")), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("1,adb:R5CW123,Pixel <8>,")
+                && l.contains(",latency_p50,ms,728,")
+                && l.ends_with(",2")),
+        "{csv}"
+    );
     let md = c.to_markdown(&ctx);
     assert!(md.contains("| latency_p50 | ms |") && md.contains("×2.000"));
     assert!(compare(&[a.path()], 1).is_err());

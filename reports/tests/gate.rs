@@ -23,7 +23,11 @@ fn dirs(base: &ResultFile, cand: &ResultFile) -> (tempfile::TempDir, tempfile::T
 }
 
 fn status_of(o: &pocketperf_reports::GateOutcome, name: &str) -> CheckStatus {
-    o.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check {name}: {o:?}")).status
+    o.checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}: {o:?}"))
+        .status
 }
 
 #[test]
@@ -33,11 +37,18 @@ fn committed_rules_are_the_defaults() {
 
 #[test]
 fn ten_percent_tpot_regression_fails() {
-    let (b, c) = dirs(&common::lognormal_result(1, 40.0), &common::lognormal_result(2, 44.0));
+    let (b, c) = dirs(
+        &common::lognormal_result(1, 40.0),
+        &common::lognormal_result(2, 44.0),
+    );
     let o = gate(b.path(), c.path(), &committed_rules());
     assert_eq!(o.status, GateStatus::Regression, "{}", o.to_text());
     assert_eq!(o.exit_code(), 1);
-    let tpot = o.checks.iter().find(|c| c.name == "performance.tpot_ms").unwrap();
+    let tpot = o
+        .checks
+        .iter()
+        .find(|c| c.name == "performance.tpot_ms")
+        .unwrap();
     assert_eq!(tpot.status, CheckStatus::Regression);
     let change = tpot.change.unwrap();
     assert!((0.06..0.14).contains(&change), "relative change {change}");
@@ -45,16 +56,27 @@ fn ten_percent_tpot_regression_fails() {
     // TTFT was drawn from the same distribution in both runs.
     assert_eq!(status_of(&o, "performance.ttft_ms"), CheckStatus::Pass);
     // Latency is dominated by 63 decode steps, so it regresses too; throughput drops.
-    assert_eq!(status_of(&o, "performance.tokens_per_s"), CheckStatus::Regression);
+    assert_eq!(
+        status_of(&o, "performance.tokens_per_s"),
+        CheckStatus::Regression
+    );
 }
 
 #[test]
 fn rerun_from_same_distribution_passes() {
-    let (b, c) = dirs(&common::lognormal_result(11, 40.0), &common::lognormal_result(12, 40.0));
+    let (b, c) = dirs(
+        &common::lognormal_result(11, 40.0),
+        &common::lognormal_result(12, 40.0),
+    );
     let o = gate(b.path(), c.path(), &committed_rules());
     assert_eq!(o.status, GateStatus::Pass, "{}", o.to_text());
     assert_eq!(o.exit_code(), 0);
-    for name in ["performance.latency_ms", "performance.ttft_ms", "performance.tpot_ms", "performance.tokens_per_s"] {
+    for name in [
+        "performance.latency_ms",
+        "performance.ttft_ms",
+        "performance.tpot_ms",
+        "performance.tokens_per_s",
+    ] {
         assert_eq!(status_of(&o, name), CheckStatus::Pass);
     }
 }
@@ -66,8 +88,18 @@ fn tpot_regression_inside_noise_threshold_passes() {
     let mut cand = common::lognormal_result(22, 41.2);
     base.performance.as_mut().unwrap().per_query = common::lognormal_queries(2000, 21, 150.0, 40.0);
     cand.performance.as_mut().unwrap().per_query = common::lognormal_queries(2000, 22, 150.0, 41.2);
-    let o = gate_results(Path::new("b"), &base, Path::new("c"), &cand, &committed_rules());
-    let tpot = o.checks.iter().find(|c| c.name == "performance.tpot_ms").unwrap();
+    let o = gate_results(
+        Path::new("b"),
+        &base,
+        Path::new("c"),
+        &cand,
+        &committed_rules(),
+    );
+    let tpot = o
+        .checks
+        .iter()
+        .find(|c| c.name == "performance.tpot_ms")
+        .unwrap();
     assert!(tpot.p_value.unwrap() < 0.01, "{tpot:?}");
     assert_eq!(tpot.status, CheckStatus::Pass);
 }
@@ -80,20 +112,32 @@ fn missing_or_corrupt_result_is_an_error_naming_the_file() {
     let o = gate(good.path(), empty.path(), &GateRules::default());
     assert_eq!((o.status, o.exit_code()), (GateStatus::Error, 2));
     let msg = o.error.clone().unwrap();
-    assert!(msg.contains(&empty.path().join("result.json").display().to_string()), "{msg}");
+    assert!(
+        msg.contains(&empty.path().join("result.json").display().to_string()),
+        "{msg}"
+    );
     std::fs::write(empty.path().join("result.json"), "{ not json").unwrap();
     let o = gate(empty.path(), good.path(), &GateRules::default());
     assert_eq!(o.exit_code(), 2);
     assert!(o.error.as_deref().unwrap().contains("result.json"));
     let junit = o.to_junit(&common::fixed_ctx());
-    assert!(junit.contains("<error message=") && junit.contains("errors=\"1\""), "{junit}");
+    assert!(
+        junit.contains("<error message=") && junit.contains("errors=\"1\""),
+        "{junit}"
+    );
 }
 
 #[test]
 fn candidate_missing_a_section_is_an_error() {
     let mut cand = common::hand_result();
     cand.accuracy = None;
-    let o = gate_results(Path::new("b"), &common::hand_result(), Path::new("c"), &cand, &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &common::hand_result(),
+        Path::new("c"),
+        &cand,
+        &GateRules::default(),
+    );
     assert_eq!(o.exit_code(), 2);
     assert_eq!(status_of(&o, "accuracy"), CheckStatus::Error);
 }
@@ -101,7 +145,11 @@ fn candidate_missing_a_section_is_an_error() {
 fn accuracy_run(correct: &[bool]) -> ResultFile {
     let mut r = common::hand_result();
     let a = r.accuracy.as_mut().unwrap();
-    a.per_question = correct.iter().enumerate().map(|(i, &c)| common::question("anatomy", i as u64, c, "B")).collect();
+    a.per_question = correct
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| common::question("anatomy", i as u64, c, "B"))
+        .collect();
     a.n = correct.len() as u64;
     a.correct = correct.iter().filter(|&&c| c).count() as u64;
     a.accuracy = a.correct as f64 / a.n as f64;
@@ -114,14 +162,26 @@ fn accuracy_drop_by_exact_mcnemar() {
     // b = 10, c = 1, p = 2 * (1 + 11)/2^11 = 0.01172 < 0.05; drop 9 points > 1.
     let base: Vec<bool> = (0..100).map(|i| i < 80).collect();
     let cand: Vec<bool> = (0..100).map(|i| (10..80).contains(&i) || i == 90).collect();
-    let o = gate_results(Path::new("b"), &accuracy_run(&base), Path::new("c"), &accuracy_run(&cand), &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &accuracy_run(&base),
+        Path::new("c"),
+        &accuracy_run(&cand),
+        &GateRules::default(),
+    );
     let a = o.checks.iter().find(|c| c.name == "accuracy").unwrap();
     assert_eq!(a.status, CheckStatus::Regression, "{a:?}");
     assert!((a.p_value.unwrap() - 24.0 / 2048.0).abs() < 1e-12);
     assert!((a.change.unwrap() + 0.09).abs() < 1e-12);
     // Losing 3 and gaining 1 (p = 2 * 5/16 = 0.625) is not significant.
     let cand: Vec<bool> = (0..100).map(|i| (3..80).contains(&i) || i == 90).collect();
-    let o = gate_results(Path::new("b"), &accuracy_run(&base), Path::new("c"), &accuracy_run(&cand), &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &accuracy_run(&base),
+        Path::new("c"),
+        &accuracy_run(&cand),
+        &GateRules::default(),
+    );
     assert_eq!(status_of(&o, "accuracy"), CheckStatus::Pass);
 }
 
@@ -136,11 +196,23 @@ fn accuracy_drop_by_wilson_without_pairs() {
     // 400/576 vs 300/576: Wilson 95% intervals [0.655, 0.731] and [0.480, 0.561] are disjoint.
     set(&mut base, 400, 576);
     set(&mut cand, 300, 576);
-    let o = gate_results(Path::new("b"), &base, Path::new("c"), &cand, &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &base,
+        Path::new("c"),
+        &cand,
+        &GateRules::default(),
+    );
     assert_eq!(status_of(&o, "accuracy"), CheckStatus::Regression);
     // 400 vs 390 overlap: pass.
     set(&mut cand, 390, 576);
-    let o = gate_results(Path::new("b"), &base, Path::new("c"), &cand, &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &base,
+        Path::new("c"),
+        &cand,
+        &GateRules::default(),
+    );
     assert_eq!(status_of(&o, "accuracy"), CheckStatus::Pass);
 }
 
@@ -150,7 +222,13 @@ fn robustness_counts_and_validity() {
     cand.robustness = Some(serde_json::json!({"crashes": 2, "output_drift": 0}));
     cand.performance.as_mut().unwrap().valid = false;
     cand.performance.as_mut().unwrap().invalid_reasons = vec!["min_duration not met".into()];
-    let o = gate_results(Path::new("b"), &common::hand_result(), Path::new("c"), &cand, &GateRules::default());
+    let o = gate_results(
+        Path::new("b"),
+        &common::hand_result(),
+        Path::new("c"),
+        &cand,
+        &GateRules::default(),
+    );
     assert_eq!(status_of(&o, "robustness.crashes"), CheckStatus::Regression);
     assert_eq!(status_of(&o, "robustness.drift"), CheckStatus::Pass);
     assert_eq!(status_of(&o, "performance.valid"), CheckStatus::Regression);
@@ -159,14 +237,20 @@ fn robustness_counts_and_validity() {
     assert!(md.starts_with("# PocketPerf gate: REGRESSION"));
     assert!(md.contains("min_duration not met"));
     // Twelve hand queries are above min_samples (8); two dialogues are below energy's 5.
-    assert_eq!(status_of(&o, "energy.net_mwh_per_dialogue"), CheckStatus::Skipped);
+    assert_eq!(
+        status_of(&o, "energy.net_mwh_per_dialogue"),
+        CheckStatus::Skipped
+    );
 }
 
 #[test]
 fn rules_reject_typos_and_bad_ranges() {
     let p = Path::new("rules.toml");
     let e = GateRules::from_toml_str("[performance]\nalpah = 0.05\n", p).unwrap_err();
-    assert!(e.to_string().contains("rules.toml") && e.to_string().contains("alpah"), "{e}");
+    assert!(
+        e.to_string().contains("rules.toml") && e.to_string().contains("alpah"),
+        "{e}"
+    );
     let e = GateRules::from_toml_str("[accuracy]\nalpha = 1.5\n", p).unwrap_err();
     assert!(e.to_string().contains("accuracy.alpha"), "{e}");
     let r = GateRules::from_toml_str("[performance]\nnoise_threshold = 0.1\n", p).unwrap();
@@ -179,6 +263,12 @@ fn junit_snapshot() {
     let mut cand = common::hand_result();
     cand.robustness = Some(serde_json::json!({"crashes": 1, "drift": 0}));
     cand.meta.device.name = "Sim <8 Gen 3> & \"friends\"".into();
-    let o = gate_results(Path::new("runs/base"), &common::hand_result(), Path::new("runs/cand"), &cand, &GateRules::default());
+    let o = gate_results(
+        Path::new("runs/base"),
+        &common::hand_result(),
+        Path::new("runs/cand"),
+        &cand,
+        &GateRules::default(),
+    );
     insta::assert_snapshot!(o.to_junit(&common::fixed_ctx()));
 }

@@ -37,7 +37,14 @@ fn hand_figures_appear_in_every_format() {
         assert!(out.contains("364"), "{f:?}: p50");
         assert!(out.contains("420"), "{f:?}: p90");
         assert!(out.contains("357"), "{f:?}: mean");
-        for needle in ["0123abcd", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "2026-01-02T03:04:05Z", "sim:snapdragon-8gen3", "schema_version", "seed"] {
+        for needle in [
+            "0123abcd",
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "2026-01-02T03:04:05Z",
+            "sim:snapdragon-8gen3",
+            "schema_version",
+            "seed",
+        ] {
             assert!(out.contains(needle), "{f:?} lacks provenance `{needle}`");
         }
     }
@@ -57,17 +64,29 @@ fn hostile_run() -> RunData {
     let telemetry = Telemetry {
         t_s: vec![0.0, 1.0, 2.0],
         columns: vec![
-            ("temp.<script>x</script>.c".into(), vec![Some(40.0), Some(41.0), Some(43.0)]),
-            ("power.total.mw".into(), vec![Some(1000.0), None, Some(3000.0)]),
+            (
+                "temp.<script>x</script>.c".into(),
+                vec![Some(40.0), Some(41.0), Some(43.0)],
+            ),
+            (
+                "power.total.mw".into(),
+                vec![Some(1000.0), None, Some(3000.0)],
+            ),
         ],
         ..Default::default()
     };
-    RunData { result: r, tokens: None, telemetry: Some(telemetry) }
+    RunData {
+        result: r,
+        tokens: None,
+        telemetry: Some(telemetry),
+    }
 }
 
 #[test]
 fn html_escapes_all_file_text() {
-    let html = exporter(Format::Html).render(&hostile_run(), &common::fixed_ctx()).unwrap();
+    let html = exporter(Format::Html)
+        .render(&hostile_run(), &common::fixed_ctx())
+        .unwrap();
     let lower = html.to_lowercase();
     assert!(!lower.contains("<script"), "unescaped script tag");
     assert!(!lower.contains("<img"), "unescaped img tag");
@@ -76,7 +95,9 @@ fn html_escapes_all_file_text() {
     assert!(html.contains("C &lt;script&gt;alert(&quot;gen&quot;)&lt;/script&gt; &amp; more"));
     assert!(html.contains("m&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"));
     // Markdown (rendered as HTML by CI summaries) escapes too.
-    let md = exporter(Format::Markdown).render(&hostile_run(), &common::fixed_ctx()).unwrap();
+    let md = exporter(Format::Markdown)
+        .render(&hostile_run(), &common::fixed_ctx())
+        .unwrap();
     assert!(!md.to_lowercase().contains("<script"));
 }
 
@@ -84,27 +105,59 @@ fn html_escapes_all_file_text() {
 fn html_is_self_contained_with_labelled_svg_plots() {
     let mut run = hostile_run();
     run.tokens = Some(TokenLog {
-        events: (0..50).map(|i| TokenEvent { query: i / 10, token: (i % 10) as u32, t_ms: f64::from(i as u32) * 40.0 }).collect(),
+        events: (0..50)
+            .map(|i| TokenEvent {
+                query: i / 10,
+                token: (i % 10) as u32,
+                t_ms: f64::from(i as u32) * 40.0,
+            })
+            .collect(),
         ..Default::default()
     });
-    let html = exporter(Format::Html).render(&run, &common::fixed_ctx()).unwrap();
+    let html = exporter(Format::Html)
+        .render(&run, &common::fixed_ctx())
+        .unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
-    for needle in ["Latency CDF", "TTFT", "TPOT", "Tokens/s", "Temperatures", "Cumulative energy"] {
+    for needle in [
+        "Latency CDF",
+        "TTFT",
+        "TPOT",
+        "Tokens/s",
+        "Temperatures",
+        "Cumulative energy",
+    ] {
         assert!(html.contains(needle), "missing plot {needle}");
     }
     // Every plot is inline SVG with its text drawn by the SVG backend (no font files).
-    assert!(html.matches("<svg").count() >= 6, "{}", html.matches("<svg").count());
+    assert!(
+        html.matches("<svg").count() >= 6,
+        "{}",
+        html.matches("<svg").count()
+    );
     assert!(html.contains("<text"));
     let lower = html.to_lowercase();
-    assert!(!lower.contains("src=\"http") && !lower.contains("href=") && !lower.contains("<link") && !lower.contains("@import"));
+    assert!(
+        !lower.contains("src=\"http")
+            && !lower.contains("href=")
+            && !lower.contains("<link")
+            && !lower.contains("@import")
+    );
 }
 
 #[test]
 fn write_report_writes_html_and_markdown_into_the_dir() {
     let dir = tempfile::tempdir().unwrap();
     write_result(dir.path(), &common::hand_result()).unwrap();
-    std::fs::write(dir.path().join("tokens.csv"), "# run=1\nquery,token,t_ms\n0,0,100\n0,1,150\n").unwrap();
-    std::fs::write(dir.path().join("telemetry.csv"), "# period_ms=1000\nt_s,temp.soc.c,rss.kib\n0,40,2048\n1,41,\n2,42,4096\n").unwrap();
+    std::fs::write(
+        dir.path().join("tokens.csv"),
+        "# run=1\nquery,token,t_ms\n0,0,100\n0,1,150\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("telemetry.csv"),
+        "# period_ms=1000\nt_s,temp.soc.c,rss.kib\n0,40,2048\n1,41,\n2,42,4096\n",
+    )
+    .unwrap();
     let (html, md) = write_report_at(dir.path(), &common::fixed_ctx()).unwrap();
     let html = std::fs::read_to_string(html).unwrap();
     let md = std::fs::read_to_string(md).unwrap();

@@ -28,9 +28,18 @@ fn optional_sections_may_be_absent() {
     write_result(dir.path(), &r).unwrap();
     // Drop the null keys entirely, as a minimal writer would.
     let path = dir.path().join(RESULT_FILE);
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let obj = v.as_object_mut().unwrap();
-    for k in ["performance", "accuracy", "energy", "thermal", "governor", "robustness", "warnings"] {
+    for k in [
+        "performance",
+        "accuracy",
+        "energy",
+        "thermal",
+        "governor",
+        "robustness",
+        "warnings",
+    ] {
         obj.remove(k);
     }
     std::fs::write(&path, v.to_string()).unwrap();
@@ -69,7 +78,10 @@ fn v0_flat_layout_is_migrated() {
     assert_eq!(r.meta.started_utc.to_rfc3339(), "2025-06-01T12:00:00+00:00");
     let p = r.performance.as_ref().unwrap();
     assert_eq!((p.queries, p.valid), (3, true));
-    assert_eq!((p.latency_ms.p50, p.latency_ms.p99, p.latency_ms.p999), (500.0, 600.0, 600.0));
+    assert_eq!(
+        (p.latency_ms.p50, p.latency_ms.p99, p.latency_ms.p999),
+        (500.0, 600.0, 600.0)
+    );
     assert_eq!(p.per_query.len(), 3);
     // TPOT = (latency - TTFT) / (tokens - 1): (400 - 100)/10 = 30, (500 - 120)/19 = 20;
     // a single-token query has none.
@@ -82,8 +94,16 @@ fn v0_flat_layout_is_migrated() {
     let a = r.accuracy.as_ref().unwrap();
     assert_eq!((a.n, a.correct), (10, 5));
     // Wilson 5/10 at 95%: (0.2366, 0.7634).
-    assert!((a.ci95[0] - 0.2366).abs() < 1e-4 && (a.ci95[1] - 0.7634).abs() < 1e-4, "{:?}", a.ci95);
-    assert!(r.warnings.iter().any(|w| w.contains("migrated from schema v0")));
+    assert!(
+        (a.ci95[0] - 0.2366).abs() < 1e-4 && (a.ci95[1] - 0.7634).abs() < 1e-4,
+        "{:?}",
+        a.ci95
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("migrated from schema v0"))
+    );
     // Writing the migrated result produces a v1 file that loads to the same value.
     let out = tempfile::tempdir().unwrap();
     write_result(out.path(), &r).unwrap();
@@ -93,7 +113,11 @@ fn v0_flat_layout_is_migrated() {
 #[test]
 fn v0_missing_required_field_names_it() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(RESULT_FILE), V0.replace("\"qps\": 2.0,", "")).unwrap();
+    std::fs::write(
+        dir.path().join(RESULT_FILE),
+        V0.replace("\"qps\": 2.0,", ""),
+    )
+    .unwrap();
     let e = load_result(dir.path()).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, ReportError::Field { .. }), "{e:?}");
@@ -107,7 +131,17 @@ fn newer_schema_is_rejected_with_file_and_version() {
     v["schema_version"] = serde_json::json!(7);
     std::fs::write(dir.path().join(RESULT_FILE), v.to_string()).unwrap();
     let e = load_result(dir.path()).unwrap_err();
-    assert!(matches!(e, ReportError::NewerSchema { found: 7, supported: 1, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            ReportError::NewerSchema {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let msg = e.to_string();
     assert!(msg.contains("result.json") && msg.contains('7'), "{msg}");
 }
@@ -118,11 +152,19 @@ fn corrupt_and_missing_files_name_the_file() {
     let e = load_result(dir.path()).unwrap_err();
     assert!(matches!(e, ReportError::Io { .. }));
     assert!(e.to_string().contains("result.json"));
-    std::fs::write(dir.path().join(RESULT_FILE), "{\"schema_version\": 1, \"meta\": ").unwrap();
+    std::fs::write(
+        dir.path().join(RESULT_FILE),
+        "{\"schema_version\": 1, \"meta\": ",
+    )
+    .unwrap();
     let e = load_result(dir.path()).unwrap_err();
     assert!(matches!(e, ReportError::Json { .. }));
     assert!(e.to_string().contains("result.json"));
-    std::fs::write(dir.path().join(RESULT_FILE), "{\"schema_version\": \"one\"}").unwrap();
+    std::fs::write(
+        dir.path().join(RESULT_FILE),
+        "{\"schema_version\": \"one\"}",
+    )
+    .unwrap();
     let e = load_result(dir.path()).unwrap_err();
     assert!(e.to_string().contains("schema_version"), "{e}");
 }

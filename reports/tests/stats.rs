@@ -12,7 +12,10 @@ fn loadgen_percentile_is_floor_n_p() {
     assert_eq!(loadgen_percentile(&s, 0.999), Some(10.0));
     assert_eq!(loadgen_percentile(&[], 0.5), None);
     let p = Percentiles::from_samples(&[3.0, 1.0, 2.0, 4.0]).unwrap();
-    assert_eq!((p.n, p.min, p.max, p.mean, p.p50, p.p90), (4, 1.0, 4.0, 2.5, 3.0, 4.0));
+    assert_eq!(
+        (p.n, p.min, p.max, p.mean, p.p50, p.p90),
+        (4, 1.0, 4.0, 2.5, 3.0, 4.0)
+    );
 }
 
 #[test]
@@ -35,7 +38,10 @@ fn tukey_fences_report_without_dropping() {
     assert_abs_diff_eq!(f.high_mild, 14.5, epsilon = 1e-12);
     assert_abs_diff_eq!(f.high_severe, 21.25, epsilon = 1e-12);
     assert_abs_diff_eq!(f.low_mild, -3.5, epsilon = 1e-12);
-    assert_eq!((f.n_high_severe, f.n_high_mild, f.n_low_mild, f.n_low_severe), (1, 0, 0, 0));
+    assert_eq!(
+        (f.n_high_severe, f.n_high_mild, f.n_low_mild, f.n_low_severe),
+        (1, 0, 0, 0)
+    );
     assert_eq!(f.outliers(), 1);
     // 14.6 sits between the mild and severe fences.
     let g = TukeyFences::classify(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 14.6]).unwrap();
@@ -137,9 +143,26 @@ fn change_needs_significance_and_size() {
     assert_eq!(c.verdict, Verdict::NoChange);
     // +10%: a regression when lower is better, an improvement when higher is better.
     let big: Vec<f64> = base.iter().map(|x| x * 1.10).collect();
-    assert_eq!(compare_samples(&base, &big, Better::Lower, 0.01, 0.05).unwrap().verdict, Verdict::Regressed);
-    assert_eq!(compare_samples(&base, &big, Better::Higher, 0.01, 0.05).unwrap().verdict, Verdict::Improved);
+    assert_eq!(
+        compare_samples(&base, &big, Better::Lower, 0.01, 0.05)
+            .unwrap()
+            .verdict,
+        Verdict::Regressed
+    );
+    assert_eq!(
+        compare_samples(&base, &big, Better::Higher, 0.01, 0.05)
+            .unwrap()
+            .verdict,
+        Verdict::Improved
+    );
     // A large median shift on three points is not significant.
-    let c = compare_samples(&[1.0, 2.0, 3.0], &[2.0, 3.0, 4.0], Better::Lower, 0.01, 0.05).unwrap();
+    let c = compare_samples(
+        &[1.0, 2.0, 3.0],
+        &[2.0, 3.0, 4.0],
+        Better::Lower,
+        0.01,
+        0.05,
+    )
+    .unwrap();
     assert_eq!(c.verdict, Verdict::NoChange);
 }

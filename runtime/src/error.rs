@@ -38,7 +38,9 @@ pub enum Error {
     Isa { requested: String, reason: String },
     #[error("prompt of {tokens} tokens does not fit the context of {ctx} tokens")]
     ContextOverflow { tokens: usize, ctx: usize },
-    #[error("KV cache full: {capacity} slots in use and the policy is `error` (use --kv-policy sliding)")]
+    #[error(
+        "KV cache full: {capacity} slots in use and the policy is `error` (use --kv-policy sliding)"
+    )]
     KvFull { capacity: usize },
     #[error("KV cache: {0}")]
     Kv(String),

@@ -103,7 +103,10 @@ impl PidConfig {
 
     fn validate(&self) -> Result<()> {
         let bad = |what: &str, reason: &str| {
-            Err(Error::InvalidArgument { what: format!("pid.{what}"), reason: reason.into() })
+            Err(Error::InvalidArgument {
+                what: format!("pid.{what}"),
+                reason: reason.into(),
+            })
         };
         let all = [
             self.target_c,
@@ -128,11 +131,21 @@ impl PidConfig {
         if self.output_max <= self.output_min {
             return bad("output_max", "must exceed output_min");
         }
-        if [self.k_po, self.k_pu, self.k_i, self.k_d, self.integral_limit, self.d_filter_tau_s]
-            .iter()
-            .any(|v| *v < 0.0)
+        if [
+            self.k_po,
+            self.k_pu,
+            self.k_i,
+            self.k_d,
+            self.integral_limit,
+            self.d_filter_tau_s,
+        ]
+        .iter()
+        .any(|v| *v < 0.0)
         {
-            return bad("gains", "gains, integral limit and filter constant must be ≥ 0");
+            return bad(
+                "gains",
+                "gains, integral limit and filter constant must be ≥ 0",
+            );
         }
         if self.rate_limit_per_s <= 0.0 || self.max_dt_s <= 0.0 {
             return bad("rate_limit_per_s/max_dt_s", "must be > 0");
@@ -255,10 +268,22 @@ impl Pid {
     }
 
     fn proportional(&self, e: f64) -> f64 {
-        if e < 0.0 { self.cfg.k_po * e } else { self.cfg.k_pu * e }
+        if e < 0.0 {
+            self.cfg.k_po * e
+        } else {
+            self.cfg.k_pu * e
+        }
     }
 
-    fn record(&self, t_s: f64, status: StepStatus, temp: Option<f64>, dt: f64, p: f64, d: f64) -> GovernorRecord {
+    fn record(
+        &self,
+        t_s: f64,
+        status: StepStatus,
+        temp: Option<f64>,
+        dt: f64,
+        p: f64,
+        d: f64,
+    ) -> GovernorRecord {
         GovernorRecord {
             t_s,
             policy: PolicyKind::Pid,
@@ -341,7 +366,8 @@ impl Pid {
         let limited = limit(unsat, self.output);
         // Conditional integration: freeze the integral while far from the target, or while
         // the output is pinned and the error pushes it further into the limit.
-        let pinned_same_way = (unsat - limited).abs() > 1e-12 && (unsat - limited).signum() == e.signum();
+        let pinned_same_way =
+            (unsat - limited).abs() > 1e-12 && (unsat - limited).signum() == e.signum();
         if e.abs() < c.integral_cutoff_c && !pinned_same_way {
             self.integral = candidate;
         }
@@ -350,20 +376,38 @@ impl Pid {
         let saturated = (unsat - out).abs() > 1e-12;
         self.output = out;
         self.level = self.quantize(out);
-        let status = if saturated { StepStatus::Saturated } else { StepStatus::Ok };
+        let status = if saturated {
+            StepStatus::Saturated
+        } else {
+            StepStatus::Ok
+        };
         self.record(t_s, status, Some(temp), dt, p, d)
     }
 
     fn quantize(&self, out: f64) -> usize {
         let c = &self.cfg;
-        level_for_output(out, self.level, self.levels, c.output_min, c.output_max, c.level_hysteresis)
+        level_for_output(
+            out,
+            self.level,
+            self.levels,
+            c.output_min,
+            c.output_max,
+            c.level_hysteresis,
+        )
     }
 }
 
 /// Map a controller output onto one of `levels` discrete levels (0 ↔ `output_max`,
 /// `levels − 1` ↔ `output_min`) with hysteresis: the level changes only when the continuous
 /// level is more than `0.5 + hysteresis` away from `current`, then jumps to the nearest one.
-pub fn level_for_output(out: f64, current: usize, levels: usize, output_min: f64, output_max: f64, hysteresis: f64) -> usize {
+pub fn level_for_output(
+    out: f64,
+    current: usize,
+    levels: usize,
+    output_min: f64,
+    output_max: f64,
+    hysteresis: f64,
+) -> usize {
     if levels <= 1 || output_max <= output_min || !out.is_finite() {
         return current.min(levels.saturating_sub(1));
     }
@@ -406,7 +450,12 @@ impl StepWise {
         if levels == 0 {
             return Err(Error::Governor("actuator reports 0 levels".into()));
         }
-        Ok(Self { cfg, levels, level: 0, last_t: None })
+        Ok(Self {
+            cfg,
+            levels,
+            level: 0,
+            last_t: None,
+        })
     }
 
     pub fn level(&self) -> usize {
@@ -496,7 +545,11 @@ impl Governor {
             Policy::Step(c) => Controller::Step(StepWise::new(c, levels)?),
             Policy::Pid(c) => Controller::Pid(Box::new(Pid::new(c, levels)?)),
         };
-        Ok(Self { ctl, levels, applied: None })
+        Ok(Self {
+            ctl,
+            levels,
+            applied: None,
+        })
     }
 
     pub fn kind(&self) -> PolicyKind {
@@ -508,7 +561,12 @@ impl Governor {
     }
 
     /// Read the sensor, update the controller and apply the level if it changed.
-    pub fn tick<S, A>(&mut self, t_s: f64, sensor: &mut S, actuator: &mut A) -> Result<GovernorRecord>
+    pub fn tick<S, A>(
+        &mut self,
+        t_s: f64,
+        sensor: &mut S,
+        actuator: &mut A,
+    ) -> Result<GovernorRecord>
     where
         S: ThermalSensor + ?Sized,
         A: Actuator + ?Sized,
@@ -584,11 +642,17 @@ impl DutyCycle {
                 reason: format!("need levels ≥ 1 and 0 < min_busy ≤ 1 (got {levels}, {min_busy})"),
             });
         }
-        Ok(Self { levels, min_busy, busy_bits: Arc::new(AtomicU64::new(1.0f64.to_bits())) })
+        Ok(Self {
+            levels,
+            min_busy,
+            busy_bits: Arc::new(AtomicU64::new(1.0f64.to_bits())),
+        })
     }
 
     pub fn handle(&self) -> DutyCycleHandle {
-        DutyCycleHandle { busy_bits: Arc::clone(&self.busy_bits) }
+        DutyCycleHandle {
+            busy_bits: Arc::clone(&self.busy_bits),
+        }
     }
 
     /// Busy fraction of `level`.
@@ -628,9 +692,13 @@ impl Actuator for DutyCycle {
     }
     fn apply(&mut self, level: usize) -> Result<()> {
         if level >= self.levels {
-            return Err(Error::Governor(format!("duty level {level} ≥ {} levels", self.levels)));
+            return Err(Error::Governor(format!(
+                "duty level {level} ≥ {} levels",
+                self.levels
+            )));
         }
-        self.busy_bits.store(self.busy_at(level).to_bits(), Ordering::Relaxed);
+        self.busy_bits
+            .store(self.busy_at(level).to_bits(), Ordering::Relaxed);
         Ok(())
     }
 }
@@ -645,9 +713,15 @@ pub struct ThreadCount {
 impl ThreadCount {
     pub fn new(max_threads: usize) -> Result<Self> {
         if max_threads == 0 {
-            return Err(Error::InvalidArgument { what: "threads".into(), reason: "must be ≥ 1".into() });
+            return Err(Error::InvalidArgument {
+                what: "threads".into(),
+                reason: "must be ≥ 1".into(),
+            });
         }
-        Ok(Self { max_threads, threads: Arc::new(AtomicUsize::new(max_threads)) })
+        Ok(Self {
+            max_threads,
+            threads: Arc::new(AtomicUsize::new(max_threads)),
+        })
     }
     /// Shared counter the decode loop reads before each token.
     pub fn shared(&self) -> Arc<AtomicUsize> {
@@ -664,9 +738,13 @@ impl Actuator for ThreadCount {
     }
     fn apply(&mut self, level: usize) -> Result<()> {
         if level >= self.max_threads {
-            return Err(Error::Governor(format!("thread level {level} ≥ {} levels", self.max_threads)));
+            return Err(Error::Governor(format!(
+                "thread level {level} ≥ {} levels",
+                self.max_threads
+            )));
         }
-        self.threads.store(self.max_threads - level, Ordering::Relaxed);
+        self.threads
+            .store(self.max_threads - level, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -693,17 +771,24 @@ pub struct SysfsFreqCap {
 fn read_trim(path: &Path) -> Result<String> {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| Error::Io { path: path.to_path_buf(), source })
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 fn read_u64(path: &Path) -> Result<u64> {
     let s = read_trim(path)?;
-    s.parse().map_err(|_| Error::Governor(format!("{}: not an integer: `{s}`", path.display())))
+    s.parse()
+        .map_err(|_| Error::Governor(format!("{}: not an integer: `{s}`", path.display())))
 }
 
 fn read_list(path: &Path) -> Option<Vec<u64>> {
     let s = fs::read_to_string(path).ok()?;
-    let v: Vec<u64> = s.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
     (!v.is_empty()).then_some(v)
 }
 
@@ -716,11 +801,20 @@ fn writable(path: &Path) -> bool {
 fn cap_steps(min: u64, max: u64, available: Option<&[u64]>, levels: usize) -> Vec<u64> {
     (0..levels)
         .map(|k| {
-            let frac = if levels > 1 { k as f64 / (levels - 1) as f64 } else { 0.0 };
+            let frac = if levels > 1 {
+                k as f64 / (levels - 1) as f64
+            } else {
+                0.0
+            };
             let raw = max as f64 - frac * (max.saturating_sub(min)) as f64;
             let raw = raw.round() as u64;
             match available {
-                Some(list) => list.iter().copied().filter(|f| *f <= raw).max().unwrap_or(min),
+                Some(list) => list
+                    .iter()
+                    .copied()
+                    .filter(|f| *f <= raw)
+                    .max()
+                    .unwrap_or(min),
                 None => raw,
             }
         })
@@ -744,7 +838,10 @@ impl SysfsFreqCap {
         if let Ok(rd) = fs::read_dir(&cpufreq) {
             let mut dirs: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("policy")))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("policy"))
+                })
                 .collect();
             dirs.sort();
             for d in dirs {
@@ -752,23 +849,36 @@ impl SysfsFreqCap {
                 if !writable(&cap) {
                     continue;
                 }
-                let (Ok(min), Ok(max), Ok(original)) =
-                    (read_u64(&d.join("cpuinfo_min_freq")), read_u64(&d.join("cpuinfo_max_freq")), read_trim(&cap))
-                else {
+                let (Ok(min), Ok(max), Ok(original)) = (
+                    read_u64(&d.join("cpuinfo_min_freq")),
+                    read_u64(&d.join("cpuinfo_max_freq")),
+                    read_trim(&cap),
+                ) else {
                     continue;
                 };
                 let avail = read_list(&d.join("scaling_available_frequencies"));
-                files.push(CapFile { path: cap, original, steps: cap_steps(min, max, avail.as_deref(), levels) });
+                files.push(CapFile {
+                    path: cap,
+                    original,
+                    steps: cap_steps(min, max, avail.as_deref(), levels),
+                });
             }
         }
         let kgsl = root.join("sys/class/kgsl/kgsl-3d0");
         let gpu_cap = kgsl.join("max_gpuclk");
         if writable(&gpu_cap)
-            && let (Some(avail), Ok(original)) = (read_list(&kgsl.join("gpu_available_frequencies")), read_trim(&gpu_cap))
+            && let (Some(avail), Ok(original)) = (
+                read_list(&kgsl.join("gpu_available_frequencies")),
+                read_trim(&gpu_cap),
+            )
         {
             let min = avail.iter().copied().min().unwrap_or(0);
             let max = avail.iter().copied().max().unwrap_or(0);
-            files.push(CapFile { path: gpu_cap, original, steps: cap_steps(min, max, Some(&avail), levels) });
+            files.push(CapFile {
+                path: gpu_cap,
+                original,
+                steps: cap_steps(min, max, Some(&avail), levels),
+            });
         }
         if files.is_empty() {
             return Err(Error::Governor(format!(
@@ -776,7 +886,11 @@ impl SysfsFreqCap {
                 root.display()
             )));
         }
-        Ok(Self { files, levels, dirty: false })
+        Ok(Self {
+            files,
+            levels,
+            dirty: false,
+        })
     }
 
     /// Paths this actuator writes.
@@ -786,7 +900,10 @@ impl SysfsFreqCap {
 
     /// The cap written to each file at `level`.
     pub fn caps_at(&self, level: usize) -> Vec<u64> {
-        self.files.iter().map(|f| f.steps[level.min(self.levels - 1)]).collect()
+        self.files
+            .iter()
+            .map(|f| f.steps[level.min(self.levels - 1)])
+            .collect()
     }
 
     /// Write back the values found at discovery. Call from a Ctrl-C handler; also runs on drop.
@@ -797,7 +914,10 @@ impl SysfsFreqCap {
         let mut first_err = None;
         for f in &self.files {
             if let Err(source) = fs::write(&f.path, &f.original) {
-                first_err.get_or_insert(Error::Io { path: f.path.clone(), source });
+                first_err.get_or_insert(Error::Io {
+                    path: f.path.clone(),
+                    source,
+                });
             }
         }
         match first_err {
@@ -816,12 +936,17 @@ impl Actuator for SysfsFreqCap {
     }
     fn apply(&mut self, level: usize) -> Result<()> {
         if level >= self.levels {
-            return Err(Error::Governor(format!("cap level {level} ≥ {} levels", self.levels)));
+            return Err(Error::Governor(format!(
+                "cap level {level} ≥ {} levels",
+                self.levels
+            )));
         }
         self.dirty = true;
         for f in &self.files {
-            fs::write(&f.path, f.steps[level].to_string())
-                .map_err(|source| Error::Io { path: f.path.clone(), source })?;
+            fs::write(&f.path, f.steps[level].to_string()).map_err(|source| Error::Io {
+                path: f.path.clone(),
+                source,
+            })?;
         }
         Ok(())
     }

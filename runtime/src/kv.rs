@@ -95,20 +95,23 @@ impl KvCache {
     /// Maps the whole cache at once. Pages are touched lazily by the kernel, so a large
     /// `capacity` costs address space, not resident memory, until used.
     pub fn new(shape: KvShape, policy: KvPolicy) -> Result<Self> {
-        if shape.capacity == 0 || shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0
+        if shape.capacity == 0
+            || shape.n_layers == 0
+            || shape.n_kv_heads == 0
+            || shape.head_dim == 0
         {
             return Err(Error::Kv(format!("empty cache geometry {shape:?}")));
         }
-        if let KvPolicy::Sliding { sinks } = policy {
-            if sinks >= shape.capacity {
-                return Err(Error::InvalidArgument {
-                    what: "kv-policy".into(),
-                    reason: format!(
-                        "{sinks} attention sinks leave no sliding slots in a cache of {}",
-                        shape.capacity
-                    ),
-                });
-            }
+        if let KvPolicy::Sliding { sinks } = policy
+            && sinks >= shape.capacity
+        {
+            return Err(Error::InvalidArgument {
+                what: "kv-policy".into(),
+                reason: format!(
+                    "{sinks} attention sinks leave no sliding slots in a cache of {}",
+                    shape.capacity
+                ),
+            });
         }
         let bytes = shape
             .bytes()

@@ -8,12 +8,12 @@
 //! llama.cpp's CPU backend, up to summation order. Attention reads f16 keys and values and
 //! accumulates in f32.
 
+use crate::GgmlType;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::kv::{KvCache, KvPolicy, KvShape};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa, QuantizedActs, WeightMatrix};
-use crate::GgmlType;
 use std::sync::Arc;
 
 /// Rotary embedding layout.
@@ -61,7 +61,11 @@ impl ModelConfig {
             Some(_) => g.get_u32(&k("attention.head_count_kv"))? as usize,
             None => n_heads,
         };
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || n_embd % n_heads != 0 {
+        if n_heads == 0
+            || n_kv_heads == 0
+            || !n_heads.is_multiple_of(n_kv_heads)
+            || !n_embd.is_multiple_of(n_heads)
+        {
             return Err(Error::Metadata {
                 key: k("attention.head_count_kv"),
                 reason: format!(
@@ -271,7 +275,17 @@ impl Model {
         let mut b = self.output.len as u64 + self.output_norm.len as u64;
         b += (self.embd.len / self.embd.rows.max(1)) as u64;
         for l in &self.layers {
-            for t in [&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down] {
+            for t in [
+                &l.attn_norm,
+                &l.wq,
+                &l.wk,
+                &l.wv,
+                &l.wo,
+                &l.ffn_norm,
+                &l.w_gate,
+                &l.w_up,
+                &l.w_down,
+            ] {
                 b += t.len as u64;
             }
         }
@@ -381,7 +395,12 @@ impl SendPtr {
 }
 
 impl Forward {
-    pub fn new(model: &Model, opts: SessionOptions, pool: Arc<ThreadPool>, isa: Isa) -> Result<Self> {
+    pub fn new(
+        model: &Model,
+        opts: SessionOptions,
+        pool: Arc<ThreadPool>,
+        isa: Isa,
+    ) -> Result<Self> {
         let c = &model.config;
         let mut opts = opts;
         if opts.max_seq_len == 0 {
@@ -515,7 +534,14 @@ impl Forward {
             OutBuf::Gate => &mut self.ws.gate,
             OutBuf::Up => &mut self.ws.up,
         };
-        quant::matmul(&self.pool, self.isa, &w, &self.ws.acts, n, &mut y[..n * t.rows]);
+        quant::matmul(
+            &self.pool,
+            self.isa,
+            &w,
+            &self.ws.acts,
+            n,
+            &mut y[..n * t.rows],
+        );
         self.counters.matmuls += 1;
         self.counters.weight_bytes_read += t.len as u64;
     }
@@ -545,15 +571,27 @@ impl Forward {
 
         for (li, layer) in model.layers.iter().enumerate() {
             // Attention block.
-            rms_norm(&self.ws.x[..n * e], model.f32s(&layer.attn_norm), c.rms_eps, &mut self.ws.h[..n * e], e);
-            self.ws.acts.quantize_for(self.isa, layer.wq.ty, &self.ws.h[..n * e], n, e);
+            rms_norm(
+                &self.ws.x[..n * e],
+                model.f32s(&layer.attn_norm),
+                c.rms_eps,
+                &mut self.ws.h[..n * e],
+                e,
+            );
+            self.ws
+                .acts
+                .quantize_for(self.isa, layer.wq.ty, &self.ws.h[..n * e], n, e);
             self.matmul(model, &layer.wq, n, OutBuf::Q);
             if layer.wk.ty != layer.wq.ty {
-                self.ws.acts.quantize_for(self.isa, layer.wk.ty, &self.ws.h[..n * e], n, e);
+                self.ws
+                    .acts
+                    .quantize_for(self.isa, layer.wk.ty, &self.ws.h[..n * e], n, e);
             }
             self.matmul(model, &layer.wk, n, OutBuf::K);
             if layer.wv.ty != layer.wk.ty {
-                self.ws.acts.quantize_for(self.isa, layer.wv.ty, &self.ws.h[..n * e], n, e);
+                self.ws
+                    .acts
+                    .quantize_for(self.isa, layer.wv.ty, &self.ws.h[..n * e], n, e);
             }
             self.matmul(model, &layer.wv, n, OutBuf::V);
             if let (Some(bq), Some(bk), Some(bv)) = (&layer.bq, &layer.bk, &layer.bv) {
@@ -562,7 +600,10 @@ impl Forward {
                 add_bias(&mut self.ws.v[..n * kvd], model.f32s(bv));
             }
             for i in 0..n {
-                let (cs, sn) = (&self.ws.cos[i * half..(i + 1) * half], &self.ws.sin[i * half..(i + 1) * half]);
+                let (cs, sn) = (
+                    &self.ws.cos[i * half..(i + 1) * half],
+                    &self.ws.sin[i * half..(i + 1) * half],
+                );
                 for hq in 0..c.n_heads {
                     let o = i * qd + hq * c.head_dim;
                     rope(&mut self.ws.q[o..o + c.head_dim], cs, sn, c.rope_layout);
@@ -579,24 +620,38 @@ impl Forward {
                 );
             }
             self.attention(c, li, n);
-            self.ws.acts.quantize_for(self.isa, layer.wo.ty, &self.ws.attn[..n * qd], n, qd);
+            self.ws
+                .acts
+                .quantize_for(self.isa, layer.wo.ty, &self.ws.attn[..n * qd], n, qd);
             self.matmul(model, &layer.wo, n, OutBuf::H);
             for (x, o) in self.ws.x[..n * e].iter_mut().zip(&self.ws.h[..n * e]) {
                 *x += *o;
             }
 
             // Feed-forward block.
-            rms_norm(&self.ws.x[..n * e], model.f32s(&layer.ffn_norm), c.rms_eps, &mut self.ws.h[..n * e], e);
-            self.ws.acts.quantize_for(self.isa, layer.w_gate.ty, &self.ws.h[..n * e], n, e);
+            rms_norm(
+                &self.ws.x[..n * e],
+                model.f32s(&layer.ffn_norm),
+                c.rms_eps,
+                &mut self.ws.h[..n * e],
+                e,
+            );
+            self.ws
+                .acts
+                .quantize_for(self.isa, layer.w_gate.ty, &self.ws.h[..n * e], n, e);
             self.matmul(model, &layer.w_gate, n, OutBuf::Gate);
             if layer.w_up.ty != layer.w_gate.ty {
-                self.ws.acts.quantize_for(self.isa, layer.w_up.ty, &self.ws.h[..n * e], n, e);
+                self.ws
+                    .acts
+                    .quantize_for(self.isa, layer.w_up.ty, &self.ws.h[..n * e], n, e);
             }
             self.matmul(model, &layer.w_up, n, OutBuf::Up);
             for (g, u) in self.ws.gate[..n * ff].iter_mut().zip(&self.ws.up[..n * ff]) {
                 *g = silu(*g) * *u;
             }
-            self.ws.acts.quantize_for(self.isa, layer.w_down.ty, &self.ws.gate[..n * ff], n, ff);
+            self.ws
+                .acts
+                .quantize_for(self.isa, layer.w_down.ty, &self.ws.gate[..n * ff], n, ff);
             self.matmul(model, &layer.w_down, n, OutBuf::H);
             for (x, o) in self.ws.x[..n * e].iter_mut().zip(&self.ws.h[..n * e]) {
                 *x += *o;
@@ -604,7 +659,11 @@ impl Forward {
         }
 
         // Head: all rows with logits_all, else only the last.
-        let (first, rows) = if self.opts.logits_all { (0, n) } else { (n - 1, 1) };
+        let (first, rows) = if self.opts.logits_all {
+            (0, n)
+        } else {
+            (n - 1, 1)
+        };
         rms_norm(
             &self.ws.x[first * e..(first + rows) * e],
             model.f32s(&model.output_norm),
@@ -612,9 +671,18 @@ impl Forward {
             &mut self.ws.h[..rows * e],
             e,
         );
-        self.ws.acts.quantize_for(self.isa, model.output.ty, &self.ws.h[..rows * e], rows, e);
+        self.ws
+            .acts
+            .quantize_for(self.isa, model.output.ty, &self.ws.h[..rows * e], rows, e);
         let w = model.matrix(&model.output);
-        quant::matmul(&self.pool, self.isa, &w, &self.ws.acts, rows, &mut self.ws.logits[..rows * c.vocab_size]);
+        quant::matmul(
+            &self.pool,
+            self.isa,
+            &w,
+            &self.ws.acts,
+            rows,
+            &mut self.ws.logits[..rows * c.vocab_size],
+        );
         self.counters.matmuls += 1;
         self.counters.weight_bytes_read += model.output.len as u64;
         self.counters.forward_calls += 1;
@@ -666,12 +734,17 @@ impl Forward {
                 }
                 let mut sum = 0.0f32;
                 for v in sc[..used].iter_mut() {
-                    *v = if *v == f32::NEG_INFINITY { 0.0 } else { (*v - mx).exp() };
+                    *v = if *v == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        (*v - mx).exp()
+                    };
                     sum += *v;
                 }
                 let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
                 // SAFETY: (i, h) identifies a disjoint `hd`-long range of the output.
-                let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(i * qd + h * hd), hd) };
+                let o =
+                    unsafe { std::slice::from_raw_parts_mut(out.get().add(i * qd + h * hd), hd) };
                 o.fill(0.0);
                 for s in 0..used {
                     let wgt = sc[s] * inv;
@@ -713,7 +786,7 @@ fn axpy_f16(alpha: f32, x: &[half::f16], y: &mut [f32]) {
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize) {
     for (row, o) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
         let ss: f64 = row.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = (1.0 / ((ss / width as f64) as f32 + eps).sqrt()) as f32;
+        let scale = 1.0 / ((ss / width as f64) as f32 + eps).sqrt();
         for ((d, &v), &g) in o.iter_mut().zip(row).zip(w) {
             *d = v * scale * g;
         }
@@ -773,7 +846,12 @@ mod tests {
     fn rope_rotates_pairs_by_angle() {
         let th = 0.3f32;
         let mut x = [1.0f32, 0.0, 0.0, 2.0];
-        rope(&mut x, &[th.cos(), 1.0], &[th.sin(), 0.0], RopeLayout::Normal);
+        rope(
+            &mut x,
+            &[th.cos(), 1.0],
+            &[th.sin(), 0.0],
+            RopeLayout::Normal,
+        );
         assert!((x[0] - th.cos()).abs() < 1e-6 && (x[1] - th.sin()).abs() < 1e-6);
         assert_eq!(&x[2..], &[0.0, 2.0]);
         let mut y = [1.0f32, 0.0, 0.0, 2.0];

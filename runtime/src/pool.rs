@@ -54,7 +54,9 @@ pub struct ThreadPool {
 
 impl std::fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadPool").field("n_threads", &self.shared.n_threads).finish()
+        f.debug_struct("ThreadPool")
+            .field("n_threads", &self.shared.n_threads)
+            .finish()
     }
 }
 
@@ -199,9 +201,9 @@ fn worker_loop(s: &Shared, idx: usize) {
             // SAFETY: see above: the closure outlives this call.
             let f: &Job = unsafe { &*job };
             if catch_unwind(AssertUnwindSafe(|| f(idx, s.n_threads))).is_err() {
-                let _ = s
-                    .panicked
-                    .compare_exchange(0, idx + 1, Ordering::AcqRel, Ordering::Relaxed);
+                let _ =
+                    s.panicked
+                        .compare_exchange(0, idx + 1, Ordering::AcqRel, Ordering::Relaxed);
             }
         }
         s.pending.fetch_sub(1, Ordering::Release);

@@ -167,8 +167,15 @@ pub fn argmax(x: &[f32]) -> u32 {
 /// Log-softmax of one logit row at `id`, computed in f64.
 pub fn log_prob(logits: &[f32], id: u32) -> f64 {
     let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits.iter().map(|&l| (l as f64 - mx).exp()).sum::<f64>().ln() + mx;
-    logits.get(id as usize).map_or(f64::NEG_INFINITY, |&l| l as f64 - lse)
+    let lse = logits
+        .iter()
+        .map(|&l| (l as f64 - mx).exp())
+        .sum::<f64>()
+        .ln()
+        + mx;
+    logits
+        .get(id as usize)
+        .map_or(f64::NEG_INFINITY, |&l| l as f64 - lse)
 }
 
 /// Limits of one generation.
@@ -228,7 +235,8 @@ impl<'e> Session<'e> {
 
     /// Appends one token and returns the next-token logits.
     pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
-        self.fwd.forward(&self.engine.model, std::slice::from_ref(&token))
+        self.fwd
+            .forward(&self.engine.model, std::slice::from_ref(&token))
     }
 
     /// Logits of every position of the last forward call (sessions with `logits_all`).
@@ -274,7 +282,9 @@ impl<'e> Session<'e> {
             if stats.generated >= opts.max_new_tokens {
                 break;
             }
-            let logits = self.fwd.forward(&self.engine.model, std::slice::from_ref(&tok))?;
+            let logits = self
+                .fwd
+                .forward(&self.engine.model, std::slice::from_ref(&tok))?;
             tok = self.sampler.sample(logits, &opts.sampling);
         }
         Ok(stats)

@@ -47,7 +47,10 @@ fn decode_allocates_nothing_after_warm_up() {
     for threads in [1, 2] {
         let mut f = Forward::new(
             &model,
-            SessionOptions { max_seq_len: 128, ..Default::default() },
+            SessionOptions {
+                max_seq_len: 128,
+                ..Default::default()
+            },
             Arc::new(ThreadPool::new(threads)),
             isa,
         )
@@ -63,7 +66,10 @@ fn decode_allocates_nothing_after_warm_up() {
         }
         COUNTING.store(false, Ordering::SeqCst);
         let n = ALLOCS.load(Ordering::SeqCst);
-        assert_eq!(n, 0, "{n} heap allocations during 32 decoded tokens at {threads} threads");
+        assert_eq!(
+            n, 0,
+            "{n} heap allocations during 32 decoded tokens at {threads} threads"
+        );
         // the counter itself works: an allocation while counting is seen
         COUNTING.store(true, Ordering::SeqCst);
         let v = std::hint::black_box(vec![1u8; 16]);

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use pocketperf_runtime::governor::{
-    Actuator, DutyCycle, Governor, GovernorRecord, Pid, PidConfig, Policy, StepStatus, StepWise, StepWiseConfig,
-    SysfsFreqCap, ThermalSensor, ThreadCount, level_for_output,
+    Actuator, DutyCycle, Governor, GovernorRecord, Pid, PidConfig, Policy, StepStatus, StepWise,
+    StepWiseConfig, SysfsFreqCap, ThermalSensor, ThreadCount, level_for_output,
 };
 
 /// A plain configuration whose numbers are easy to follow by hand.
@@ -83,7 +83,7 @@ fn integral_accumulates_exactly_when_unsaturated() {
     for k in 1..=20 {
         pid.update(k as f64, Some(41.0));
     }
-    assert!(close(pid.integral() - i0, 20.0 * 0.01 * -1.0));
+    assert!(close(pid.integral() - i0, -(20.0 * 0.01)));
 }
 
 #[test]
@@ -113,7 +113,11 @@ fn rate_limit_bounds_each_step() {
     let mut prev = 1.0;
     for k in 1..=10 {
         let r = pid.update(k as f64, Some(60.0));
-        assert!(close(prev - r.output, 0.05), "step {k}: {prev} → {}", r.output);
+        assert!(
+            close(prev - r.output, 0.05),
+            "step {k}: {prev} → {}",
+            r.output
+        );
         assert_eq!(r.status, StepStatus::Saturated);
         prev = r.output;
     }
@@ -197,19 +201,30 @@ fn level_hysteresis_prevents_dither() {
     assert_eq!(level_for_output(f64::NAN, 3, 11, 0.0, 1.0, 0.2), 3);
     // Without hysteresis 0.64 (continuous 3.6) rounds to 4.
     assert_eq!(level_for_output(0.64, 3, 11, 0.0, 1.0, 0.0), 4);
-    // An output wobbling ±0.03 around the 3/4 midpoint never moves the level.
+    // An output wobbling ±0.015 around the 3/4 midpoint (continuous level 3.35 … 3.65) never
+    // moves the level with hysteresis 0.2; without hysteresis it flips on every update.
     let mut lvl = 3;
+    let mut plain = 3;
+    let mut flips = 0;
     for k in 0..100 {
-        let out = 0.65 + if k % 2 == 0 { 0.03 } else { -0.03 };
+        let out = 0.65 + if k % 2 == 0 { 0.015 } else { -0.015 };
         lvl = level_for_output(out, lvl, 11, 0.0, 1.0, 0.2);
         assert_eq!(lvl, 3);
+        let next = level_for_output(out, plain, 11, 0.0, 1.0, 0.0);
+        flips += usize::from(next != plain);
+        plain = next;
     }
+    assert_eq!(flips, 99); // the first update (3.35) is within ±0.5 of level 3
 }
 
 struct Script(Vec<Option<f64>>);
 impl ThermalSensor for Script {
     fn read(&mut self) -> Option<f64> {
-        if self.0.is_empty() { None } else { self.0.remove(0) }
+        if self.0.is_empty() {
+            None
+        } else {
+            self.0.remove(0)
+        }
     }
 }
 
@@ -231,7 +246,13 @@ impl Actuator for Recorder {
 fn sensor_dropout_holds_then_fails_safe() {
     let mut gov = Governor::new(Policy::Pid(cfg()), 11).unwrap();
     let mut act = Recorder::default();
-    let mut sensor = Script(vec![Some(39.0), Some(41.0), None, Some(f64::NAN), Some(-273.0)]);
+    let mut sensor = Script(vec![
+        Some(39.0),
+        Some(41.0),
+        None,
+        Some(f64::NAN),
+        Some(-273.0),
+    ]);
     let mut recs: Vec<GovernorRecord> = Vec::new();
     for t in 0..5 {
         recs.push(gov.tick(t as f64, &mut sensor, &mut act).unwrap());
@@ -254,12 +275,17 @@ fn sensor_dropout_holds_then_fails_safe() {
 
 #[test]
 fn governor_writes_the_actuator_only_on_change() {
-    let sw = StepWiseConfig { trip_c: 40.0, hyst_c: 1.0 };
+    let sw = StepWiseConfig {
+        trip_c: 40.0,
+        hyst_c: 1.0,
+    };
     let mut gov = Governor::new(Policy::Step(sw), 11).unwrap();
     let mut act = Recorder::default();
     let temps = [38.0, 38.0, 41.0, 41.0, 39.5, 39.5, 38.5, 38.5];
     let mut sensor = Script(temps.iter().map(|t| Some(*t)).collect());
-    let levels: Vec<usize> = (0..temps.len()).map(|t| gov.tick(t as f64, &mut sensor, &mut act).unwrap().level).collect();
+    let levels: Vec<usize> = (0..temps.len())
+        .map(|t| gov.tick(t as f64, &mut sensor, &mut act).unwrap().level)
+        .collect();
     // Up one per period at/above the trip, hold inside [39, 40), down one per period below 39.
     assert_eq!(levels, vec![0, 0, 1, 2, 2, 2, 1, 0]);
     assert_eq!(act.applied, vec![0, 1, 2, 1, 0]);
@@ -267,7 +293,14 @@ fn governor_writes_the_actuator_only_on_change() {
 
 #[test]
 fn step_wise_saturates_and_holds_on_dropout() {
-    let mut s = StepWise::new(StepWiseConfig { trip_c: 40.0, hyst_c: 2.0 }, 3).unwrap();
+    let mut s = StepWise::new(
+        StepWiseConfig {
+            trip_c: 40.0,
+            hyst_c: 2.0,
+        },
+        3,
+    )
+    .unwrap();
     for t in 0..5 {
         s.update(t as f64, Some(45.0));
     }
@@ -280,7 +313,10 @@ fn step_wise_saturates_and_holds_on_dropout() {
 fn duty_cycle_pause_matches_the_busy_fraction() {
     let mut d = DutyCycle::new(5, 0.2).unwrap();
     let h = d.handle();
-    assert_eq!(h.pause_after_token(Duration::from_millis(50)), Duration::ZERO);
+    assert_eq!(
+        h.pause_after_token(Duration::from_millis(50)),
+        Duration::ZERO
+    );
     d.apply(2).unwrap(); // busy 0.6 → pause = 50 ms · 0.4 / 0.6
     let p = h.pause_after_token(Duration::from_millis(60));
     assert!((p.as_secs_f64() - 0.04).abs() < 1e-9, "{p:?}");
@@ -306,11 +342,19 @@ fn sysfs_tree() -> tempfile::TempDir {
     std::fs::write(p.join("cpuinfo_min_freq"), "300000\n").unwrap();
     std::fs::write(p.join("cpuinfo_max_freq"), "3000000\n").unwrap();
     std::fs::write(p.join("scaling_max_freq"), "3000000\n").unwrap();
-    std::fs::write(p.join("scaling_available_frequencies"), "300000 1000000 2000000 3000000\n").unwrap();
+    std::fs::write(
+        p.join("scaling_available_frequencies"),
+        "300000 1000000 2000000 3000000\n",
+    )
+    .unwrap();
     let g = dir.path().join("sys/class/kgsl/kgsl-3d0");
     std::fs::create_dir_all(&g).unwrap();
     std::fs::write(g.join("max_gpuclk"), "900000000\n").unwrap();
-    std::fs::write(g.join("gpu_available_frequencies"), "900000000 600000000 300000000\n").unwrap();
+    std::fs::write(
+        g.join("gpu_available_frequencies"),
+        "900000000 600000000 300000000\n",
+    )
+    .unwrap();
     dir
 }
 
@@ -318,7 +362,9 @@ fn sysfs_tree() -> tempfile::TempDir {
 fn sysfs_caps_require_opt_in_write_and_restore() {
     let dir = sysfs_tree();
     assert!(SysfsFreqCap::discover(dir.path(), false, 4).is_err());
-    let cpu = dir.path().join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq");
+    let cpu = dir
+        .path()
+        .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq");
     let gpu = dir.path().join("sys/class/kgsl/kgsl-3d0/max_gpuclk");
     {
         let mut cap = SysfsFreqCap::discover(dir.path(), true, 4).unwrap();

@@ -27,7 +27,11 @@ fn cases() -> Vec<Value> {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn top2(l: &[f32]) -> (u32, f32) {
@@ -45,7 +49,12 @@ fn top2(l: &[f32]) -> (u32, f32) {
 
 fn rms(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
-    (a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / a.len() as f64).sqrt()
+    (a.iter()
+        .zip(b)
+        .map(|(x, y)| ((x - y) as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64)
+        .sqrt()
 }
 
 #[test]
@@ -54,7 +63,10 @@ fn last_position_logits_agree_with_llama_cpp() {
     for c in cases() {
         let name = c["name"].as_str().unwrap().to_string();
         let prompt = ids(&c["prompt_ids"]);
-        let mut f = forward(SessionOptions { max_seq_len: 256, ..Default::default() });
+        let mut f = forward(SessionOptions {
+            max_seq_len: 256,
+            ..Default::default()
+        });
         let ours = f.forward(model(), &prompt).unwrap().to_vec();
         let dir = common::reference_dir().join("logits");
         let lcpp = common::read_f32_le(&dir.join(format!("{name}.last_pos.f32")));
@@ -68,10 +80,16 @@ fn last_position_logits_agree_with_llama_cpp() {
             "{name}: RMS logit difference {r_l:.3} from llama.cpp and {r_e:.3} from exact math"
         );
         if ref_margin > 0.25 {
-            assert_eq!(our_top, ref_top, "{name}: top-1 differs (llama.cpp margin {ref_margin})");
+            assert_eq!(
+                our_top, ref_top,
+                "{name}: top-1 differs (llama.cpp margin {ref_margin})"
+            );
         }
         // the reference's own top-10 list agrees with its raw file
-        assert_eq!(c["top_logits_last_prompt_pos"][0]["id"].as_u64().unwrap() as u32, ref_top);
+        assert_eq!(
+            c["top_logits_last_prompt_pos"][0]["id"].as_u64().unwrap() as u32,
+            ref_top
+        );
     }
     eprintln!("{}", report.join("\n"));
 }
@@ -83,7 +101,10 @@ fn teacher_forced_greedy_agrees_where_llama_cpp_is_confident() {
         let prompt = ids(&c["prompt_ids"]);
         let greedy = ids(&c["greedy_ids"]);
         let steps = c["top5_per_generated_step"].as_array().unwrap();
-        let mut f = forward(SessionOptions { max_seq_len: 256, ..Default::default() });
+        let mut f = forward(SessionOptions {
+            max_seq_len: 256,
+            ..Default::default()
+        });
         f.forward(model(), &prompt).unwrap();
         let mut checked = 0;
         for (i, step) in steps.iter().enumerate() {
@@ -94,7 +115,11 @@ fn teacher_forced_greedy_agrees_where_llama_cpp_is_confident() {
             assert_eq!(top5[0]["id"].as_u64().unwrap() as u32, greedy[i + 1]);
             if margin > 1.0 {
                 checked += 1;
-                assert_eq!(ours, greedy[i + 1], "{name}: step {i} top-1 differs (llama.cpp margin {margin:.2})");
+                assert_eq!(
+                    ours,
+                    greedy[i + 1],
+                    "{name}: step {i} top-1 differs (llama.cpp margin {margin:.2})"
+                );
             }
         }
         assert!(checked > 5, "{name}: only {checked} confident steps");
@@ -108,7 +133,12 @@ fn perplexity_matches_llama_cpp_within_one_percent() {
     let tokens = ids(&v["token_ids"]);
     let reference = v["llama_cpp"]["final_ppl"].as_f64().unwrap();
     let ctx = 128;
-    let mut f = forward(SessionOptions { max_seq_len: ctx, max_batch: ctx, logits_all: true, ..Default::default() });
+    let mut f = forward(SessionOptions {
+        max_seq_len: ctx,
+        max_batch: ctx,
+        logits_all: true,
+        ..Default::default()
+    });
     let vocab = model().config().vocab_size;
     let (mut nll, mut n) = (0.0f64, 0usize);
     for chunk in tokens.chunks_exact(ctx) {
@@ -124,16 +154,26 @@ fn perplexity_matches_llama_cpp_within_one_percent() {
     assert_eq!(n, 10 * 63);
     let ppl = (nll / n as f64).exp();
     eprintln!("perplexity {ppl:.4} (llama.cpp {reference})");
-    assert!((ppl / reference - 1.0).abs() < 0.01, "perplexity {ppl:.4} vs llama.cpp {reference}");
+    assert!(
+        (ppl / reference - 1.0).abs() < 0.01,
+        "perplexity {ppl:.4} vs llama.cpp {reference}"
+    );
 }
 
 #[test]
 fn batched_prefill_equals_token_by_token() {
     let c = &cases()[1];
     let prompt = ids(&c["prompt_ids"]);
-    let mut a = forward(SessionOptions { max_seq_len: 64, ..Default::default() });
+    let mut a = forward(SessionOptions {
+        max_seq_len: 64,
+        ..Default::default()
+    });
     let la = a.forward(model(), &prompt).unwrap().to_vec();
-    let mut b = forward(SessionOptions { max_seq_len: 64, max_batch: 1, ..Default::default() });
+    let mut b = forward(SessionOptions {
+        max_seq_len: 64,
+        max_batch: 1,
+        ..Default::default()
+    });
     let lb = b.forward(model(), &prompt).unwrap().to_vec();
     // Same kernels, different tiling: equal up to float summation order.
     assert!(rms(&la, &lb) < 0.05, "rms {}", rms(&la, &lb));

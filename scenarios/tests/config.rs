@@ -51,8 +51,12 @@ llama.*.min_duration = 30000
 
 #[test]
 fn later_line_of_equal_rank_wins_and_user_conf_overrides_mlperf_conf() {
-    let s = load("*.*.min_query_count = 10\n*.*.min_query_count = 20\n", "m", Scenario::Offline)
-        .unwrap();
+    let s = load(
+        "*.*.min_query_count = 10\n*.*.min_query_count = 20\n",
+        "m",
+        Scenario::Offline,
+    )
+    .unwrap();
     assert_eq!(s.min_query_count, 20);
     let dir = tempfile::tempdir().unwrap();
     let mlperf = dir.path().join("mlperf.conf");
@@ -65,7 +69,8 @@ fn later_line_of_equal_rank_wins_and_user_conf_overrides_mlperf_conf() {
         .unwrap()
         .write_all(b"*.*.min_query_count = 64\n")
         .unwrap();
-    let s = TestSettings::from_config_files(&[&mlperf, &user], "m", Scenario::SingleStream).unwrap();
+    let s =
+        TestSettings::from_config_files(&[&mlperf, &user], "m", Scenario::SingleStream).unwrap();
     assert_eq!(s.min_query_count, 64, "user.conf applied after mlperf.conf");
     assert_eq!(s.target_latency_percentile, 0.9, "percent -> fraction");
 }
@@ -102,14 +107,22 @@ fn loadgen_keys_and_units() {
     assert_eq!(s.server_tpot_latency_ns, 200_000_000);
     assert!((s.server_target_latency_percentile - 0.999).abs() < 1e-12);
     assert_eq!(s.query_timeout_ms, 5000);
-    let s = load("*.SingleStream.target_latency = 105\n", "m", Scenario::SingleStream).unwrap();
+    let s = load(
+        "*.SingleStream.target_latency = 105\n",
+        "m",
+        Scenario::SingleStream,
+    )
+    .unwrap();
     assert_eq!(s.single_stream_expected_latency_ns, 105_000_000);
 }
 
 #[test]
 fn refusals_name_file_line_and_key() {
     let (file, line, key, reason) = config_err("# ok\n\n*.*.min_duraton = 100\n");
-    assert_eq!((file.as_str(), line, key.as_str()), ("user.conf", 3, "*.*.min_duraton"));
+    assert_eq!(
+        (file.as_str(), line, key.as_str()),
+        ("user.conf", 3, "*.*.min_duraton")
+    );
     assert!(reason.contains("unknown key `min_duraton`"), "{reason}");
 
     let (_, line, _, reason) = config_err("*.*.min_duration = 100\n*.*.min_duration 100\n");

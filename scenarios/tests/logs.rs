@@ -28,7 +28,10 @@ fn assert_same_keys(ours: &str, theirs: &str, what: &str) {
         .into_iter()
         .filter(|k| theirs_k.contains(k))
         .collect();
-    assert_eq!(ours_k, theirs_k, "{what}: summary keys differ\n--- ours ---\n{ours}");
+    assert_eq!(
+        ours_k, theirs_k,
+        "{what}: summary keys differ\n--- ours ---\n{ours}"
+    );
 }
 
 fn run_like(scenario: Scenario, tokens: bool) -> TestResult {
@@ -72,20 +75,31 @@ fn summaries_have_loadgens_keys_in_loadgens_order() {
         let headers = |t: &str| {
             t.lines()
                 .filter(|l| {
-                    matches!(*l, "MLPerf Results Summary" | "Additional Stats" | "Test Parameters Used")
+                    matches!(
+                        *l,
+                        "MLPerf Results Summary" | "Additional Stats" | "Test Parameters Used"
+                    )
                 })
                 .count()
         };
         assert_eq!(headers(&ours), 3, "{name}");
-        assert!(ours.starts_with("================================================\nMLPerf Results Summary\n"));
-        assert!(ours.ends_with("\nNo warnings encountered during test.\n\nNo errors encountered during test.\n"));
+        assert!(ours.starts_with(
+            "================================================\nMLPerf Results Summary\n"
+        ));
+        assert!(ours.ends_with(
+            "\nNo warnings encountered during test.\n\nNo errors encountered during test.\n"
+        ));
         let validity = |t: &str| {
             parse_summary(t)
                 .into_iter()
                 .find(|(k, _)| k == "Result is")
                 .map(|(_, v)| v)
         };
-        assert_eq!(validity(&ours), validity(&theirs), "{name}: same verdict as the reference");
+        assert_eq!(
+            validity(&ours),
+            validity(&theirs),
+            "{name}: same verdict as the reference"
+        );
     }
 }
 
@@ -144,9 +158,18 @@ fn server_early_stopping_text_matches_loadgen() {
 fn detail_keys(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for l in text.lines() {
-        let json = l.strip_prefix(":::MLLOG ").expect("every line is an MLLOG line");
+        let json = l
+            .strip_prefix(":::MLLOG ")
+            .expect("every line is an MLLOG line");
         let v: serde_json::Value = serde_json::from_str(json).expect("valid json");
-        for k in ["key", "value", "time_ms", "namespace", "event_type", "metadata"] {
+        for k in [
+            "key",
+            "value",
+            "time_ms",
+            "namespace",
+            "event_type",
+            "metadata",
+        ] {
             assert!(v.get(k).is_some(), "missing {k} in {l}");
         }
         let k = v["key"].as_str().unwrap().to_string();
@@ -182,7 +205,10 @@ fn write_logs_writes_the_three_files() {
     let summary = std::fs::read_to_string(dir.path().join("mlperf_log_summary.txt")).unwrap();
     assert!(summary.contains("Result is : VALID"));
     assert!(dir.path().join("mlperf_log_detail.txt").exists());
-    assert!(!dir.path().join("mlperf_log_accuracy.json").exists(), "performance mode only");
+    assert!(
+        !dir.path().join("mlperf_log_accuracy.json").exists(),
+        "performance mode only"
+    );
     r.settings.mode = pocketperf_scenarios::TestMode::Submission;
     r.write_logs(dir.path(), &LogMeta::default()).unwrap();
     assert_eq!(

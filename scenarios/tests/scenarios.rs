@@ -20,11 +20,7 @@ fn ss(min_q: u64, min_ms: u64) -> TestSettings {
     s
 }
 
-fn run(
-    sut: &mut SimSut,
-    s: &TestSettings,
-    qsl: &mut TestQsl,
-) -> pocketperf_scenarios::TestResult {
+fn run(sut: &mut SimSut, s: &TestSettings, qsl: &mut TestQsl) -> pocketperf_scenarios::TestResult {
     let clock = VirtualClock::new();
     run_test(sut, qsl, s, &clock).expect("run succeeds")
 }
@@ -69,7 +65,10 @@ fn single_stream_valid_run_closed_form() {
     assert_eq!(qsl.loaded.len(), 100);
     assert_eq!(qsl.loaded, qsl.unloaded);
     for (q, sent) in recs.iter().zip(&sut.issued) {
-        assert_eq!(q.sample_index, sent.sample_index, "records regenerate the issued samples");
+        assert_eq!(
+            q.sample_index, sent.sample_index,
+            "records regenerate the issued samples"
+        );
         assert!(qsl.loaded.contains(&q.sample_index));
     }
     let mut uniq = qsl.loaded.clone();
@@ -160,14 +159,25 @@ fn server_valid_poisson_rate_and_latency() {
     assert_eq!(p.latency.as_ref().unwrap().max, MS);
     assert_eq!(p.overlatency_query_count, 0);
     // Poisson at 100/s: 500+ arrivals estimate the rate within 10%.
-    assert!((p.scheduled_qps - 100.0).abs() < 10.0, "{}", p.scheduled_qps);
+    assert!(
+        (p.scheduled_qps - 100.0).abs() < 10.0,
+        "{}",
+        p.scheduled_qps
+    );
     // Mean gap: scheduled time of the last query / (n - 1).
     let recs: Vec<_> = r.query_records().collect();
-    let gaps: Vec<u64> = recs.windows(2).map(|w| w[1].issue_ns - w[0].issue_ns).collect();
+    let gaps: Vec<u64> = recs
+        .windows(2)
+        .map(|w| w[1].issue_ns - w[0].issue_ns)
+        .collect();
     let mean_gap = gaps.iter().sum::<u64>() as f64 / gaps.len() as f64;
     assert!((mean_gap - 1e7).abs() < 1e6, "mean gap {mean_gap}");
     // Exponential gaps: the coefficient of variation is about 1.
-    let var = gaps.iter().map(|&g| (g as f64 - mean_gap).powi(2)).sum::<f64>() / gaps.len() as f64;
+    let var = gaps
+        .iter()
+        .map(|&g| (g as f64 - mean_gap).powi(2))
+        .sum::<f64>()
+        / gaps.len() as f64;
     let cv = var.sqrt() / mean_gap;
     assert!((cv - 1.0).abs() < 0.15, "cv {cv}");
 }
@@ -197,7 +207,10 @@ fn server_over_latency_bound_is_invalid() {
     // Every query over the bound: h(t = n) + n more than processed.
     let h = early_stopping::min_passing_queries(0.99, n).unwrap();
     let es = p.early_stopping.as_ref().unwrap();
-    assert!(es.text.contains(&format!("Would need to run at least {} more queries", h)));
+    assert!(
+        es.text
+            .contains(&format!("Would need to run at least {} more queries", h))
+    );
     let text = r.summary_text(&Default::default());
     assert!(text.contains("  Performance constraints satisfied : NO\n"));
     assert!(text.contains(" * Reduce target QPS to improve latency.\n"));
@@ -211,10 +224,11 @@ fn server_sut_that_cannot_keep_up_is_below_scheduled_qps() {
     let r = run(&mut sut, &s, &mut TestQsl::new(1000, 256));
     let p = r.performance.as_ref().unwrap();
     assert!((p.completed_qps - 50.0).abs() < 5.0, "{}", p.completed_qps);
-    assert!(r.invalid_causes.iter().any(|c| matches!(
-        c,
-        InvalidCause::QpsBelowScheduled { .. }
-    )));
+    assert!(
+        r.invalid_causes
+            .iter()
+            .any(|c| matches!(c, InvalidCause::QpsBelowScheduled { .. }))
+    );
 }
 
 fn token_settings(scenario: Scenario) -> TestSettings {
@@ -228,7 +242,11 @@ fn token_settings(scenario: Scenario) -> TestSettings {
 fn single_stream_token_metrics_closed_form() {
     // 30 ms to first token, 16 tokens 5 ms apart: latency 105 ms, TPOT 75/15 = 5 ms.
     let mut sut = SimSut::new(Box::new(|_| SimQuery::tokens(30 * MS, 16, 5 * MS)));
-    let r = run(&mut sut, &token_settings(Scenario::SingleStream), &mut TestQsl::new(100, 10));
+    let r = run(
+        &mut sut,
+        &token_settings(Scenario::SingleStream),
+        &mut TestQsl::new(100, 10),
+    );
     assert!(r.is_valid(), "{:?}", r.invalid_causes);
     let p = r.performance.as_ref().unwrap();
     let n = p.queries_issued;
@@ -245,7 +263,11 @@ fn single_stream_token_metrics_closed_form() {
     // Same figures whether the SUT streams tokens or reports first token + count.
     let mut sut2 = SimSut::new(Box::new(|_| SimQuery::tokens(30 * MS, 16, 5 * MS)));
     sut2.stream_tokens = false;
-    let r2 = run(&mut sut2, &token_settings(Scenario::SingleStream), &mut TestQsl::new(100, 10));
+    let r2 = run(
+        &mut sut2,
+        &token_settings(Scenario::SingleStream),
+        &mut TestQsl::new(100, 10),
+    );
     let p2 = r2.performance.as_ref().unwrap();
     assert_eq!(p2.tpot, p.tpot);
     assert_eq!(p2.ttft, p.ttft);
@@ -266,24 +288,38 @@ fn server_ttft_and_tpot_bounds() {
     };
     assert!(mk(40, 6).is_valid(), "{:?}", mk(40, 6).invalid_causes);
     let ttft_bad = mk(20, 6);
-    assert!(ttft_bad.invalid_causes.contains(&InvalidCause::TtftOverBound {
-        percentile: 0.99,
-        value_ns: 30 * MS,
-        bound_ns: 20 * MS
-    }));
-    assert!(ttft_bad.invalid_causes.contains(&InvalidCause::EarlyStoppingNotMet {
-        series: "ttft".into()
-    }));
+    assert!(
+        ttft_bad
+            .invalid_causes
+            .contains(&InvalidCause::TtftOverBound {
+                percentile: 0.99,
+                value_ns: 30 * MS,
+                bound_ns: 20 * MS
+            })
+    );
+    assert!(
+        ttft_bad
+            .invalid_causes
+            .contains(&InvalidCause::EarlyStoppingNotMet {
+                series: "ttft".into()
+            })
+    );
     let tpot_bad = mk(40, 4);
-    assert!(tpot_bad.invalid_causes.contains(&InvalidCause::TpotOverBound {
-        percentile: 0.99,
-        value_ns: 5 * MS,
-        bound_ns: 4 * MS
-    }));
-    assert!(!tpot_bad
-        .invalid_causes
-        .iter()
-        .any(|c| matches!(c, InvalidCause::TtftOverBound { .. })));
+    assert!(
+        tpot_bad
+            .invalid_causes
+            .contains(&InvalidCause::TpotOverBound {
+                percentile: 0.99,
+                value_ns: 5 * MS,
+                bound_ns: 4 * MS
+            })
+    );
+    assert!(
+        !tpot_bad
+            .invalid_causes
+            .iter()
+            .any(|c| matches!(c, InvalidCause::TtftOverBound { .. }))
+    );
     let text = tpot_bad.summary_text(&Default::default());
     assert!(text.contains("TPOT constrain not met"));
 }
@@ -298,9 +334,16 @@ fn zero_and_one_token_queries_leave_tpot_undefined() {
                 SimQuery::tokens(7 * MS, 1, 0)
             }
         }));
-        let r = run(&mut sut, &token_settings(Scenario::SingleStream), &mut TestQsl::new(100, 10));
+        let r = run(
+            &mut sut,
+            &token_settings(Scenario::SingleStream),
+            &mut TestQsl::new(100, 10),
+        );
         let p = r.performance.as_ref().unwrap();
-        assert_eq!(p.tpot_undefined_count, p.queries_completed, "tokens={tokens}");
+        assert_eq!(
+            p.tpot_undefined_count, p.queries_completed,
+            "tokens={tokens}"
+        );
         assert!(p.tpot.is_none());
         assert_eq!(p.total_tokens, tokens * p.queries_completed);
         if tokens == 0 {
@@ -312,7 +355,10 @@ fn zero_and_one_token_queries_leave_tpot_undefined() {
         }
         // Logs render without dividing by zero.
         let text = r.summary_text(&Default::default());
-        assert!(text.contains(&format!("Queries with TPOT undefined     : {}", p.queries_completed)));
+        assert!(text.contains(&format!(
+            "Queries with TPOT undefined     : {}",
+            p.queries_completed
+        )));
     }
 }
 
@@ -337,7 +383,11 @@ fn hung_query_times_out_in_every_scenario() {
         sut.parallel = true;
         let r = run(&mut sut, &s, &mut TestQsl::new(100, 20));
         let p = r.performance.as_ref().unwrap();
-        assert_eq!(p.end_reason, pocketperf_scenarios::EndReason::Timeout, "{scenario}");
+        assert_eq!(
+            p.end_reason,
+            pocketperf_scenarios::EndReason::Timeout,
+            "{scenario}"
+        );
         assert_eq!(p.timed_out_query, Some(5));
         let sample5 = sut.issued[5].sample_index;
         assert!(
@@ -349,7 +399,11 @@ fn hung_query_times_out_in_every_scenario() {
             "{scenario}: {:?}",
             r.invalid_causes
         );
-        assert_eq!(p.queries_completed, p.queries_issued - 1, "{scenario}: only query 5 hung");
+        assert_eq!(
+            p.queries_completed,
+            p.queries_issued - 1,
+            "{scenario}: only query 5 hung"
+        );
         if scenario == Scenario::SingleStream {
             assert_eq!(p.queries_issued, 6, "SingleStream stops at the hung query");
         }
@@ -363,11 +417,31 @@ fn qsl_smaller_than_performance_count_is_an_error() {
     let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(MS)));
     let clock = VirtualClock::new();
     let e = run_test(&mut sut, &mut TestQsl::new(10, 20), &ss(10, 10), &clock).unwrap_err();
-    assert!(matches!(e, Error::QslTooSmall { total: 10, needed: 20, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::QslTooSmall {
+                total: 10,
+                needed: 20,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let mut s = ss(10, 10);
     s.performance_sample_count_override = 11;
     let e = run_test(&mut sut, &mut TestQsl::new(10, 5), &s, &clock).unwrap_err();
-    assert!(matches!(e, Error::QslTooSmall { total: 10, needed: 11, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::QslTooSmall {
+                total: 10,
+                needed: 11,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -427,7 +501,9 @@ fn same_seeds_same_run_different_seed_different_samples() {
         s.sample_index_rng_seed = seed;
         let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(MS)));
         let r = run(&mut sut, &s, &mut TestQsl::new(1000, 100));
-        r.query_records().map(|q| q.sample_index).collect::<Vec<_>>()
+        r.query_records()
+            .map(|q| q.sample_index)
+            .collect::<Vec<_>>()
     };
     assert_eq!(go(1), go(1));
     assert_ne!(go(1), go(2));

@@ -13,8 +13,8 @@ use pocketperf_reports::schema::{
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
 use pocketperf_scenarios::{
-    Clock, LatencyStats, LogMeta, Query, QslError, QuerySampleLibrary, RealClock, Responder,
-    Scenario, SystemUnderTest, TestMode, TestResult, TestSettings, run_test,
+    LatencyStats, LogMeta, QslError, Query, QuerySampleLibrary, RealClock, Responder, Scenario,
+    SystemUnderTest, TestMode, TestResult, TestSettings, run_test,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,8 @@ impl SystemUnderTest for InProcessSut<'_, '_> {
             let (Some(Some(prompt)), Some(meta)) =
                 (self.library.tokens.get(i), self.library.prompts.get(i))
             else {
-                self.errors.push(format!("query {}: sample {i} not loaded", q.id));
+                self.errors
+                    .push(format!("query {}: sample {i} not loaded", q.id));
                 continue;
             };
             self.session.reset();
@@ -174,7 +175,9 @@ impl SystemUnderTest for InProcessSut<'_, '_> {
             });
             match res {
                 Ok(stats) => responder.complete(q.id, stats.generated as u64, None),
-                Err(e) => self.errors.push(format!("query {} (sample {i}): {e}", q.id)),
+                Err(e) => self
+                    .errors
+                    .push(format!("query {} (sample {i}): {e}", q.id)),
             }
         }
     }
@@ -185,7 +188,12 @@ fn ms(ns: u64) -> f64 {
 }
 
 pub fn percentiles_ms(s: &LatencyStats) -> Percentiles {
-    let at = |p: f64| s.percentiles.iter().find(|(q, _)| (*q - p).abs() < 1e-9).map_or(f64::NAN, |(_, v)| ms(*v));
+    let at = |p: f64| {
+        s.percentiles
+            .iter()
+            .find(|(q, _)| (*q - p).abs() < 1e-9)
+            .map_or(f64::NAN, |(_, v)| ms(*v))
+    };
     Percentiles {
         n: s.count,
         mean: ms(s.mean),
@@ -200,7 +208,10 @@ pub fn percentiles_ms(s: &LatencyStats) -> Percentiles {
     }
 }
 
-pub fn log_meta(started: &chrono::DateTime<chrono::Utc>, finished: &chrono::DateTime<chrono::Utc>) -> LogMeta {
+pub fn log_meta(
+    started: &chrono::DateTime<chrono::Utc>,
+    finished: &chrono::DateTime<chrono::Utc>,
+) -> LogMeta {
     let power = |t: &chrono::DateTime<chrono::Utc>| t.format("%m-%d-%Y %H:%M:%S%.3f").to_string();
     LogMeta {
         tool_version: format!("{} {}", meta::TOOL, meta::TOOL_VERSION),
@@ -245,9 +256,15 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
         invalid_reasons: r.invalid_causes.iter().map(|c| c.to_string()).collect(),
         queries: p.queries_completed,
         duration_s,
-        qps: if duration_s > 0.0 { p.queries_completed as f64 / duration_s } else { 0.0 },
+        qps: if duration_s > 0.0 {
+            p.queries_completed as f64 / duration_s
+        } else {
+            0.0
+        },
         tokens_per_s: p.tokens_per_second,
-        latency_ms: p.latency.as_ref().map(percentiles_ms).unwrap_or_else(|| percentiles_ms(&LatencyStats::from_sorted(&[0]).unwrap_or_else(empty_stats))),
+        latency_ms: p.latency.as_ref().map(percentiles_ms).unwrap_or_else(|| {
+            percentiles_ms(&LatencyStats::from_sorted(&[0]).unwrap_or_else(empty_stats))
+        }),
         ttft_ms: p.ttft.as_ref().map(percentiles_ms),
         tpot_ms: p.tpot.as_ref().map(percentiles_ms),
         itl_ms: p.inter_token.as_ref().map(percentiles_ms),
@@ -257,14 +274,21 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
 }
 
 fn empty_stats() -> LatencyStats {
-    LatencyStats { count: 0, min: 0, max: 0, mean: 0, percentiles: Vec::new() }
+    LatencyStats {
+        count: 0,
+        min: 0,
+        max: 0,
+        mean: 0,
+        percentiles: Vec::new(),
+    }
 }
 
 /// Writes `tokens.csv`: one row per generated token, times relative to the run start.
 pub fn write_tokens_csv(dir: &Path, r: &TestResult, header: &[(String, String)]) -> Result<()> {
     let path = dir.join("tokens.csv");
     let mut f = std::io::BufWriter::new(
-        std::fs::File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?,
+        std::fs::File::create(&path)
+            .with_context(|| format!("{}: cannot create", path.display()))?,
     );
     for (k, v) in header {
         writeln!(f, "# {k}={v}")?;
@@ -286,7 +310,10 @@ pub fn write_tokens_csv(dir: &Path, r: &TestResult, header: &[(String, String)])
 pub fn file_header(r: &ResultFile) -> Vec<(String, String)> {
     vec![
         ("schema_version".into(), r.schema_version.to_string()),
-        ("tool".into(), format!("{} {}", r.meta.tool, r.meta.tool_version)),
+        (
+            "tool".into(),
+            format!("{} {}", r.meta.tool, r.meta.tool_version),
+        ),
         ("git_commit".into(), r.meta.git_commit.clone()),
         ("device".into(), r.meta.device.id.clone()),
         ("model_sha256".into(), r.meta.model.sha256.clone()),
@@ -296,18 +323,39 @@ pub fn file_header(r: &ResultFile) -> Vec<(String, String)> {
 }
 
 /// Metadata of a run over a loaded engine.
-pub fn run_meta(engine: &Engine, model_path: &Path, device: &str, settings: serde_json::Value, started: chrono::DateTime<chrono::Utc>) -> RunMeta {
+pub fn run_meta(
+    engine: &Engine,
+    model_path: &Path,
+    device: &str,
+    settings: serde_json::Value,
+    started: chrono::DateTime<chrono::Utc>,
+) -> RunMeta {
     let host = meta::local_host();
     RunMeta {
         tool: meta::TOOL.into(),
         tool_version: meta::TOOL_VERSION.into(),
         git_commit: meta::GIT_COMMIT.into(),
-        device: DeviceInfo { id: device.into(), name: host.name, cpu: host.cpu, os: host.os },
+        device: DeviceInfo {
+            id: device.into(),
+            name: host.name,
+            cpu: host.cpu,
+            os: host.os,
+        },
         model: ModelInfo {
-            name: engine.model.gguf().get_str("general.name").unwrap_or("unknown").to_string(),
+            name: engine
+                .model
+                .gguf()
+                .get_str("general.name")
+                .unwrap_or("unknown")
+                .to_string(),
             path: model_path.display().to_string(),
             sha256: meta::model_sha256(model_path),
-            file_type: engine.model.gguf().get_u32("general.file_type").map(|t| t.to_string()).unwrap_or_default(),
+            file_type: engine
+                .model
+                .gguf()
+                .get_u32("general.file_type")
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
         },
         backend: "cpu".into(),
         isa: engine.isa().name().into(),
@@ -320,7 +368,10 @@ pub fn run_meta(engine: &Engine, model_path: &Path, device: &str, settings: serd
 
 pub fn run(a: &RunArgs) -> Result<i32> {
     if a.device != "local" {
-        bail!("--device {}: only `local` runs the performance scenarios in this build", a.device);
+        bail!(
+            "--device {}: only `local` runs the performance scenarios in this build",
+            a.device
+        );
     }
     let scenario = match a.scenario {
         ScenarioArg::SingleStream => Scenario::SingleStream,
@@ -335,11 +386,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         settings.server_target_qps = q;
     }
     if let Some(cfg) = &a.config {
-        let text = std::fs::read_to_string(cfg).with_context(|| format!("{}: cannot read", cfg.display()))?;
+        let text = std::fs::read_to_string(cfg)
+            .with_context(|| format!("{}: cannot read", cfg.display()))?;
         settings.apply_config_str(&text, &cfg.display().to_string(), "llm")?;
     }
     settings.validate()?;
-    std::fs::create_dir_all(&a.out).with_context(|| format!("{}: cannot create", a.out.display()))?;
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("{}: cannot create", a.out.display()))?;
 
     let (engine, model_path) = a.engine.load()?;
     let preset = match a.preset {
@@ -347,15 +400,32 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         PresetArg::Full => Preset::Full,
     };
     let mut library = PromptLibrary::new(&engine, perf_prompts(preset));
-    let longest = library.prompts.iter().map(|p| p.max_new_tokens as usize).max().unwrap_or(0);
+    let longest = library
+        .prompts
+        .iter()
+        .map(|p| p.max_new_tokens as usize)
+        .max()
+        .unwrap_or(0);
     let started = chrono::Utc::now();
     let clock = RealClock::new();
     // Pre-tokenize everything once, so the SUT can borrow the library immutably.
     let all: Vec<u64> = (0..library.total_sample_count()).collect();
-    library.load_samples(&all).map_err(|e| anyhow::anyhow!("loading prompts: {e}"))?;
-    let session = engine.session(SessionOptions { max_seq_len: 512 + longest, max_batch: 128, ..Default::default() })?;
-    let mut sut = InProcessSut { session, library: &library, errors: Vec::new() };
-    let mut qsl = PreloadedQsl { n: all.len() as u64 };
+    library
+        .load_samples(&all)
+        .map_err(|e| anyhow::anyhow!("loading prompts: {e}"))?;
+    let session = engine.session(SessionOptions {
+        max_seq_len: 512 + longest,
+        max_batch: 128,
+        ..Default::default()
+    })?;
+    let mut sut = InProcessSut {
+        session,
+        library: &library,
+        errors: Vec::new(),
+    };
+    let mut qsl = PreloadedQsl {
+        n: all.len() as u64,
+    };
     let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
     let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
     progress.finish_and_clear();
@@ -423,10 +493,20 @@ pub fn summary_line(f: &ResultFile) -> String {
             p.queries,
             p.tokens_per_s,
             p.latency_ms.p90,
-            p.ttft_ms.as_ref().map_or("-".into(), |t| format!("{:.1} ms", t.p90)),
-            p.tpot_ms.as_ref().map_or("-".into(), |t| format!("{:.1} ms", t.p90)),
-            p.itl_ms.as_ref().map_or("-".into(), |t| format!("{:.1} ms", t.p99)),
-            if p.valid { "VALID".to_string() } else { format!("INVALID ({})", p.invalid_reasons.join("; ")) }
+            p.ttft_ms
+                .as_ref()
+                .map_or("-".into(), |t| format!("{:.1} ms", t.p90)),
+            p.tpot_ms
+                .as_ref()
+                .map_or("-".into(), |t| format!("{:.1} ms", t.p90)),
+            p.itl_ms
+                .as_ref()
+                .map_or("-".into(), |t| format!("{:.1} ms", t.p99)),
+            if p.valid {
+                "VALID".to_string()
+            } else {
+                format!("INVALID ({})", p.invalid_reasons.join("; "))
+            }
         ),
         None => "no performance result".into(),
     }

@@ -82,7 +82,10 @@ pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
                 .filter(|t| out.tensor_file_offset(t) % to != 0)
                 .count();
             if misaligned > 0 {
-                bail!("{}: {misaligned} tensors are not {to}-aligned after rewriting", output.display());
+                bail!(
+                    "{}: {misaligned} tensors are not {to}-aligned after rewriting",
+                    output.display()
+                );
             }
             println!(
                 "wrote {} ({} tensors, data at offset {}, every tensor {to}-byte aligned)",
@@ -125,7 +128,12 @@ fn info_text(g: &GgufFile) -> String {
     );
     for t in g.tensors() {
         let off = g.tensor_file_offset(t);
-        let shape = t.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        let shape = t
+            .dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x");
         let align = 1u64 << off.trailing_zeros().min(12);
         s += &format!(
             "  {:<36} {:<6} {:<16} {:>12} {:>12} {:>6}\n",
@@ -203,8 +211,14 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<i32> {
     };
     let ids = tok.encode(&text, a.special)?;
     if a.json {
-        let pieces: Vec<&str> = ids.iter().map(|&i| tok.token_piece(i).unwrap_or("")).collect();
-        println!("{}", serde_json::json!({ "ids": ids, "pieces": pieces, "n_tokens": ids.len() }));
+        let pieces: Vec<&str> = ids
+            .iter()
+            .map(|&i| tok.token_piece(i).unwrap_or(""))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "ids": ids, "pieces": pieces, "n_tokens": ids.len() })
+        );
     } else {
         for &i in &ids {
             println!("{i:>6} {:?}", tok.token_piece(i).unwrap_or(""));
@@ -315,7 +329,11 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         "prompt {} tokens, generated {} tokens{}; TTFT {:.1} ms; decode {:.1} tokens/s ({} threads, {:?})",
         stats.prompt_tokens,
         stats.generated,
-        if stats.stopped_at_eog { " (end of generation)" } else { "" },
+        if stats.stopped_at_eog {
+            " (end of generation)"
+        } else {
+            ""
+        },
         ttft.as_secs_f64() * 1e3,
         tps,
         engine.threads(),
@@ -389,7 +407,10 @@ pub fn logits(a: &LogitsArgs) -> Result<i32> {
         for t in &top {
             println!(
                 "{:>6} {:>10.4} {:>10.4} {:?}",
-                t["id"], t["logit"].as_f64().unwrap_or(0.0), t["logprob"].as_f64().unwrap_or(0.0), t["piece"].as_str().unwrap_or("")
+                t["id"],
+                t["logit"].as_f64().unwrap_or(0.0),
+                t["logprob"].as_f64().unwrap_or(0.0),
+                t["piece"].as_str().unwrap_or("")
             );
         }
     }
@@ -426,7 +447,10 @@ pub fn perplexity_of(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perp
     }
     let chunks = tokens.len() / ctx;
     if chunks == 0 {
-        bail!("the text has {} tokens, fewer than one chunk of {ctx}", tokens.len());
+        bail!(
+            "the text has {} tokens, fewer than one chunk of {ctx}",
+            tokens.len()
+        );
     }
     let mut s = engine.session(SessionOptions {
         max_seq_len: ctx,
@@ -547,7 +571,14 @@ fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-pub fn bench_rows(path: &Path, threads: &[usize], pp: usize, tg: usize, reps: usize, isa: Isa) -> Result<Vec<BenchRow>> {
+pub fn bench_rows(
+    path: &Path,
+    threads: &[usize],
+    pp: usize,
+    tg: usize,
+    reps: usize,
+    isa: Isa,
+) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     for &t in threads {
         let engine = Engine::load(path, t, isa)?;
@@ -591,7 +622,11 @@ pub fn bench_rows(path: &Path, threads: &[usize], pp: usize, tg: usize, reps: us
                 tokens_per_s_max: sorted.last().copied().unwrap_or(0.0),
                 samples,
                 weight_bytes_per_token: bpt,
-                gb_per_s_median: if test == "tg" { med * bpt as f64 / 1e9 } else { 0.0 },
+                gb_per_s_median: if test == "tg" {
+                    med * bpt as f64 / 1e9
+                } else {
+                    0.0
+                },
             });
         }
     }
@@ -603,19 +638,29 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
     let threads: Vec<usize> = a
         .threads
         .split(',')
-        .map(|x| x.trim().parse::<usize>().map_err(|_| anyhow::anyhow!("--threads: `{x}` is not a number")))
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| anyhow::anyhow!("--threads: `{x}` is not a number"))
+        })
         .collect::<Result<_>>()?;
     if a.reps == 0 {
         bail!("--reps must be at least 1");
     }
     let isa = quant::isa_from_env()?;
     let rows = bench_rows(&path, &threads, a.pp, a.tg, a.reps, isa)?;
-    let header = OutputHeader::new(1, &path, &meta::model_sha256(&path), serde_json::json!({
-        "threads": threads, "pp": a.pp, "tg": a.tg, "reps": a.reps, "isa": format!("{isa:?}").to_lowercase(),
-    }));
+    let header = OutputHeader::new(
+        1,
+        &path,
+        &meta::model_sha256(&path),
+        serde_json::json!({
+            "threads": threads, "pp": a.pp, "tg": a.tg, "reps": a.reps, "isa": format!("{isa:?}").to_lowercase(),
+        }),
+    );
     let doc = serde_json::json!({ "header": header, "rows": rows });
     if let Some(p) = &a.out {
-        std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("{}: cannot write", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("{}: cannot write", p.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -625,8 +670,18 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         for r in &rows {
             println!(
                 "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
-                r.test, r.threads, r.isa, r.tokens_per_s_median, r.tokens_per_s_min, r.tokens_per_s_max, r.reps,
-                if r.gb_per_s_median > 0.0 { format!("{:.2}", r.gb_per_s_median) } else { "-".into() }
+                r.test,
+                r.threads,
+                r.isa,
+                r.tokens_per_s_median,
+                r.tokens_per_s_min,
+                r.tokens_per_s_max,
+                r.reps,
+                if r.gb_per_s_median > 0.0 {
+                    format!("{:.2}", r.gb_per_s_median)
+                } else {
+                    "-".into()
+                }
             );
         }
     }

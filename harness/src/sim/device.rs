@@ -103,25 +103,105 @@ const SNAPDRAGON: Layout = Layout {
 };
 
 const PIXEL_MAIN: &[Rail] = &[
-    Rail { ch: 0, rail: "S2M_VDD_CPUCL2", subsystem: "CPU(BIG)", share: Share::Dyn(0.55) },
-    Rail { ch: 1, rail: "S3M_VDD_CPUCL1", subsystem: "CPU(MID)", share: Share::Dyn(0.35) },
-    Rail { ch: 2, rail: "S4M_VDD_CPUCL0", subsystem: "CPU(LITTLE)", share: Share::Dyn(0.10) },
-    Rail { ch: 3, rail: "S5M_VDD_INT", subsystem: "INT", share: Share::Idle(0.15) },
-    Rail { ch: 4, rail: "S1M_VDD_MIF", subsystem: "MIF", share: Share::Mem(0.4) },
-    Rail { ch: 5, rail: "S7M_VDD_TPU", subsystem: "TPU", share: Share::Idle(0.03) },
-    Rail { ch: 6, rail: "S8M_LLDO2", subsystem: "LDO", share: Share::Idle(0.04) },
-    Rail { ch: 7, rail: "VSYS_PWR_MODEM", subsystem: "Modem", share: Share::Idle(0.10) },
+    Rail {
+        ch: 0,
+        rail: "S2M_VDD_CPUCL2",
+        subsystem: "CPU(BIG)",
+        share: Share::Dyn(0.55),
+    },
+    Rail {
+        ch: 1,
+        rail: "S3M_VDD_CPUCL1",
+        subsystem: "CPU(MID)",
+        share: Share::Dyn(0.35),
+    },
+    Rail {
+        ch: 2,
+        rail: "S4M_VDD_CPUCL0",
+        subsystem: "CPU(LITTLE)",
+        share: Share::Dyn(0.10),
+    },
+    Rail {
+        ch: 3,
+        rail: "S5M_VDD_INT",
+        subsystem: "INT",
+        share: Share::Idle(0.15),
+    },
+    Rail {
+        ch: 4,
+        rail: "S1M_VDD_MIF",
+        subsystem: "MIF",
+        share: Share::Mem(0.4),
+    },
+    Rail {
+        ch: 5,
+        rail: "S7M_VDD_TPU",
+        subsystem: "TPU",
+        share: Share::Idle(0.03),
+    },
+    Rail {
+        ch: 6,
+        rail: "S8M_LLDO2",
+        subsystem: "LDO",
+        share: Share::Idle(0.04),
+    },
+    Rail {
+        ch: 7,
+        rail: "VSYS_PWR_MODEM",
+        subsystem: "Modem",
+        share: Share::Idle(0.10),
+    },
 ];
 
 const PIXEL_SUB: &[Rail] = &[
-    Rail { ch: 0, rail: "S2S_VDD_G3D", subsystem: "GPU", share: Share::Idle(0.05) },
-    Rail { ch: 1, rail: "S4S_VDD2H_MEM", subsystem: "DDR", share: Share::Mem(0.4) },
-    Rail { ch: 2, rail: "S5S_VDDQ_MEM", subsystem: "DDR", share: Share::Mem(0.2) },
-    Rail { ch: 3, rail: "S8S_VDD_G3D_L2", subsystem: "GPU", share: Share::Idle(0.02) },
-    Rail { ch: 4, rail: "S9S_VDD_AOC", subsystem: "AOC", share: Share::Idle(0.08) },
-    Rail { ch: 5, rail: "L2S_VDD_AOC_RET", subsystem: "AOC", share: Share::Idle(0.01) },
-    Rail { ch: 6, rail: "VSYS_PWR_DISPLAY", subsystem: "Display", share: Share::Idle(0.42) },
-    Rail { ch: 7, rail: "VSYS_PWR_WLAN_BT", subsystem: "WLAN-BT", share: Share::Idle(0.10) },
+    Rail {
+        ch: 0,
+        rail: "S2S_VDD_G3D",
+        subsystem: "GPU",
+        share: Share::Idle(0.05),
+    },
+    Rail {
+        ch: 1,
+        rail: "S4S_VDD2H_MEM",
+        subsystem: "DDR",
+        share: Share::Mem(0.4),
+    },
+    Rail {
+        ch: 2,
+        rail: "S5S_VDDQ_MEM",
+        subsystem: "DDR",
+        share: Share::Mem(0.2),
+    },
+    Rail {
+        ch: 3,
+        rail: "S8S_VDD_G3D_L2",
+        subsystem: "GPU",
+        share: Share::Idle(0.02),
+    },
+    Rail {
+        ch: 4,
+        rail: "S9S_VDD_AOC",
+        subsystem: "AOC",
+        share: Share::Idle(0.08),
+    },
+    Rail {
+        ch: 5,
+        rail: "L2S_VDD_AOC_RET",
+        subsystem: "AOC",
+        share: Share::Idle(0.01),
+    },
+    Rail {
+        ch: 6,
+        rail: "VSYS_PWR_DISPLAY",
+        subsystem: "Display",
+        share: Share::Idle(0.42),
+    },
+    Rail {
+        ch: 7,
+        rail: "VSYS_PWR_WLAN_BT",
+        subsystem: "WLAN-BT",
+        share: Share::Idle(0.10),
+    },
 ];
 
 const PIXEL: Layout = Layout {
@@ -152,8 +232,16 @@ const PIXEL: Layout = Layout {
     gpu: GpuLayout::Mali,
     // Index order as on the snapshot: device0 is the sub PMIC.
     pmics: &[
-        Pmic { name: "s2mpg15", iio_index: 0, rails: PIXEL_SUB },
-        Pmic { name: "s2mpg14", iio_index: 1, rails: PIXEL_MAIN },
+        Pmic {
+            name: "s2mpg15",
+            iio_index: 0,
+            rails: PIXEL_SUB,
+        },
+        Pmic {
+            name: "s2mpg14",
+            iio_index: 1,
+            rails: PIXEL_MAIN,
+        },
     ],
     battery_power_now: false,
     battery_current_avg: true,
@@ -214,7 +302,11 @@ impl SimDevice {
             root,
             staging,
             layout,
-            rail_uj: layout.pmics.iter().map(|p| vec![0.0; p.rails.len()]).collect(),
+            rail_uj: layout
+                .pmics
+                .iter()
+                .map(|p| vec![0.0; p.rails.len()])
+                .collect(),
             model: HandsetModel::new(prof),
             last_energy_j: 0.0,
             written: HashMap::new(),
@@ -342,14 +434,35 @@ impl SimDevice {
             let table = self.policy_table(hw_max);
             let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
             let freqs: String = table.iter().map(|f| format!("{f} ")).collect();
-            self.put(&format!("{p}/related_cpus"), format!("{}\n", list.join(" ")))?;
-            self.put(&format!("{p}/affected_cpus"), format!("{}\n", list.join(" ")))?;
-            self.put(&format!("{p}/scaling_available_frequencies"), format!("{freqs}\n"))?;
+            self.put(
+                &format!("{p}/related_cpus"),
+                format!("{}\n", list.join(" ")),
+            )?;
+            self.put(
+                &format!("{p}/affected_cpus"),
+                format!("{}\n", list.join(" ")),
+            )?;
+            self.put(
+                &format!("{p}/scaling_available_frequencies"),
+                format!("{freqs}\n"),
+            )?;
             let (lo, hi) = (table.first().copied(), table.last().copied());
-            self.put(&format!("{p}/cpuinfo_min_freq"), format!("{}\n", lo.unwrap_or(0)))?;
-            self.put(&format!("{p}/cpuinfo_max_freq"), format!("{}\n", hi.unwrap_or(0)))?;
-            self.put(&format!("{p}/scaling_min_freq"), format!("{}\n", lo.unwrap_or(0)))?;
-            self.put(&format!("{p}/scaling_governor"), format!("{}\n", l.governor))?;
+            self.put(
+                &format!("{p}/cpuinfo_min_freq"),
+                format!("{}\n", lo.unwrap_or(0)),
+            )?;
+            self.put(
+                &format!("{p}/cpuinfo_max_freq"),
+                format!("{}\n", hi.unwrap_or(0)),
+            )?;
+            self.put(
+                &format!("{p}/scaling_min_freq"),
+                format!("{}\n", lo.unwrap_or(0)),
+            )?;
+            self.put(
+                &format!("{p}/scaling_governor"),
+                format!("{}\n", l.governor),
+            )?;
             self.put(&format!("{p}/scaling_driver"), format!("{}\n", l.driver))?;
             for c in cpus {
                 self.link(
@@ -377,9 +490,15 @@ impl SimDevice {
                 self.put(&format!("{g}/max_freq"), "890000\n".into())?;
                 self.put(&format!("{g}/min_freq"), "150000\n".into())?;
                 self.put(&format!("{g}/scaling_max_freq"), "890000\n".into())?;
-                self.put(&format!("{g}/available_frequencies"), "150000 471000 890000\n".into())?;
+                self.put(
+                    &format!("{g}/available_frequencies"),
+                    "150000 471000 890000\n".into(),
+                )?;
                 self.put(&format!("{g}/utilization"), "0\n".into())?;
-                self.link("class/misc/mali0/device", "../../../devices/platform/1f000000.mali")?;
+                self.link(
+                    "class/misc/mali0/device",
+                    "../../../devices/platform/1f000000.mali",
+                )?;
             }
         }
         for pmic in l.pmics {
@@ -436,7 +555,10 @@ impl SimDevice {
             if *name == "battery" {
                 battery_c = raw as f64 / 1000.0;
             }
-            self.put(&format!("class/thermal/thermal_zone{i}/temp"), format!("{raw}\n"))?;
+            self.put(
+                &format!("class/thermal/thermal_zone{i}/temp"),
+                format!("{raw}\n"),
+            )?;
         }
         let level = self.model.freq_level();
         let cap = self.model.vendor_cap_level();

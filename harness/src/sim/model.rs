@@ -470,6 +470,11 @@ impl HandsetModel {
         }
         self.last_level = level;
         self.last_busy = busy;
+        // Terminal readings describe the end of the step: the current that delivers the
+        // present power at the present (slightly lower) open-circuit voltage.
+        if left == 0.0 && dt_s.is_finite() && dt_s > 0.0 {
+            self.battery_a = self.current_for(self.last_power_w);
+        }
         let (power_w, tps) = if dt_s.is_finite() && dt_s > 0.0 {
             ((self.energy_j - e0) / dt_s, (self.tokens - tok0) / dt_s)
         } else {
@@ -624,8 +629,9 @@ mod tests {
         // V·I equals the power delivered.
         assert!((out.battery_v * out.battery_a - out.power_w).abs() < 1e-9);
         assert!(out.battery_v < m.battery_ocv() && out.battery_v > 3.5);
-        // Charge drawn is I·t.
-        assert!((out.charge_drawn_c - out.battery_a * 10.0).abs() < 1e-9);
+        // Charge drawn is ∫I dt; the current rises by a few ppm as the cell discharges.
+        let rel = (out.charge_drawn_c - out.battery_a * 10.0).abs() / out.charge_drawn_c;
+        assert!(rel < 1e-4, "{rel}");
     }
 
     #[test]

@@ -146,8 +146,14 @@ mod tests {
     #[test]
     fn trapezoid_of_power() {
         let mut acc = EnergyAccumulator::new();
-        acc.push(MeterReading::Power { t_s: 0.0, mw: 1000.0 });
-        let e = acc.push(MeterReading::Power { t_s: 2.0, mw: 3000.0 });
+        acc.push(MeterReading::Power {
+            t_s: 0.0,
+            mw: 1000.0,
+        });
+        let e = acc.push(MeterReading::Power {
+            t_s: 2.0,
+            mw: 3000.0,
+        });
         assert!((e - 4000.0).abs() < 1e-9);
     }
 }

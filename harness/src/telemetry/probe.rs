@@ -339,7 +339,12 @@ pub fn probe(root: &Path) -> Probe {
     if thermal_zones.is_empty() {
         warnings.push("no readable thermal zone: temperatures will not be recorded".into());
     }
-    let meter = select_meter(&odpm, &powercap, battery.as_ref(), supplies_online.is_empty());
+    let meter = select_meter(
+        &odpm,
+        &powercap,
+        battery.as_ref(),
+        supplies_online.is_empty(),
+    );
     match &meter {
         None => warnings.push("no energy meter found: energy will not be reported".into()),
         Some(m) if !m.reliable => warnings.push(format!(
@@ -348,12 +353,12 @@ pub fn probe(root: &Path) -> Probe {
         )),
         Some(_) => {}
     }
-    if let Some(b) = &battery {
-        if b.current_raw.is_some() && b.status.is_none() {
-            warnings.push(
-                "battery has no `status`: discharge sign assumed from the ABI (negative)".into(),
-            );
-        }
+    if let Some(b) = &battery
+        && b.current_raw.is_some()
+        && b.status.is_none()
+    {
+        warnings
+            .push("battery has no `status`: discharge sign assumed from the ABI (negative)".into());
     }
     Probe {
         root: root.to_path_buf(),
@@ -395,8 +400,8 @@ pub fn guess_role(name: &str) -> ZoneRole {
         return ZoneRole::Board;
     }
     const SOC_PREFIXES: [&str; 13] = [
-        "cpu", "gpu", "nsp", "big", "mid", "little", "g3d", "tpu", "isp", "aoss", "soc",
-        "x86_pkg", "cdsp",
+        "cpu", "gpu", "nsp", "big", "mid", "little", "g3d", "tpu", "isp", "aoss", "soc", "x86_pkg",
+        "cdsp",
     ];
     if SOC_PREFIXES.iter().any(|p| n.starts_with(p)) {
         return ZoneRole::Soc;
@@ -514,15 +519,9 @@ pub fn infer_current_unit(
         let limit = 3f64.ln();
         if d_ua.min(d_ma) < limit {
             return if d_ua <= d_ma {
-                (
-                    CurrentUnit::MicroAmp,
-                    "V·I in µA matches power_now".into(),
-                )
+                (CurrentUnit::MicroAmp, "V·I in µA matches power_now".into())
             } else {
-                (
-                    CurrentUnit::MilliAmp,
-                    "V·I in mA matches power_now".into(),
-                )
+                (CurrentUnit::MilliAmp, "V·I in mA matches power_now".into())
             };
         }
     }
@@ -633,7 +632,11 @@ fn probe_battery(name: String, dir: PathBuf) -> Battery {
     };
     let (energy_counter_uwh, energy_counter_attr) = ["energy_counter", "energy_now"]
         .iter()
-        .find_map(|a| read_i64(&dir.join(a)).ok().map(|v| (Some(v), Some(a.to_string()))))
+        .find_map(|a| {
+            read_i64(&dir.join(a))
+                .ok()
+                .map(|v| (Some(v), Some(a.to_string())))
+        })
         .unwrap_or((None, None));
     let temp_c = read_i64(&dir.join("temp")).ok().map(|t| t as f64 / 10.0);
     Battery {
@@ -660,7 +663,11 @@ fn probe_cpufreq(root: &Path) -> Vec<CpuPolicy> {
         .into_iter()
         .filter_map(|(index, name)| {
             let dir = resolve_dir(&base.join(&name))?;
-            let num = |f: &str| read_i64(&dir.join(f)).ok().and_then(|v| u64::try_from(v).ok());
+            let num = |f: &str| {
+                read_i64(&dir.join(f))
+                    .ok()
+                    .and_then(|v| u64::try_from(v).ok())
+            };
             let mut available_khz =
                 read_u64_list(&dir.join("scaling_available_frequencies")).unwrap_or_default();
             available_khz.sort_unstable();
@@ -807,12 +814,15 @@ pub struct OdpmSnapshot {
 /// Returns None when the `t=` line is missing or no channel line parses.
 pub fn parse_energy_value(text: &str) -> Option<OdpmSnapshot> {
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let t_ms = lines.next()?.strip_prefix("t=")?.trim().parse::<u64>().ok()?;
+    let t_ms = lines
+        .next()?
+        .strip_prefix("t=")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
     let mut channels = Vec::new();
     for line in lines {
-        let Some(rest) = line.strip_prefix("CH") else {
-            return None;
-        };
+        let rest = line.strip_prefix("CH")?;
         let paren = rest.find('(')?;
         let channel = rest[..paren].parse::<u32>().ok()?;
         let open = rest.find('[')?;
@@ -888,7 +898,11 @@ fn probe_powercap(root: &Path) -> Vec<PowercapZone> {
         .filter(|n| n.starts_with("intel-rapl:"))
         .filter_map(|id| {
             let dir = resolve_dir(&base.join(&id))?;
-            let num = |f: &str| read_i64(&dir.join(f)).ok().and_then(|v| u64::try_from(v).ok());
+            let num = |f: &str| {
+                read_i64(&dir.join(f))
+                    .ok()
+                    .and_then(|v| u64::try_from(v).ok())
+            };
             Some(PowercapZone {
                 label: read_trimmed(&dir.join("name")).unwrap_or_else(|_| id.clone()),
                 energy_uj: num("energy_uj"),
@@ -1090,7 +1104,10 @@ mod tests {
     fn unit_rules_on_hand_worked_values() {
         assert_eq!(infer_temp_unit(58100), TempUnit::MilliCelsius);
         assert_eq!(infer_temp_unit(58), TempUnit::Celsius);
-        assert_eq!(infer_current_unit(-1683, None, None).0, CurrentUnit::MilliAmp);
+        assert_eq!(
+            infer_current_unit(-1683, None, None).0,
+            CurrentUnit::MilliAmp
+        );
         assert_eq!(
             infer_current_unit(-1_683_000, None, None).0,
             CurrentUnit::MicroAmp

@@ -196,7 +196,7 @@ impl SamplerCore {
     ) -> Result<Self, TelemetryError> {
         let mut columns: Vec<String> = Vec::new();
         let mut chans = Vec::new();
-        let mut push = |columns: &mut Vec<String>, name: String| {
+        let push = |columns: &mut Vec<String>, name: String| {
             columns.push(name);
             columns.len() - 1
         };
@@ -226,8 +226,7 @@ impl SamplerCore {
                 },
             });
         }
-        let col_soc =
-            (!soc_cols.is_empty()).then(|| push(&mut columns, "temp.soc.c".to_string()));
+        let col_soc = (!soc_cols.is_empty()).then(|| push(&mut columns, "temp.soc.c".to_string()));
         let col_skin =
             (!skin_cols.is_empty()).then(|| push(&mut columns, "temp.skin.c".to_string()));
         for p in &probe.cpu_policies {
@@ -440,7 +439,7 @@ impl SamplerCore {
         let start = *self.start_ns.get_or_insert(t_ns);
         let t_s = t_ns.saturating_sub(start) as f64 / 1e9;
         let mut values: Vec<Option<f64>> = vec![None; self.columns.len()];
-        let mut outcomes: Vec<(usize, Result<(), (EventKind, String)>)> = Vec::new();
+        let mut outcomes: Vec<(usize, ChannelOutcome)> = Vec::new();
 
         for chan in &mut self.chans {
             let r = read_source(&mut chan.source);
@@ -475,7 +474,10 @@ impl SamplerCore {
             let snap = match read_trimmed(&path) {
                 Ok(text) => match parse_energy_value(&text) {
                     Some(s) => Ok(s),
-                    None => Err((EventKind::Garbage, format!("{}: unparsable", path.display()))),
+                    None => Err((
+                        EventKind::Garbage,
+                        format!("{}: unparsable", path.display()),
+                    )),
                 },
                 Err(e) => Err(classify(&e)),
             };
@@ -592,9 +594,7 @@ impl SamplerCore {
             Some(MeterKind::ChargeCounter) => charge_uah
                 .zip(v_mv)
                 .map(|(uah, mv)| MeterReading::ChargeCounter { uah, mv }),
-            Some(MeterKind::IntegratedVi) => {
-                battery_mw.map(|mw| MeterReading::Power { t_s, mw })
-            }
+            Some(MeterKind::IntegratedVi) => battery_mw.map(|mw| MeterReading::Power { t_s, mw }),
             _ => None,
         };
         let mut meter_power_mw = None;
@@ -807,6 +807,9 @@ fn classify(e: &TelemetryError) -> (EventKind, String) {
 }
 
 type ReadOutcome = Result<Option<f64>, (EventKind, String)>;
+
+/// How one channel's read went in a sample: `Err` carries the event kind and its detail.
+type ChannelOutcome = Result<(), (EventKind, String)>;
 
 fn read_source(source: &mut Source) -> ReadOutcome {
     match source {

@@ -51,11 +51,13 @@ pub fn read_i64(path: &Path) -> Result<i64, TelemetryError> {
 
 /// Parses one signed integer, naming the file in the error.
 pub fn parse_i64(path: &Path, text: &str) -> Result<i64, TelemetryError> {
-    text.trim().parse::<i64>().map_err(|_| TelemetryError::Parse {
-        path: path.to_path_buf(),
-        value: clip(text),
-        expected: "a decimal integer",
-    })
+    text.trim()
+        .parse::<i64>()
+        .map_err(|_| TelemetryError::Parse {
+            path: path.to_path_buf(),
+            value: clip(text),
+            expected: "a decimal integer",
+        })
 }
 
 /// Reads an attribute holding one decimal number (integer or fraction).
@@ -188,7 +190,10 @@ mod tests {
         fs::create_dir_all(&target).unwrap();
         fs::create_dir_all(dir.path().join("x/cpu0")).unwrap();
         fs::write(dir.path().join("x/cpu0/cpufreq"), "../policy0\n").unwrap();
-        assert_eq!(resolve_dir(&dir.path().join("x/cpu0/cpufreq")), Some(target));
+        assert_eq!(
+            resolve_dir(&dir.path().join("x/cpu0/cpufreq")),
+            Some(target)
+        );
         fs::write(dir.path().join("x/cpu0/bogus"), "hello\n").unwrap();
         assert_eq!(resolve_dir(&dir.path().join("x/cpu0/bogus")), None);
     }

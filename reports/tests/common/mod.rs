@@ -116,10 +116,25 @@ pub fn hand_result() -> ResultFile {
             accuracy: 0.75,
             ci95: [0.3006, 0.9544],
             per_subject: vec![
-                GroupAccuracy { name: "anatomy".into(), n: 2, correct: 1, accuracy: 0.5 },
-                GroupAccuracy { name: "astronomy".into(), n: 2, correct: 2, accuracy: 1.0 },
+                GroupAccuracy {
+                    name: "anatomy".into(),
+                    n: 2,
+                    correct: 1,
+                    accuracy: 0.5,
+                },
+                GroupAccuracy {
+                    name: "astronomy".into(),
+                    n: 2,
+                    correct: 2,
+                    accuracy: 1.0,
+                },
             ],
-            per_category: vec![GroupAccuracy { name: "STEM".into(), n: 4, correct: 3, accuracy: 0.75 }],
+            per_category: vec![GroupAccuracy {
+                name: "STEM".into(),
+                n: 4,
+                correct: 3,
+                accuracy: 0.75,
+            }],
             per_question,
             wall_s: 12.5,
         }),
@@ -128,16 +143,47 @@ pub fn hand_result() -> ResultFile {
             reliable: true,
             idle_power_mw: 250.0,
             dialogues: 2,
-            mwh_per_dialogue_gross: MeanCi { mean: 5.0, lo: 4.0, hi: 6.0, n: 2 },
-            mwh_per_dialogue_net: MeanCi { mean: 3.0, lo: 2.5, hi: 3.5, n: 2 },
+            mwh_per_dialogue_gross: MeanCi {
+                mean: 5.0,
+                lo: 4.0,
+                hi: 6.0,
+                n: 2,
+            },
+            mwh_per_dialogue_net: MeanCi {
+                mean: 3.0,
+                lo: 2.5,
+                hi: 3.5,
+                n: 2,
+            },
             j_per_token: 0.054,
             tokens_per_j: 18.5,
             per_dialogue: vec![
-                DialogueEnergy { id: 0, tokens: 200, duration_s: 10.0, gross_mwh: 4.5, net_mwh: 2.8, mean_skin_c: 31.0, peak_soc_c: 55.0 },
-                DialogueEnergy { id: 1, tokens: 200, duration_s: 10.5, gross_mwh: 5.5, net_mwh: 3.2, mean_skin_c: 32.0, peak_soc_c: 58.0 },
+                DialogueEnergy {
+                    id: 0,
+                    tokens: 200,
+                    duration_s: 10.0,
+                    gross_mwh: 4.5,
+                    net_mwh: 2.8,
+                    mean_skin_c: 31.0,
+                    peak_soc_c: 55.0,
+                },
+                DialogueEnergy {
+                    id: 1,
+                    tokens: 200,
+                    duration_s: 10.5,
+                    gross_mwh: 5.5,
+                    net_mwh: 3.2,
+                    mean_skin_c: 32.0,
+                    peak_soc_c: 58.0,
+                },
             ],
         }),
-        thermal: Some(Thermal { max_soc_c: 58.0, max_skin_c: 33.5, mean_skin_c: 31.5, throttled_s: 0.0 }),
+        thermal: Some(Thermal {
+            max_soc_c: 58.0,
+            max_skin_c: 33.5,
+            mean_skin_c: 31.5,
+            throttled_s: 0.0,
+        }),
         governor: None,
         robustness: Some(serde_json::json!({"crashes": 0, "drift": 0})),
         warnings: vec!["battery current sign inferred from discharge".into()],
@@ -145,7 +191,12 @@ pub fn hand_result() -> ResultFile {
 }
 
 /// `n` queries of `tokens` tokens with lognormal TTFT and TPOT (medians in ms), seeded.
-pub fn lognormal_queries(n: usize, seed: u64, ttft_median: f64, tpot_median: f64) -> Vec<QuerySample> {
+pub fn lognormal_queries(
+    n: usize,
+    seed: u64,
+    ttft_median: f64,
+    tpot_median: f64,
+) -> Vec<QuerySample> {
     let mut rng = StdRng::seed_from_u64(seed);
     let ttft_d = LogNormal::new(ttft_median.ln(), 0.20).unwrap();
     let tpot_d = LogNormal::new(tpot_median.ln(), 0.15).unwrap();
@@ -176,7 +227,12 @@ pub fn lognormal_result(seed: u64, tpot_median: f64) -> ResultFile {
     ResultFile {
         schema_version: SCHEMA_VERSION,
         meta: meta("adb:R5CW123", "Pixel 8"),
-        performance: Some(performance_from(lognormal_queries(200, seed, 150.0, tpot_median))),
+        performance: Some(performance_from(lognormal_queries(
+            200,
+            seed,
+            150.0,
+            tpot_median,
+        ))),
         accuracy: None,
         energy: None,
         thermal: None,

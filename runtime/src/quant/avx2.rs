@@ -66,7 +66,10 @@ unsafe fn q8_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
         let i1 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v1, id)));
         let i2 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v2, id)));
         let i3 = _mm256_cvtps_epi32(_mm256_round_ps::<R>(_mm256_mul_ps(v3, id)));
-        let sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+        let sum = hsum_epi32(_mm256_add_epi32(
+            _mm256_add_epi32(i0, i1),
+            _mm256_add_epi32(i2, i3),
+        ));
         let a = _mm256_packs_epi32(i0, i1);
         let b = _mm256_packs_epi32(i2, i3);
         let p = _mm256_packs_epi16(a, b);

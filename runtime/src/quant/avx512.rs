@@ -206,7 +206,8 @@ macro_rules! int_kernels {
                             mins[k] = _mm_add_ps(mins[k], p);
                             let scale = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
                             let qy = load2x32(ap.add(4), ap.add(40));
-                            acc[k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps($dot(qx, qy)), acc[k]);
+                            acc[k] =
+                                _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps($dot(qx, qy)), acc[k]);
                         }
                         i += 2;
                     }
@@ -248,7 +249,8 @@ macro_rules! int_kernels {
                             let scale = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
                             let qy = load2x32(ap.add(2), ap.add(36));
                             let (ux, sy) = sign_split(qx, qy);
-                            acc[k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps($dot(ux, sy)), acc[k]);
+                            acc[k] =
+                                _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps($dot(ux, sy)), acc[k]);
                         }
                         i += 2;
                     }
@@ -358,15 +360,40 @@ pub(super) unsafe fn dot(vnni: bool, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f
 ///
 /// # Safety
 /// As [`dot`]; the four rows have equal lengths.
-pub(super) unsafe fn dot4(vnni: bool, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> Option<[f32; 4]> {
+pub(super) unsafe fn dot4(
+    vnni: bool,
+    ty: GgmlType,
+    w: &[u8],
+    a: [ActRow<'_>; 4],
+) -> Option<[f32; 4]> {
     // SAFETY: forwarded caller contract.
     unsafe {
         match (ty, a) {
-            (GgmlType::Q4_1, [ActRow::Q8_1(a0), ActRow::Q8_1(a1), ActRow::Q8_1(a2), ActRow::Q8_1(a3)]) => {
+            (
+                GgmlType::Q4_1,
+                [
+                    ActRow::Q8_1(a0),
+                    ActRow::Q8_1(a1),
+                    ActRow::Q8_1(a2),
+                    ActRow::Q8_1(a3),
+                ],
+            ) => {
                 let r = [a0, a1, a2, a3];
-                Some(if vnni { vnni::q4_1_q8_1_x4(w, r) } else { bw::q4_1_q8_1_x4(w, r) })
+                Some(if vnni {
+                    vnni::q4_1_q8_1_x4(w, r)
+                } else {
+                    bw::q4_1_q8_1_x4(w, r)
+                })
             }
-            (GgmlType::Q8_0, [ActRow::Q8_0(a0), ActRow::Q8_0(a1), ActRow::Q8_0(a2), ActRow::Q8_0(a3)]) => {
+            (
+                GgmlType::Q8_0,
+                [
+                    ActRow::Q8_0(a0),
+                    ActRow::Q8_0(a1),
+                    ActRow::Q8_0(a2),
+                    ActRow::Q8_0(a3),
+                ],
+            ) => {
                 let r = [a0, a1, a2, a3];
                 Some(if vnni {
                     vnni::qx_q8_0_x4::<false>(w, r)
@@ -374,7 +401,15 @@ pub(super) unsafe fn dot4(vnni: bool, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]
                     bw::qx_q8_0_x4::<false>(w, r)
                 })
             }
-            (GgmlType::Q4_0, [ActRow::Q8_0(a0), ActRow::Q8_0(a1), ActRow::Q8_0(a2), ActRow::Q8_0(a3)]) => {
+            (
+                GgmlType::Q4_0,
+                [
+                    ActRow::Q8_0(a0),
+                    ActRow::Q8_0(a1),
+                    ActRow::Q8_0(a2),
+                    ActRow::Q8_0(a3),
+                ],
+            ) => {
                 let r = [a0, a1, a2, a3];
                 Some(if vnni {
                     vnni::qx_q8_0_x4::<true>(w, r)

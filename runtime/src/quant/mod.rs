@@ -184,7 +184,9 @@ enum Tier {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     #[cfg(target_arch = "x86_64")]
-    Avx512 { vnni: bool },
+    Avx512 {
+        vnni: bool,
+    },
     #[cfg(target_arch = "aarch64")]
     Neon,
 }
@@ -216,10 +218,15 @@ fn resolve(isa: Isa) -> Tier {
 // =============================================================================================
 
 fn check_row(ty: GgmlType, src: &[u8], n: usize) -> Result<()> {
-    let need = ty.row_bytes(n as u64).ok_or_else(|| Error::InvalidArgument {
-        what: format!("{ty} row length"),
-        reason: format!("{n} is not a multiple of the block length {}", ty.block_len()),
-    })?;
+    let need = ty
+        .row_bytes(n as u64)
+        .ok_or_else(|| Error::InvalidArgument {
+            what: format!("{ty} row length"),
+            reason: format!(
+                "{n} is not a multiple of the block length {}",
+                ty.block_len()
+            ),
+        })?;
     if (src.len() as u64) < need {
         return Err(Error::InvalidArgument {
             what: format!("{ty} row data"),
@@ -248,7 +255,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<()> {
 
 fn check_blocks(what: &str, x: &[f32], nblocks: usize) {
     assert!(
-        x.len() % QK == 0 && x.len() / QK <= nblocks,
+        x.len().is_multiple_of(QK) && x.len() / QK <= nblocks,
         "{what}: {} values need {} blocks of {QK}, output holds {nblocks}",
         x.len(),
         x.len().div_ceil(QK)
@@ -594,7 +601,14 @@ impl QuantizedActs {
     /// # Panics
     /// If `w_ty` has no kernel, the shape exceeds the capacity, `cols` is not a multiple of
     /// 32 for a quantized format, or `x` is shorter than `n_rows * cols`.
-    pub fn quantize_for(&mut self, isa: Isa, w_ty: GgmlType, x: &[f32], n_rows: usize, cols: usize) {
+    pub fn quantize_for(
+        &mut self,
+        isa: Isa,
+        w_ty: GgmlType,
+        x: &[f32],
+        n_rows: usize,
+        cols: usize,
+    ) {
         let kind = ActKind::for_weight(w_ty)
             .unwrap_or_else(|| panic!("quantize_for: no kernel for {w_ty} weights"));
         assert!(
@@ -603,9 +617,16 @@ impl QuantizedActs {
             self.max_rows,
             self.max_cols
         );
-        assert!(x.len() >= n_rows * cols, "quantize_for: x holds {} values, {n_rows}x{cols} needed", x.len());
+        assert!(
+            x.len() >= n_rows * cols,
+            "quantize_for: x holds {} values, {n_rows}x{cols} needed",
+            x.len()
+        );
         if matches!(kind, ActKind::Q8_0 | ActKind::Q8_1) {
-            assert!(cols % QK == 0, "quantize_for: {cols} columns is not a multiple of {QK}");
+            assert!(
+                cols.is_multiple_of(QK),
+                "quantize_for: {cols} columns is not a multiple of {QK}"
+            );
         }
         self.kind = kind;
         self.n_rows = n_rows;
@@ -662,6 +683,14 @@ unsafe impl Send for OutPtr {}
 // SAFETY: see above.
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// Going through a method makes closures capture the whole (Sync) wrapper rather than
+    /// its raw-pointer field.
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Weight rows per work item; a multiple of 4.
 const CHUNK_ROWS: usize = 16;
 
@@ -688,10 +717,28 @@ pub fn matmul(
         x.kind(),
         w.ty
     );
-    assert_eq!(x.cols(), w.cols, "matmul: activation width {} vs weight columns {}", x.cols(), w.cols);
-    assert!(n_rows <= x.n_rows(), "matmul: {n_rows} rows requested, {} quantized", x.n_rows());
-    assert!(y.len() >= n_rows * w.rows, "matmul: output holds {}, {} needed", y.len(), n_rows * w.rows);
-    assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul: weight data too short");
+    assert_eq!(
+        x.cols(),
+        w.cols,
+        "matmul: activation width {} vs weight columns {}",
+        x.cols(),
+        w.cols
+    );
+    assert!(
+        n_rows <= x.n_rows(),
+        "matmul: {n_rows} rows requested, {} quantized",
+        x.n_rows()
+    );
+    assert!(
+        y.len() >= n_rows * w.rows,
+        "matmul: output holds {}, {} needed",
+        y.len(),
+        n_rows * w.rows
+    );
+    assert!(
+        w.data.len() >= w.rows * w.row_bytes(),
+        "matmul: weight data too short"
+    );
     if n_rows == 0 || w.rows == 0 {
         return;
     }
@@ -701,7 +748,7 @@ pub fn matmul(
     let out = OutPtr(y.as_mut_ptr());
     let m = w.rows;
     pool.run(|_, _| {
-        let out = out;
+        let out = out.ptr();
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
@@ -713,18 +760,23 @@ pub fn matmul(
                 let wr = w.row(r);
                 let mut a = 0;
                 while a + 4 <= n_rows {
-                    let v = dot4_unchecked(tier, w.ty, wr, [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)]);
+                    let v = dot4_unchecked(
+                        tier,
+                        w.ty,
+                        wr,
+                        [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)],
+                    );
                     for (k, vk) in v.into_iter().enumerate() {
                         // SAFETY: (a + k) < n_rows and r < m, so the index is inside
                         // `y[..n_rows * m]`; this worker alone owns row r.
-                        unsafe { *out.0.add((a + k) * m + r) = vk };
+                        unsafe { *out.add((a + k) * m + r) = vk };
                     }
                     a += 4;
                 }
                 while a < n_rows {
                     let v = dot_unchecked(tier, w.ty, wr, x.row(a));
                     // SAFETY: as above.
-                    unsafe { *out.0.add(a * m + r) = v };
+                    unsafe { *out.add(a * m + r) = v };
                     a += 1;
                 }
             }

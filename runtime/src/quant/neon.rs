@@ -69,8 +69,14 @@ unsafe fn idot(x0: int8x16_t, x1: int8x16_t, y: *const i8) -> i32 {
     unsafe {
         let y0 = vld1q_s8(y);
         let y1 = vld1q_s8(y.add(16));
-        let p0 = vaddq_s16(vmull_s8(vget_low_s8(x0), vget_low_s8(y0)), vmull_high_s8(x0, y0));
-        let p1 = vaddq_s16(vmull_s8(vget_low_s8(x1), vget_low_s8(y1)), vmull_high_s8(x1, y1));
+        let p0 = vaddq_s16(
+            vmull_s8(vget_low_s8(x0), vget_low_s8(y0)),
+            vmull_high_s8(x0, y0),
+        );
+        let p1 = vaddq_s16(
+            vmull_s8(vget_low_s8(x1), vget_low_s8(y1)),
+            vmull_high_s8(x1, y1),
+        );
         vaddvq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)))
     }
 }

@@ -222,12 +222,11 @@ pub fn vec_dot_q8_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (i, y) in a.iter().enumerate() {
         let x: BlockQ8_0 = read_block(w, i);
-        let sumi: i32 = x
-            .qs
-            .iter()
-            .zip(y.qs.iter())
-            .map(|(&p, &q)| i32::from(p) * i32::from(q))
-            .sum();
+        let sumi: i32 =
+            x.qs.iter()
+                .zip(y.qs.iter())
+                .map(|(&p, &q)| i32::from(p) * i32::from(q))
+                .sum();
         sumf += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
     }
     sumf
