@@ -34,6 +34,14 @@ pub const MAX_STRING_LEN: u64 = 1 << 30;
 pub const MAX_DIMS: u32 = 4;
 /// Deepest nesting of arrays inside arrays.
 pub const MAX_ARRAY_DEPTH: u32 = 4;
+/// Most entries reserved up front for any list read from the file; longer lists grow as their
+/// entries are actually read, so a hostile count never buys an allocation by itself.
+const MAX_RESERVE: usize = 4096;
+
+/// Capacity to reserve for a list of `n` entries read from the file.
+fn reserve(n: u64) -> usize {
+    n.min(MAX_RESERVE as u64) as usize
+}
 
 /// One tensor as described in the file's tensor-info section.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,7 +116,16 @@ impl GgufFile {
             source,
         };
         let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(Error::Gguf {
+                file: path.display().to_string(),
+                field: "file".to_string(),
+                offset: 0,
+                reason: "not a regular file".to_string(),
+            });
+        }
+        let len = meta.len();
         let backing = if len == 0 {
             // Mapping an empty file fails on some systems; the parser reports it properly.
             Backing::Owned(Vec::new())
@@ -300,6 +317,53 @@ impl GgufFile {
             (Some(s), Some(e)) if e <= bytes.len() as u64 => &bytes[s as usize..e as usize],
             _ => &[],
         }
+    }
+
+    /// A zero-copy typed view of a tensor's data: `T` is one element of a plain type (`f32`
+    /// for F32, `u16` bits for F16/BF16, `i32` for I32, ...) or one block of a quantized
+    /// type (e.g. `quant::BlockQ4_1`). The size of `T` must equal the type's block size;
+    /// the data must lie in this file and be aligned for `T` (the reader guarantees both for
+    /// the file's own tensors and scalar or f16-scaled block types).
+    pub fn tensor_view<T: bytemuck::AnyBitPattern>(&self, t: &TensorInfo) -> Result<&[T]> {
+        let elem = std::mem::size_of::<T>();
+        if elem != t.ty.block_bytes() {
+            return Err(Error::Tensor {
+                name: t.name.clone(),
+                reason: format!(
+                    "a view of {}-byte elements does not match {} ({} bytes per block)",
+                    elem,
+                    t.ty,
+                    t.ty.block_bytes()
+                ),
+            });
+        }
+        let data = self.tensor_data(t);
+        if data.len() as u64 != t.n_bytes {
+            return Err(Error::Tensor {
+                name: t.name.clone(),
+                reason: format!("does not lie within {}", self.name),
+            });
+        }
+        bytemuck::try_cast_slice(data).map_err(|e| Error::Tensor {
+            name: t.name.clone(),
+            reason: format!(
+                "data at file offset {} cannot be viewed as {}: {e}",
+                self.tensor_file_offset(t),
+                std::any::type_name::<T>()
+            ),
+        })
+    }
+
+    /// The data of an F32 tensor as `f32`s, zero-copy.
+    pub fn tensor_f32(&self, name: &str) -> Result<&[f32]> {
+        let t = self.tensor(name)?;
+        if t.ty != GgmlType::F32 {
+            return Err(Error::UnsupportedType {
+                name: name.to_string(),
+                ty: format!("{} (an F32 tensor was expected)", t.ty),
+            });
+        }
+        self.tensor_view(t)
     }
 
     /// Absolute file offset of a tensor's first byte.
@@ -535,14 +599,14 @@ impl<'a> Reader<'a> {
                 Array::Bool(out)
             }
             ValueType::String => {
-                let mut out = Vec::with_capacity(n);
+                let mut out = Vec::with_capacity(reserve(len));
                 for i in 0..n {
                     out.push(self.string(&|| format!("{}[{i}]", field()))?);
                 }
                 Array::String(out)
             }
             ValueType::Array => {
-                let mut out = Vec::with_capacity(n);
+                let mut out = Vec::with_capacity(reserve(len));
                 for i in 0..n {
                     out.push(self.array_value(depth + 1, &|| format!("{}[{i}]", field()))?);
                 }
@@ -653,9 +717,9 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
         ));
     }
 
-    let mut metadata = Vec::with_capacity(n_kv as usize);
-    let mut kv_index = HashMap::with_capacity(n_kv as usize);
-    let mut kv_value_at = Vec::with_capacity(n_kv as usize);
+    let mut metadata = Vec::with_capacity(reserve(n_kv));
+    let mut kv_index = HashMap::with_capacity(reserve(n_kv));
+    let mut kv_value_at = Vec::with_capacity(reserve(n_kv));
     for i in 0..n_kv as usize {
         let key_at = r.pos;
         let key = r.string(&|| format!("kv[{i}].key"))?;
@@ -685,7 +749,7 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
                     &format!("kv[{i}].value (key general.alignment)"),
                     kv_value_at[i] as u64,
                     format!(
-                        "alignment must be a power of two integer, found {} {v}",
+                        "alignment must be an integer power of two up to 2^30, found {} {v}",
                         v.type_name()
                     ),
                 ));
@@ -693,8 +757,8 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
         }
     }
 
-    let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+    let mut tensors = Vec::with_capacity(reserve(n_tensors));
+    let mut tensor_index = HashMap::with_capacity(reserve(n_tensors));
     for i in 0..n_tensors as usize {
         let name_at = r.pos;
         let name = r.string(&|| format!("tensor_infos[{i}].name"))?;
@@ -745,15 +809,24 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
             )
         })?;
         let row = ty.row_bytes(dims[0]).ok_or_else(|| {
-            r.err(
-                format!("tensor_infos[{i}].dims[0] (tensor {name})"),
-                nd_at + 4,
+            let reason = if dims[0].is_multiple_of(ty.block_len() as u64) {
+                format!(
+                    "a row of {} {} elements overflows in bytes",
+                    dims[0],
+                    ty.name()
+                )
+            } else {
                 format!(
                     "row of {} elements is not a whole number of {} blocks ({} elements each)",
                     dims[0],
                     ty.name(),
                     ty.block_len()
-                ),
+                )
+            };
+            r.err(
+                format!("tensor_infos[{i}].dims[0] (tensor {name})"),
+                nd_at + 4,
+                reason,
             )
         })?;
         let n_rows = n_elements / dims[0];
@@ -814,6 +887,21 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
                 ),
             ));
         }
+        // Typed zero-copy views need the element's natural alignment in the mapping (which
+        // starts on a page boundary); only `general.alignment` below 8 can break it.
+        let need = natural_alignment(t.ty);
+        if (data_offset + t.offset) % need != 0 {
+            return Err(r_err(
+                file,
+                &format!("tensor_infos[{i}].offset (tensor {})", t.name),
+                *off_at as u64,
+                format!(
+                    "{} data at file offset {} is not {need}-byte aligned (general.alignment {alignment} is too small for it)",
+                    t.ty,
+                    data_offset + t.offset
+                ),
+            ));
+        }
     }
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by_key(|&i| tensors[i].0.offset);
@@ -846,6 +934,16 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
         alignment,
         data_offset,
     })
+}
+
+/// Alignment a typed view of `ty` data needs: that of its scalar, or of its blocks' f16 scale.
+fn natural_alignment(ty: GgmlType) -> u64 {
+    match ty {
+        GgmlType::I8 => 1,
+        GgmlType::F32 | GgmlType::I32 => 4,
+        GgmlType::I64 | GgmlType::F64 => 8,
+        _ => 2,
+    }
 }
 
 fn r_err(file: &str, field: &str, offset: u64, reason: String) -> Error {
