@@ -51,13 +51,61 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// The error and its causes on one line, outermost first. A cause whose text the line already
+/// holds is left out: many errors print their source inside their own message (`path: os
+/// error`) and also report it as their source, which would otherwise print it twice.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    // One line, whatever the messages hold.
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+    use anyhow::Context;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(pocketperf_runtime::Error::Io {
+            path: "/nonexistent".into(),
+            source: io,
+        });
+        assert_eq!(error_line(&e), "/nonexistent: entity not found");
+        let e = e.context("loading the model");
+        assert_eq!(
+            error_line(&e),
+            "loading the model: /nonexistent: entity not found"
+        );
+    }
+
+    #[test]
+    fn distinct_causes_are_chained_on_one_line() {
+        let r: Result<(), std::io::Error> = Err(std::io::Error::other("disk\nfull"));
+        let e = r.context("writing out.json").unwrap_err();
+        assert_eq!(error_line(&e), "writing out.json: disk full");
     }
 }

@@ -512,13 +512,30 @@ impl Forward {
                 reason: format!("{bad} is outside the vocabulary of {vocab}"),
             });
         }
-        for chunk in tokens.chunks(self.opts.max_batch) {
-            self.forward_chunk(model, chunk)?;
+        // Batches of up to `max_batch`; with `logits_all`, batch b's rows land at row 0 of
+        // the logits buffer and later sub-batches of it after them.
+        let (cap, mb) = (self.kv.shape().capacity, self.opts.max_batch);
+        let mut row = 0;
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            if row == mb {
+                row = 0;
+            }
+            // A sliding ring must not evict, inside one sub-batch, a slot that an earlier token
+            // of that sub-batch still attends to: once it is full, one token at a time.
+            let mut n = rest.len().min(mb - row);
+            if matches!(self.kv.policy(), KvPolicy::Sliding { .. }) {
+                n = n.min((cap - self.kv.used()).max(1));
+            }
+            let (chunk, tail) = rest.split_at(n);
+            let out_row = if self.opts.logits_all { row } else { 0 };
+            self.forward_chunk(model, chunk, out_row)?;
+            row += n;
+            rest = tail;
         }
         let v = model.config.vocab_size;
         Ok(if self.opts.logits_all {
-            let n = ((tokens.len() - 1) % self.opts.max_batch) + 1;
-            &self.ws.logits[(n - 1) * v..n * v]
+            &self.ws.logits[(row - 1) * v..row * v]
         } else {
             &self.ws.logits[..v]
         })
@@ -546,7 +563,8 @@ impl Forward {
         self.counters.weight_bytes_read += t.len as u64;
     }
 
-    fn forward_chunk(&mut self, model: &Model, tokens: &[u32]) -> Result<()> {
+    /// Runs one sub-batch; with `logits_all` its logits go to rows `out_row..` of the buffer.
+    fn forward_chunk(&mut self, model: &Model, tokens: &[u32], out_row: usize) -> Result<()> {
         let c = &model.config;
         let n = tokens.len();
         let (e, qd, kvd, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
@@ -681,7 +699,7 @@ impl Forward {
             &w,
             &self.ws.acts,
             rows,
-            &mut self.ws.logits[..rows * c.vocab_size],
+            &mut self.ws.logits[out_row * c.vocab_size..(out_row + rows) * c.vocab_size],
         );
         self.counters.matmuls += 1;
         self.counters.weight_bytes_read += model.output.len as u64;

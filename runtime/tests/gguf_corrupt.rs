@@ -300,9 +300,16 @@ fn kv<'a>(l: &'a Layout_, key: &str) -> (usize, &'a KvAt) {
 // ---------------------------------------------------------------------------------------------
 // Synthetic files.
 
+/// Also writes the seeds as the fuzzer's starting corpus when `POCKETPERF_FUZZ_CORPUS` names
+/// a directory (an absolute path: tests run in `runtime/`).
 #[test]
 fn the_synthetic_files_are_valid_and_fully_touched() {
+    let corpus = std::env::var_os("POCKETPERF_FUZZ_CORPUS").map(std::path::PathBuf::from);
     for (name, bytes) in seeds() {
+        if let Some(dir) = &corpus {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("{name}.gguf")), &bytes).unwrap();
+        }
         let g = GgufFile::from_bytes(&name, bytes.clone()).unwrap();
         let l = walk(&bytes);
         assert_eq!(l.kvs.len(), g.metadata().len(), "{name}");
@@ -687,7 +694,7 @@ fn bad_general_alignment() {
             .unwrap();
         let b = w.to_bytes();
         let l = walk(&b);
-        if (l.data_offset as u64 + pad) % 4 == 0 {
+        if (l.data_offset as u64 + pad).is_multiple_of(4) {
             let g = GgufFile::from_bytes("aligned", b).unwrap();
             let t = g.tensor("f").unwrap();
             assert_eq!(g.tensor_view::<f32>(t).unwrap(), &[0.0, 0.0]);

@@ -29,10 +29,22 @@ impl EngineArgs {
     pub fn load(&self) -> Result<(Engine, PathBuf)> {
         let path = model_store::resolve_model(self.model.as_deref())?;
         let isa = quant::isa_from_env()?;
-        let engine = Engine::load(&path, self.threads, isa)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let engine = naming_file(Engine::load(&path, self.threads, isa), &path)?;
         Ok((engine, path))
     }
+}
+
+/// A runtime result whose error names `path` (GGUF and I/O errors already do; model,
+/// tokenizer and metadata errors get it in front).
+pub fn naming_file<T>(r: pocketperf_runtime::Result<T>, path: &Path) -> Result<T> {
+    r.map_err(|e| {
+        let shown = path.display().to_string();
+        if e.to_string().contains(&shown) {
+            anyhow::Error::new(e)
+        } else {
+            anyhow::Error::new(e).context(shown)
+        }
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,7 +77,7 @@ pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
             println!("{}", p.display());
         }
         ModelCmd::Info { path, json } => {
-            let g = GgufFile::open(path)?;
+            let g = naming_file(GgufFile::open(path), path)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&info_json(&g))?);
             } else {
@@ -73,9 +85,12 @@ pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
             }
         }
         ModelCmd::Align { to, input, output } => {
-            let g = GgufFile::open(input)?;
-            pocketperf_runtime::gguf::write_aligned(&g, output, *to)?;
-            let out = GgufFile::open(output)?;
+            let g = naming_file(GgufFile::open(input), input)?;
+            naming_file(
+                pocketperf_runtime::gguf::write_aligned(&g, output, *to),
+                output,
+            )?;
+            let out = naming_file(GgufFile::open(output), output)?;
             let misaligned = out
                 .tensors()
                 .iter()
@@ -202,8 +217,8 @@ pub fn read_utf8(path: &Path) -> Result<String> {
 
 pub fn tokenize(a: &TokenizeArgs) -> Result<i32> {
     let path = model_store::resolve_model(a.model.as_deref())?;
-    let g = GgufFile::open(&path)?;
-    let tok = tokenizer::Tokenizer::from_gguf(&g)?;
+    let g = naming_file(GgufFile::open(&path), &path)?;
+    let tok = naming_file(tokenizer::Tokenizer::from_gguf(&g), &path)?;
     let text = match (&a.text, &a.file) {
         (Some(t), _) => t.clone(),
         (None, Some(f)) => read_utf8(f)?,
@@ -232,8 +247,11 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<i32> {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[arg(long, conflicts_with = "prompt_file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a UTF-8 text file.
     #[arg(long)]
-    pub prompt: String,
+    pub prompt_file: Option<PathBuf>,
     /// Wrap the prompt in the model's chat template (as a user turn).
     #[arg(long)]
     pub chat: bool,
@@ -274,10 +292,22 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p {}: must be in (0, 1]", a.top_p);
     }
+    let prompt = match (&a.prompt, &a.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => read_utf8(f)?,
+        (None, None) => bail!("give --prompt or --prompt-file"),
+    };
     let (engine, _) = a.engine.load()?;
-    let ids = prompt_tokens(&engine, &a.prompt, a.chat)?;
+    let model_ctx = engine.model.config().context_length;
+    if a.ctx == 0 || a.ctx > model_ctx {
+        bail!(
+            "--ctx {}: must be 1 to the model's context length {model_ctx}",
+            a.ctx
+        );
+    }
+    let ids = prompt_tokens(&engine, &prompt, a.chat)?;
     if ids.is_empty() {
-        bail!("--prompt is empty");
+        bail!("the prompt is empty");
     }
     if ids.len() + a.max_tokens > a.ctx {
         bail!(

@@ -890,7 +890,7 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
         // Typed zero-copy views need the element's natural alignment in the mapping (which
         // starts on a page boundary); only `general.alignment` below 8 can break it.
         let need = natural_alignment(t.ty);
-        if (data_offset + t.offset) % need != 0 {
+        if !(data_offset + t.offset).is_multiple_of(need) {
             return Err(r_err(
                 file,
                 &format!("tensor_infos[{i}].offset (tensor {})", t.name),

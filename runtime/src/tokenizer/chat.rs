@@ -1,6 +1,15 @@
 //! Chat prompts in ChatML, the format of the SmolLM2 and Qwen2 families
 //! (`<|im_start|>{role}\n{content}<|im_end|>\n` per message), and the default system prompt
 //! that a model's `tokenizer.chat_template` inserts when a conversation has none.
+//!
+//! Default system prompt: we follow the model's own Jinja template, as Hugging Face
+//! `apply_chat_template` and llama.cpp's `--jinja` mode do. SmolLM2's template emits
+//! `<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging
+//! Face<|im_end|>\n` when the first message is not a system message; an explicit system message
+//! replaces it. llama.cpp's built-in (non-Jinja) ChatML formatter omits it, so prompts built
+//! there without `--jinja` differ from ours by exactly that turn. The default is found by
+//! [`default_system_prompt`] only when the template holds it as a literal ChatML system turn
+//! behind a `!= 'system'` test; any other template gives `None` (no system turn is added).
 
 use crate::gguf::GgufFile;
 

@@ -3,8 +3,9 @@
 //! the model's pre-tokenizer, byte-level BPE merges, decoding and streaming decoding.
 //!
 //! Supported kinds: byte-level BPE (`tokenizer.ggml.model = gpt2`, see [`bpe`]). The
-//! SentencePiece kind (`llama`) has its own slot in [`Tokenizer`] and is reported as
-//! unsupported for now. Chat prompts (ChatML) live in [`chat`].
+//! algorithm-specific part is the private `Kind` enum (plain-text encoding and piece bytes);
+//! the SentencePiece kind (`llama`) joins there as a second variant and is reported as
+//! unsupported until then. Chat prompts (ChatML) live in [`chat`].
 
 mod bpe;
 mod chat;
@@ -43,10 +44,55 @@ impl TokenType {
     }
 }
 
-/// The algorithm that turns pre-tokens into ids.
+/// The vocabulary's algorithm: how plain text (between special tokens) becomes ids, and how a
+/// token's piece becomes bytes. Everything else (vocabulary, token types, special-token
+/// partitioning, BOS/EOS/EOG, decoding and streaming) is shared by every kind.
+///
+/// A SentencePiece kind (`tokenizer.ggml.model = llama`: `tokenizer.ggml.scores`, `▁` for
+/// spaces, `<0xXX>` byte-fallback tokens, BOS added by default) joins as a second variant
+/// with its own `encode_plain` and `piece_bytes`; nothing outside this enum changes.
 enum Kind {
     /// Byte-level BPE (`gpt2`).
     Bpe(bpe::BpeModel),
+}
+
+impl Kind {
+    /// Appends the ids of `text`, which contains no special-token text.
+    fn encode_plain(
+        &self,
+        text: &str,
+        ids: &HashMap<String, u32>,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        match self {
+            Kind::Bpe(m) => {
+                for (s, e) in m.pre.split(text)? {
+                    m.encode_word(&text[s..e], ids, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the bytes that the piece of a token of type `ty` stands for.
+    fn piece_bytes(&self, piece: &str, ty: TokenType, inv: &HashMap<char, u8>, out: &mut Vec<u8>) {
+        match self {
+            Kind::Bpe(_) => match ty {
+                // Byte-level pieces: each character stands for one byte (GPT-2's map).
+                TokenType::Normal | TokenType::Byte | TokenType::Undefined | TokenType::Unused => {
+                    let mut buf = [0u8; 4];
+                    for c in piece.chars() {
+                        match inv.get(&c) {
+                            Some(&b) => out.push(b),
+                            None => out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
+                        }
+                    }
+                }
+                // Control and user-defined tokens are their text.
+                _ => out.extend_from_slice(piece.as_bytes()),
+            },
+        }
+    }
 }
 
 /// Texts of control tokens that end a turn in the model families we know.
@@ -211,19 +257,8 @@ impl Tokenizer {
         let mut bytes = Vec::with_capacity(n * 6);
         let mut off = Vec::with_capacity(n + 1);
         off.push(0);
-        for (t, ty) in tokens.iter().zip(&types) {
-            match ty {
-                TokenType::Normal | TokenType::Byte | TokenType::Undefined | TokenType::Unused => {
-                    let mut buf = [0u8; 4];
-                    for c in t.chars() {
-                        match inv.get(&c) {
-                            Some(&b) => bytes.push(b),
-                            None => bytes.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
-                        }
-                    }
-                }
-                _ => bytes.extend_from_slice(t.as_bytes()),
-            }
+        for (t, &ty) in tokens.iter().zip(&types) {
+            kind.piece_bytes(t, ty, &inv, &mut bytes);
             off.push(bytes.len());
         }
 
@@ -256,14 +291,7 @@ impl Tokenizer {
     }
 
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        match &self.kind {
-            Kind::Bpe(m) => {
-                for (s, e) in m.pre.split(text)? {
-                    m.encode_word(&text[s..e], &self.ids, out);
-                }
-            }
-        }
-        Ok(())
+        self.kind.encode_plain(text, &self.ids, out)
     }
 
     /// Splits `text` at occurrences of special tokens, longest token first (llama.cpp's
