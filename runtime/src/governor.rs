@@ -1243,9 +1243,17 @@ fn writable(path: &Path) -> bool {
     fs::OpenOptions::new().write(true).open(path).is_ok()
 }
 
-/// `levels` caps from `max` down to `min`, evenly spaced, each snapped down to an available
-/// frequency when the list is known.
+/// `levels` caps from `max` down to `min`: the available frequencies themselves (highest
+/// first) when there are exactly `levels` of them, else evenly spaced, each snapped down to an
+/// available frequency when the list is known.
 fn cap_steps(min: u64, max: u64, available: Option<&[u64]>, levels: usize) -> Vec<u64> {
+    if let Some(list) = available
+        && list.len() == levels
+    {
+        let mut v = list.to_vec();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        return v;
+    }
     (0..levels)
         .map(|k| {
             let frac = if levels > 1 {
@@ -1269,7 +1277,8 @@ fn cap_steps(min: u64, max: u64, available: Option<&[u64]>, levels: usize) -> Ve
 }
 
 impl SysfsFreqCap {
-    /// Find writable cap files under `root` (`/` on a device; a fixture tree in tests).
+    /// Find writable cap files under the sysfs mount `root` (`/sys` on a device; a fixture or
+    /// simulated tree in tests), as the telemetry probe does.
     /// `enabled` must be true (an explicit user opt-in); errors if nothing writable is found.
     pub fn discover(root: &Path, enabled: bool, levels: usize) -> Result<Self> {
         if !enabled {
@@ -1281,7 +1290,7 @@ impl SysfsFreqCap {
             return Err(Error::Governor("frequency cap needs ≥ 1 level".into()));
         }
         let mut files = Vec::new();
-        let cpufreq = root.join("sys/devices/system/cpu/cpufreq");
+        let cpufreq = root.join("devices/system/cpu/cpufreq");
         if let Ok(rd) = fs::read_dir(&cpufreq) {
             let mut dirs: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -1311,7 +1320,7 @@ impl SysfsFreqCap {
                 });
             }
         }
-        let kgsl = root.join("sys/class/kgsl/kgsl-3d0");
+        let kgsl = root.join("class/kgsl/kgsl-3d0");
         let gpu_cap = kgsl.join("max_gpuclk");
         if writable(&gpu_cap)
             && let (Some(avail), Ok(original)) = (

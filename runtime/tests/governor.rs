@@ -342,7 +342,7 @@ fn thread_count_levels() {
 
 fn sysfs_tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("sys/devices/system/cpu/cpufreq/policy0");
+    let p = dir.path().join("devices/system/cpu/cpufreq/policy0");
     std::fs::create_dir_all(&p).unwrap();
     std::fs::write(p.join("cpuinfo_min_freq"), "300000\n").unwrap();
     std::fs::write(p.join("cpuinfo_max_freq"), "3000000\n").unwrap();
@@ -352,7 +352,7 @@ fn sysfs_tree() -> tempfile::TempDir {
         "300000 1000000 2000000 3000000\n",
     )
     .unwrap();
-    let g = dir.path().join("sys/class/kgsl/kgsl-3d0");
+    let g = dir.path().join("class/kgsl/kgsl-3d0");
     std::fs::create_dir_all(&g).unwrap();
     std::fs::write(g.join("max_gpuclk"), "900000000\n").unwrap();
     std::fs::write(
@@ -369,8 +369,8 @@ fn sysfs_caps_require_opt_in_write_and_restore() {
     assert!(SysfsFreqCap::discover(dir.path(), false, 4).is_err());
     let cpu = dir
         .path()
-        .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq");
-    let gpu = dir.path().join("sys/class/kgsl/kgsl-3d0/max_gpuclk");
+        .join("devices/system/cpu/cpufreq/policy0/scaling_max_freq");
+    let gpu = dir.path().join("class/kgsl/kgsl-3d0/max_gpuclk");
     {
         let mut cap = SysfsFreqCap::discover(dir.path(), true, 4).unwrap();
         assert_eq!(cap.paths().len(), 2);
