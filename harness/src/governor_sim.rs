@@ -218,7 +218,8 @@ pub fn sustainable(p: &HandsetProfile, target_c: f64) -> Sustainable {
         }
         hull.push(q);
     }
-    let die_at = |w: f64| p.ambient_c + w * (p.r_skin_amb_k_per_w + p.r_die_skin_k_per_w);
+    // The die sits one R_ds·P above the skin (its time constant is seconds, the skin's minutes).
+    let die_at = |w: f64| target_c + w * p.r_die_skin_k_per_w;
     let first = hull[0];
     let last = hull[hull.len() - 1];
     if p_star <= first.1 {
