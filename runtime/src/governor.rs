@@ -1,8 +1,10 @@
 //! Thermal governor: keeps a temperature at a target by throttling the inference workload.
 //!
 //! Owns the controllers (`Pid`, the `StepWise` baseline, `Off`), the sensor/actuator traits,
-//! the runtime's unprivileged actuators (`DutyCycle`, `ThreadCount`) and the opt-in
-//! privileged one (`SysfsFreqCap`), and the per-step serializable record.
+//! the sysfs thermal-zone sensor (`ZoneSensor`: one zone or the max over several), the
+//! runtime's unprivileged actuators (`DutyCycle`, `ThreadCount`), the opt-in privileged one
+//! (`SysfsFreqCap`), their composition (`Chain`), the tuning rule that derives PID gains from a
+//! plant model (`PidConfig::tuned`), and the per-step serializable record.
 //!
 //! Spec anchors: the PID follows the shape of Linux's power allocator (IPA,
 //! `drivers/thermal/gov_power_allocator.c`): error = target − T, separate proportional gains
@@ -14,8 +16,11 @@
 //! See `docs/GOVERNOR.md` for the derivation and tuning.
 //!
 //! Level convention (as for Linux cooling devices): level 0 = unthrottled,
-//! `levels − 1` = most throttled. Output convention: the PID output is a normalized
-//! performance/power budget in `[output_min, output_max]`, `output_max` = unthrottled.
+//! `levels − 1` = most throttled. Output convention: the PID output is a performance/power
+//! budget in `[output_min, output_max]`, `output_max` = unthrottled. By default the levels
+//! split that range evenly; with a level table (`Pid::with_level_outputs`) level k delivers
+//! `table[k]` (e.g. the platform power of each OPP, in W, as IPA's power actors report it),
+//! and the output is quantized on that table.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -36,6 +41,30 @@ pub trait ThermalSensor {
 pub trait Actuator {
     fn levels(&self) -> usize;
     fn apply(&mut self, level: usize) -> Result<()>;
+    /// What the actuator holds now (for per-token logs).
+    fn state(&self) -> ActuatorState {
+        ActuatorState::default()
+    }
+}
+
+/// The knobs an actuator holds at the moment (unset = not driven by this actuator).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActuatorState {
+    /// Busy fraction of the decode loop (duty cycle).
+    pub busy: Option<f64>,
+    /// Decode threads.
+    pub threads: Option<usize>,
+    /// Frequency caps written, one per cap file (kHz for cpufreq, Hz for kgsl).
+    pub caps: Vec<u64>,
+}
+
+impl ActuatorState {
+    fn merge(mut self, other: ActuatorState) -> Self {
+        self.busy = self.busy.or(other.busy);
+        self.threads = self.threads.or(other.threads);
+        self.caps.extend(other.caps);
+        self
+    }
 }
 
 /// Readings outside this range are treated as sensor faults (a disconnected NTC reads
@@ -101,6 +130,79 @@ impl PidConfig {
         }
     }
 
+    /// Gains derived from a plant model, in the manner of IPA's `estimate_pid_constants`
+    /// (gains scale with the sustainable power), completed for a skin loop with discrete
+    /// levels. `levels` is the output each level delivers, level 0 first (strictly
+    /// decreasing); `plant` is in the same output units. The rules (derivation in
+    /// `docs/GOVERNOR.md`, "Tuning"):
+    /// - feed-forward = the sustainable output;
+    /// - `k_po = 2·h·g / ripple`: the proportional term alone crosses the level-hysteresis band
+    ///   (2·h level gaps of width g, g = the gap between the two levels that bracket the
+    ///   sustainable output) within the ripple budget; `k_pu = 2·k_po` (IPA's ratio); the
+    ///   switch-on band `ΔT = sustainable / k_po` is IPA's `control_temp − switch_on_temp`;
+    /// - `k_i = k_po / τ_slow` (the PI zero cancels the dominant chassis pole), integral
+    ///   active within ΔT of the target, clamped to ±½ sustainable output;
+    /// - `k_d = k_po · τ_fast` on the measurement low-passed with `τ_fast` (leads the die lag);
+    /// - rate limit: the full output range in one `τ_fast`.
+    pub fn tuned(
+        target_c: f64,
+        plant: &PlantModel,
+        levels: &[f64],
+        goal: &TuningGoal,
+    ) -> Result<Self> {
+        let bad = |what: &str, reason: String| {
+            Err(Error::InvalidArgument {
+                what: format!("tuning.{what}"),
+                reason,
+            })
+        };
+        validate_table(levels)?;
+        if levels.len() < 2 {
+            return bad("levels", "need at least two levels to tune for".into());
+        }
+        let ok = |v: f64| v.is_finite() && v > 0.0;
+        if !(ok(plant.sustainable_output) && ok(plant.tau_slow_s) && ok(plant.tau_fast_s)) {
+            return bad(
+                "plant",
+                format!("sustainable output and time constants must be > 0 (got {plant:?})"),
+            );
+        }
+        if !(ok(goal.ripple_c) && (0.0..0.5).contains(&goal.hysteresis)) {
+            return bad(
+                "goal",
+                format!("ripple must be > 0 °C and hysteresis in [0, 0.5) (got {goal:?})"),
+            );
+        }
+        let ss = plant.sustainable_output;
+        let gap = bracket_gap(levels, ss);
+        // With zero hysteresis fall back to a one-gap band.
+        let band_w = if goal.hysteresis > 0.0 {
+            2.0 * goal.hysteresis * gap
+        } else {
+            gap
+        };
+        let k_po = band_w / goal.ripple_c;
+        let switch_on_c = ss / k_po;
+        let (top, bottom) = (levels[0], levels[levels.len() - 1]);
+        Ok(Self {
+            target_c,
+            k_po,
+            k_pu: 2.0 * k_po,
+            k_i: k_po / plant.tau_slow_s,
+            k_d: k_po * plant.tau_fast_s,
+            integral_cutoff_c: switch_on_c,
+            integral_limit: 0.5 * ss,
+            d_filter_tau_s: plant.tau_fast_s,
+            output_min: bottom,
+            output_max: top,
+            rate_limit_per_s: (top - bottom) / plant.tau_fast_s,
+            sustainable_output: ss.clamp(bottom, top),
+            level_hysteresis: goal.hysteresis,
+            max_dt_s: 30.0,
+            dropout_failsafe_s: 60.0,
+        })
+    }
+
     fn validate(&self) -> Result<()> {
         let bad = |what: &str, reason: &str| {
             Err(Error::InvalidArgument {
@@ -157,6 +259,99 @@ impl PidConfig {
     }
 }
 
+/// What the tuning rule needs to know about the thermal plant (see [`PidConfig::tuned`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PlantModel {
+    /// Output that holds the sensor at the target in steady state (IPA's sustainable power),
+    /// in the controller's output units.
+    pub sustainable_output: f64,
+    /// Slowest time constant of the sensor's response (chassis/skin), s.
+    pub tau_slow_s: f64,
+    /// Fastest time constant (die), s.
+    pub tau_fast_s: f64,
+}
+
+/// What the tuned loop should achieve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TuningGoal {
+    /// Peak-to-peak temperature ripple budgeted for level switching, °C.
+    pub ripple_c: f64,
+    /// Level hysteresis, in levels (see [`level_for_output`]).
+    pub hysteresis: f64,
+}
+
+impl Default for TuningGoal {
+    fn default() -> Self {
+        Self {
+            ripple_c: 0.25,
+            hysteresis: 0.2,
+        }
+    }
+}
+
+fn validate_table(table: &[f64]) -> Result<()> {
+    if table.is_empty() {
+        return Err(Error::Governor("level table is empty".into()));
+    }
+    if table.iter().any(|v| !v.is_finite()) || table.windows(2).any(|w| w[1] >= w[0]) {
+        return Err(Error::InvalidArgument {
+            what: "level table".into(),
+            reason: format!("outputs must be finite and strictly decreasing (got {table:?})"),
+        });
+    }
+    Ok(())
+}
+
+/// Width of the table step that contains `out` (the first or last step outside the table).
+fn bracket_gap(table: &[f64], out: f64) -> f64 {
+    let n = table.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let k = table
+        .windows(2)
+        .position(|w| w[0] >= out && out >= w[1])
+        .unwrap_or(if out > table[0] { 0 } else { n - 2 });
+    table[k] - table[k + 1]
+}
+
+/// Continuous level of `out` on a strictly decreasing table: `k + (table[k] − out) /
+/// (table[k] − table[k+1])` inside step k, clamped to `[0, len − 1]`.
+fn continuous_level(out: f64, table: &[f64]) -> f64 {
+    let n = table.len();
+    if n <= 1 || out >= table[0] {
+        return 0.0;
+    }
+    if out <= table[n - 1] {
+        return (n - 1) as f64;
+    }
+    for (k, w) in table.windows(2).enumerate() {
+        if w[0] >= out && out >= w[1] {
+            return k as f64 + (w[0] - out) / (w[0] - w[1]);
+        }
+    }
+    (n - 1) as f64
+}
+
+/// The hysteresis rule shared by the uniform and the table quantizers.
+fn hysteresis_step(x: f64, current: usize, levels: usize, hysteresis: f64) -> usize {
+    if (x - current as f64).abs() <= 0.5 + hysteresis {
+        return current.min(levels - 1);
+    }
+    // x is in [0, levels − 1], so the cast is exact.
+    x.round() as usize
+}
+
+/// [`level_for_output`] for a level table (level k delivers `table[k]`, strictly decreasing):
+/// the continuous level is interpolated inside the step that holds `out`.
+pub fn level_for_output_table(out: f64, current: usize, table: &[f64], hysteresis: f64) -> usize {
+    let levels = table.len();
+    if levels <= 1 || !out.is_finite() {
+        return current.min(levels.saturating_sub(1));
+    }
+    hysteresis_step(continuous_level(out, table), current, levels, hysteresis)
+}
+
 /// What happened at one controller step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -210,6 +405,8 @@ pub struct GovernorRecord {
 pub struct Pid {
     cfg: PidConfig,
     levels: usize,
+    /// Output each level delivers (uniform over the output range unless given).
+    table: Vec<f64>,
     last_t: Option<f64>,
     filtered: f64,
     integral: f64,
@@ -225,10 +422,42 @@ impl Pid {
         if levels == 0 {
             return Err(Error::Governor("actuator reports 0 levels".into()));
         }
+        let span = cfg.output_max - cfg.output_min;
+        let table = if levels == 1 {
+            vec![cfg.output_max]
+        } else {
+            (0..levels)
+                .map(|k| cfg.output_max - span * k as f64 / (levels - 1) as f64)
+                .collect()
+        };
+        Self::build(cfg, table)
+    }
+
+    /// A controller whose level k delivers `outputs[k]` (strictly decreasing, inside
+    /// `[output_min, output_max]`), starting unthrottled.
+    pub fn with_level_outputs(cfg: PidConfig, outputs: Vec<f64>) -> Result<Self> {
+        cfg.validate()?;
+        validate_table(&outputs)?;
+        let eps = 1e-9 * (cfg.output_max - cfg.output_min);
+        if outputs[0] > cfg.output_max + eps || outputs[outputs.len() - 1] < cfg.output_min - eps {
+            return Err(Error::InvalidArgument {
+                what: "level table".into(),
+                reason: format!(
+                    "outputs {:?} fall outside [{}, {}]",
+                    outputs, cfg.output_min, cfg.output_max
+                ),
+            });
+        }
+        Self::build(cfg, outputs)
+    }
+
+    fn build(cfg: PidConfig, table: Vec<f64>) -> Result<Self> {
+        let levels = table.len();
         let output = cfg.output_max;
         Ok(Self {
             cfg,
             levels,
+            table,
             last_t: None,
             filtered: f64::NAN,
             integral: 0.0,
@@ -259,12 +488,14 @@ impl Pid {
         self.last_t = None;
     }
 
-    fn output_for_level(&self, level: usize) -> f64 {
-        let span = self.cfg.output_max - self.cfg.output_min;
-        if self.levels <= 1 {
-            return self.cfg.output_max;
-        }
-        self.cfg.output_max - span * level as f64 / (self.levels - 1) as f64
+    /// The output level `level` delivers.
+    pub fn output_for_level(&self, level: usize) -> f64 {
+        self.table[level.min(self.levels - 1)]
+    }
+
+    /// The level table (level 0 first).
+    pub fn level_outputs(&self) -> &[f64] {
+        &self.table
     }
 
     fn proportional(&self, e: f64) -> f64 {
@@ -303,14 +534,24 @@ impl Pid {
         }
     }
 
-    /// Bumpless (re)start: the integral absorbs whatever keeps the output where it is.
+    /// Bumpless (re)start: the integral absorbs whatever keeps the output where it is. When
+    /// the output sits at a clamp that the proportional term alone already drives it into
+    /// (cold start: unthrottled and far below target), the clamp keeps the output and the
+    /// integral starts at zero instead of winding up against the clamp.
     fn start(&mut self, t_s: f64, temp: f64, status: StepStatus) -> GovernorRecord {
         self.last_t = Some(t_s);
         self.filtered = temp;
-        let e = self.cfg.target_c - temp;
+        let c = &self.cfg;
+        let e = c.target_c - temp;
         let p = self.proportional(e);
-        let lim = self.cfg.integral_limit;
-        self.integral = (self.output - self.cfg.sustainable_output - p).clamp(-lim, lim);
+        let lim = c.integral_limit;
+        let mut need = self.output - c.sustainable_output - p;
+        let at_max = self.output >= c.output_max && need < 0.0;
+        let at_min = self.output <= c.output_min && need > 0.0;
+        if at_max || at_min {
+            need = 0.0;
+        }
+        self.integral = need.clamp(-lim, lim);
         self.record(t_s, status, Some(temp), 0.0, p, 0.0)
     }
 
@@ -385,15 +626,7 @@ impl Pid {
     }
 
     fn quantize(&self, out: f64) -> usize {
-        let c = &self.cfg;
-        level_for_output(
-            out,
-            self.level,
-            self.levels,
-            c.output_min,
-            c.output_max,
-            c.level_hysteresis,
-        )
+        level_for_output_table(out, self.level, &self.table, self.cfg.level_hysteresis)
     }
 }
 
@@ -413,11 +646,7 @@ pub fn level_for_output(
     }
     let top = (levels - 1) as f64;
     let x = ((output_max - out) / (output_max - output_min) * top).clamp(0.0, top);
-    if (x - current as f64).abs() <= 0.5 + hysteresis {
-        return current.min(levels - 1);
-    }
-    // In [0, levels − 1] after the clamp, so the cast is exact.
-    x.round() as usize
+    hysteresis_step(x, current, levels, hysteresis)
 }
 
 /// `step_wise` baseline parameters.
@@ -534,6 +763,7 @@ enum Controller {
 pub struct Governor {
     ctl: Controller,
     levels: usize,
+    table: Option<Vec<f64>>,
     applied: Option<usize>,
 }
 
@@ -548,8 +778,41 @@ impl Governor {
         Ok(Self {
             ctl,
             levels,
+            table: None,
             applied: None,
         })
+    }
+
+    /// A governor whose level k delivers `outputs[k]` (see [`Pid::with_level_outputs`]);
+    /// step_wise and off only use the number of levels, and report `outputs[level]`.
+    pub fn with_level_outputs(policy: Policy, outputs: Vec<f64>) -> Result<Self> {
+        validate_table(&outputs)?;
+        let levels = outputs.len();
+        let ctl = match policy {
+            Policy::Off => Controller::Off,
+            Policy::Step(c) => Controller::Step(StepWise::new(c, levels)?),
+            Policy::Pid(c) => {
+                Controller::Pid(Box::new(Pid::with_level_outputs(c, outputs.clone())?))
+            }
+        };
+        Ok(Self {
+            ctl,
+            levels,
+            table: Some(outputs),
+            applied: None,
+        })
+    }
+
+    pub fn levels(&self) -> usize {
+        self.levels
+    }
+
+    /// The PID controller, when that is the policy.
+    pub fn pid(&self) -> Option<&Pid> {
+        match &self.ctl {
+            Controller::Pid(p) => Some(p),
+            _ => None,
+        }
     }
 
     pub fn kind(&self) -> PolicyKind {
@@ -592,12 +855,18 @@ impl Governor {
                 i: 0.0,
                 d: 0.0,
                 ff: 0.0,
-                output: 1.0,
+                output: self.table.as_ref().map_or(1.0, |t| t[0]),
                 level: 0,
                 levels: self.levels,
                 applied: false,
             },
-            Controller::Step(s) => s.update(t_s, reading),
+            Controller::Step(s) => {
+                let mut r = s.update(t_s, reading);
+                if let Some(t) = &self.table {
+                    r.output = t[r.level.min(t.len() - 1)];
+                }
+                r
+            }
             Controller::Pid(p) => p.update(t_s, reading),
         };
         if rec.policy != PolicyKind::Off && self.applied != Some(rec.level) {
@@ -701,13 +970,35 @@ impl Actuator for DutyCycle {
             .store(self.busy_at(level).to_bits(), Ordering::Relaxed);
         Ok(())
     }
+    fn state(&self) -> ActuatorState {
+        ActuatorState {
+            busy: Some(self.busy()),
+            ..Default::default()
+        }
+    }
 }
 
+/// Called with the new thread count whenever a [`ThreadCount`] level is applied.
+pub type ThreadSink = Arc<dyn Fn(usize) + Send + Sync>;
+
 /// Thread-count actuator: level k runs `max_threads − k` decode threads (never below 1).
-#[derive(Debug, Clone)]
+/// With a sink ([`ThreadCount::with_sink`], e.g. `Engine::set_active_threads`), applying a
+/// level changes the threads the kernels use at once.
+#[derive(Clone)]
 pub struct ThreadCount {
     max_threads: usize,
     threads: Arc<AtomicUsize>,
+    sink: Option<ThreadSink>,
+}
+
+impl std::fmt::Debug for ThreadCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadCount")
+            .field("max_threads", &self.max_threads)
+            .field("threads", &self.threads())
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
 }
 
 impl ThreadCount {
@@ -721,7 +1012,15 @@ impl ThreadCount {
         Ok(Self {
             max_threads,
             threads: Arc::new(AtomicUsize::new(max_threads)),
+            sink: None,
         })
+    }
+
+    /// Like [`ThreadCount::new`], calling `sink(threads)` on every apply.
+    pub fn with_sink(max_threads: usize, sink: ThreadSink) -> Result<Self> {
+        let mut t = Self::new(max_threads)?;
+        t.sink = Some(sink);
+        Ok(t)
     }
     /// Shared counter the decode loop reads before each token.
     pub fn shared(&self) -> Arc<AtomicUsize> {
@@ -743,9 +1042,156 @@ impl Actuator for ThreadCount {
                 self.max_threads
             )));
         }
-        self.threads
-            .store(self.max_threads - level, Ordering::Relaxed);
+        let n = self.max_threads - level;
+        self.threads.store(n, Ordering::Relaxed);
+        if let Some(sink) = &self.sink {
+            sink(n);
+        }
         Ok(())
+    }
+    fn state(&self) -> ActuatorState {
+        ActuatorState {
+            threads: Some(self.threads()),
+            ..Default::default()
+        }
+    }
+}
+
+/// Actuators used one after another: the first throttles through all its levels, then the
+/// next one starts while the first stays at its most throttled level, and so on. E.g.
+/// frequency caps from the top OPP down to the lowest, then duty cycle at the lowest OPP.
+/// Levels: `1 + Σ (levels_i − 1)`.
+pub struct Chain {
+    parts: Vec<Box<dyn Actuator>>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let levels: Vec<usize> = self.parts.iter().map(|p| p.levels()).collect();
+        f.debug_struct("Chain").field("levels", &levels).finish()
+    }
+}
+
+impl Chain {
+    /// Errors when `parts` is empty or a part has no levels.
+    pub fn new(parts: Vec<Box<dyn Actuator>>) -> Result<Self> {
+        if parts.is_empty() || parts.iter().any(|p| p.levels() == 0) {
+            return Err(Error::Governor(
+                "a chain needs at least one actuator, each with ≥ 1 level".into(),
+            ));
+        }
+        Ok(Self { parts })
+    }
+
+    /// The level of each part at chain level `level`.
+    pub fn split(&self, level: usize) -> Vec<usize> {
+        let mut left = level;
+        self.parts
+            .iter()
+            .map(|p| {
+                let take = left.min(p.levels() - 1);
+                left -= take;
+                take
+            })
+            .collect()
+    }
+}
+
+impl Actuator for Chain {
+    fn levels(&self) -> usize {
+        1 + self.parts.iter().map(|p| p.levels() - 1).sum::<usize>()
+    }
+    fn apply(&mut self, level: usize) -> Result<()> {
+        if level >= self.levels() {
+            return Err(Error::Governor(format!(
+                "chain level {level} ≥ {} levels",
+                self.levels()
+            )));
+        }
+        let split = self.split(level);
+        for (p, l) in self.parts.iter_mut().zip(split) {
+            p.apply(l)?;
+        }
+        Ok(())
+    }
+    fn state(&self) -> ActuatorState {
+        self.parts
+            .iter()
+            .fold(ActuatorState::default(), |acc, p| acc.merge(p.state()))
+    }
+}
+
+/// One thermal zone a [`ZoneSensor`] reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ZoneSpec {
+    /// The zone's `type`.
+    pub name: String,
+    /// Its `temp` file.
+    pub path: PathBuf,
+    /// °C per raw unit: 0.001 for the ABI's millidegrees, 1 for drivers that report degrees.
+    pub scale: f64,
+}
+
+/// A sysfs thermal sensor: one zone, or the maximum over several (e.g. every SoC zone, or
+/// every skin zone). Zones that fail to read or read implausibly are left out of the
+/// maximum and listed by [`ZoneSensor::failed`]; when none reads, the sensor reports a
+/// dropout (`None`) and the governor holds its output.
+#[derive(Debug, Clone)]
+pub struct ZoneSensor {
+    zones: Vec<ZoneSpec>,
+    failed: Vec<String>,
+}
+
+impl ZoneSensor {
+    /// Errors when `zones` is empty or a scale is not a positive number.
+    pub fn new(zones: Vec<ZoneSpec>) -> Result<Self> {
+        if zones.is_empty() {
+            return Err(Error::Governor(
+                "no thermal zone selected for the governor's sensor".into(),
+            ));
+        }
+        if let Some(z) = zones
+            .iter()
+            .find(|z| !(z.scale.is_finite() && z.scale > 0.0))
+        {
+            return Err(Error::InvalidArgument {
+                what: format!("zone {} scale", z.name),
+                reason: format!("must be a positive number (got {})", z.scale),
+            });
+        }
+        Ok(Self {
+            zones,
+            failed: Vec::new(),
+        })
+    }
+
+    pub fn zones(&self) -> &[ZoneSpec] {
+        &self.zones
+    }
+
+    /// Zones that did not give a plausible reading at the last read.
+    pub fn failed(&self) -> &[String] {
+        &self.failed
+    }
+
+    fn read_zone(z: &ZoneSpec) -> Option<f64> {
+        let text = fs::read_to_string(&z.path).ok()?;
+        let raw: i64 = text.trim().parse().ok()?;
+        plausible(Some(raw as f64 * z.scale))
+    }
+}
+
+impl ThermalSensor for ZoneSensor {
+    fn read(&mut self) -> Option<f64> {
+        self.failed.clear();
+        let mut best: Option<f64> = None;
+        for z in &self.zones {
+            match Self::read_zone(z) {
+                Some(t) => best = Some(best.map_or(t, |b: f64| b.max(t))),
+                None => self.failed.push(z.name.clone()),
+            }
+        }
+        best
     }
 }
 
@@ -766,6 +1212,7 @@ pub struct SysfsFreqCap {
     files: Vec<CapFile>,
     levels: usize,
     dirty: bool,
+    current: Option<usize>,
 }
 
 fn read_trim(path: &Path) -> Result<String> {
@@ -796,9 +1243,17 @@ fn writable(path: &Path) -> bool {
     fs::OpenOptions::new().write(true).open(path).is_ok()
 }
 
-/// `levels` caps from `max` down to `min`, evenly spaced, each snapped down to an available
-/// frequency when the list is known.
+/// `levels` caps from `max` down to `min`: the available frequencies themselves (highest
+/// first) when there are exactly `levels` of them, else evenly spaced, each snapped down to an
+/// available frequency when the list is known.
 fn cap_steps(min: u64, max: u64, available: Option<&[u64]>, levels: usize) -> Vec<u64> {
+    if let Some(list) = available
+        && list.len() == levels
+    {
+        let mut v = list.to_vec();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        return v;
+    }
     (0..levels)
         .map(|k| {
             let frac = if levels > 1 {
@@ -822,7 +1277,8 @@ fn cap_steps(min: u64, max: u64, available: Option<&[u64]>, levels: usize) -> Ve
 }
 
 impl SysfsFreqCap {
-    /// Find writable cap files under `root` (`/` on a device; a fixture tree in tests).
+    /// Find writable cap files under the sysfs mount `root` (`/sys` on a device; a fixture or
+    /// simulated tree in tests), as the telemetry probe does.
     /// `enabled` must be true (an explicit user opt-in); errors if nothing writable is found.
     pub fn discover(root: &Path, enabled: bool, levels: usize) -> Result<Self> {
         if !enabled {
@@ -834,7 +1290,7 @@ impl SysfsFreqCap {
             return Err(Error::Governor("frequency cap needs ≥ 1 level".into()));
         }
         let mut files = Vec::new();
-        let cpufreq = root.join("sys/devices/system/cpu/cpufreq");
+        let cpufreq = root.join("devices/system/cpu/cpufreq");
         if let Ok(rd) = fs::read_dir(&cpufreq) {
             let mut dirs: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -864,7 +1320,7 @@ impl SysfsFreqCap {
                 });
             }
         }
-        let kgsl = root.join("sys/class/kgsl/kgsl-3d0");
+        let kgsl = root.join("class/kgsl/kgsl-3d0");
         let gpu_cap = kgsl.join("max_gpuclk");
         if writable(&gpu_cap)
             && let (Some(avail), Ok(original)) = (
@@ -890,7 +1346,17 @@ impl SysfsFreqCap {
             files,
             levels,
             dirty: false,
+            current: None,
         })
+    }
+
+    /// (file, value found at discovery) for every cap file: what a signal handler must write
+    /// back if the process is interrupted.
+    pub fn restore_plan(&self) -> Vec<(PathBuf, String)> {
+        self.files
+            .iter()
+            .map(|f| (f.path.clone(), f.original.clone()))
+            .collect()
     }
 
     /// Paths this actuator writes.
@@ -924,6 +1390,7 @@ impl SysfsFreqCap {
             Some(e) => Err(e),
             None => {
                 self.dirty = false;
+                self.current = None;
                 Ok(())
             }
         }
@@ -948,7 +1415,14 @@ impl Actuator for SysfsFreqCap {
                 source,
             })?;
         }
+        self.current = Some(level);
         Ok(())
+    }
+    fn state(&self) -> ActuatorState {
+        ActuatorState {
+            caps: self.current.map(|l| self.caps_at(l)).unwrap_or_default(),
+            ..Default::default()
+        }
     }
 }
 

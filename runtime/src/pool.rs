@@ -8,10 +8,16 @@
 //! a mutex and condvar guarded by a parked-worker count, so a busy pool makes no syscalls.
 //! A panic in any worker is caught, the run completes, and the caller then panics with a
 //! message naming the worker: no deadlock, no use of a dead job.
+//!
+//! Active threads: [`ThreadPool::set_active_threads`] lowers how many threads take part in
+//! later runs (the thermal governor's thread-count actuator). The count of a run travels in
+//! the low bits of its generation word, so a worker learns it with the generation in one
+//! atomic load; workers above the active count take no part and sleep on the condvar (no
+//! spinning) until the count is raised again.
 
 use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 
@@ -20,10 +26,21 @@ const SPIN_ITERS: u32 = 1 << 14;
 
 type Job = dyn Fn(usize, usize) + Sync;
 
+/// Low bits of the generation word: the number of threads taking part in that run.
+const PART_BITS: u32 = 16;
+const PART_MASK: u64 = (1 << PART_BITS) - 1;
+
+/// The generation word after `word` for a run of `parts` threads.
+fn next_generation(word: u64, parts: usize) -> u64 {
+    (((word >> PART_BITS) + 1) << PART_BITS) | (parts as u64 & PART_MASK)
+}
+
 struct Shared {
     n_threads: usize,
-    /// Bumped once per `run` (and once at shutdown).
-    generation: AtomicUsize,
+    /// Bumped once per `run` (and once at shutdown); low `PART_BITS` bits: participants.
+    generation: AtomicU64,
+    /// Threads that take part in the next run (1..=n_threads).
+    active: AtomicUsize,
     /// Workers (excluding the caller) that have not finished the current generation.
     pending: AtomicUsize,
     /// Index of the first worker that panicked in this generation, plus one (0 = none).
@@ -64,10 +81,11 @@ impl ThreadPool {
     /// Starts `n_threads - 1` workers (`0` is treated as 1). If the OS refuses a thread, the
     /// pool runs with the workers it got.
     pub fn new(n_threads: usize) -> Self {
-        let requested = n_threads.max(1);
+        let requested = n_threads.clamp(1, PART_MASK as usize);
         let shared = Arc::new(Shared {
             n_threads: requested,
-            generation: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            active: AtomicUsize::new(requested),
             pending: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
@@ -110,13 +128,34 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
+    /// Threads that take part in the next `run`, the caller included.
+    pub fn active_threads(&self) -> usize {
+        self.shared.active.load(Ordering::Relaxed)
+    }
+
+    /// Lets only `n` threads (clamped to `1..=n_threads`) take part in later runs; the others
+    /// sleep until the count is raised. Returns the count in effect. Jobs see the smaller
+    /// count as their `n_workers`, so work splits over the active threads only.
+    pub fn set_active_threads(&self, n: usize) -> usize {
+        let s = &*self.shared;
+        let n = n.clamp(1, s.n_threads);
+        s.active.store(n, Ordering::SeqCst);
+        let _g = s.lock.lock().unwrap_or_else(|p| p.into_inner());
+        s.wake.notify_all();
+        n
+    }
+
     /// Runs `f(worker_idx, n_workers)` once on each worker, the caller as worker 0, and returns
     /// when all have finished. A nested or concurrent call runs `f(0, 1)` inline instead.
     ///
     /// # Panics
     /// If `f` panicked on any worker (after every worker has finished).
     pub fn run<F: Fn(usize, usize) + Sync>(&self, f: F) {
-        let n = self.shared.n_threads;
+        let n = self
+            .shared
+            .active
+            .load(Ordering::Relaxed)
+            .clamp(1, self.shared.n_threads);
         if n == 1 {
             f(0, 1);
             return;
@@ -141,7 +180,10 @@ impl ThreadPool {
         unsafe { *s.job.get() = Some(job) };
         s.panicked.store(0, Ordering::Relaxed);
         s.pending.store(n - 1, Ordering::Relaxed);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        // Only the thread holding `run_lock` (or `drop`) writes the generation word.
+        let word = s.generation.load(Ordering::Relaxed);
+        s.generation
+            .store(next_generation(word, n), Ordering::SeqCst);
         if s.parked.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|p| p.into_inner());
             s.wake.notify_all();
@@ -167,7 +209,7 @@ impl ThreadPool {
 }
 
 fn worker_loop(s: &Shared, idx: usize) {
-    let mut seen = 0usize;
+    let mut seen = 0u64;
     loop {
         // Wait for a new generation: spin, then park.
         let mut spins = 0u32;
@@ -194,19 +236,33 @@ fn worker_loop(s: &Shared, idx: usize) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: the Acquire load of the new generation orders this read after the caller's
-        // write; the caller keeps the job alive until `pending` reaches zero.
-        let job = unsafe { *s.job.get() };
-        if let Some(job) = job {
-            // SAFETY: see above: the closure outlives this call.
-            let f: &Job = unsafe { &*job };
-            if catch_unwind(AssertUnwindSafe(|| f(idx, s.n_threads))).is_err() {
-                let _ =
-                    s.panicked
-                        .compare_exchange(0, idx + 1, Ordering::AcqRel, Ordering::Relaxed);
+        let parts = (g & PART_MASK) as usize;
+        if idx < parts {
+            // SAFETY: the Acquire load of the new generation orders this read after the
+            // caller's write; this worker is counted in `pending`, so the caller keeps the job
+            // alive (and unchanged) until it decrements.
+            let job = unsafe { *s.job.get() };
+            if let Some(job) = job {
+                // SAFETY: see above: the closure outlives this call.
+                let f: &Job = unsafe { &*job };
+                if catch_unwind(AssertUnwindSafe(|| f(idx, parts))).is_err() {
+                    let _ = s.panicked.compare_exchange(
+                        0,
+                        idx + 1,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            s.pending.fetch_sub(1, Ordering::Release);
+        }
+        if idx >= s.active.load(Ordering::SeqCst) {
+            // Not needed for now: sleep without spinning until the count is raised.
+            let mut guard = s.lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !s.shutdown.load(Ordering::SeqCst) && idx >= s.active.load(Ordering::SeqCst) {
+                guard = s.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
             }
         }
-        s.pending.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -214,7 +270,9 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.shutdown.store(true, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        let word = s.generation.load(Ordering::Relaxed);
+        s.generation
+            .store(next_generation(word, 0), Ordering::SeqCst);
         {
             let _g = s.lock.lock().unwrap_or_else(|p| p.into_inner());
             s.wake.notify_all();

@@ -58,6 +58,17 @@ impl Engine {
         self.pool.n_threads()
     }
 
+    /// Threads the kernels use now (≤ [`Engine::threads`]).
+    pub fn active_threads(&self) -> usize {
+        self.pool.active_threads()
+    }
+
+    /// Lets the kernels use only `n` of the pool's threads (clamped to `1..=threads`), e.g.
+    /// for the thermal governor's thread-count actuator; returns the count in effect.
+    pub fn set_active_threads(&self, n: usize) -> usize {
+        self.pool.set_active_threads(n)
+    }
+
     pub fn session(&self, opts: SessionOptions) -> Result<Session<'_>> {
         Ok(Session {
             engine: self,

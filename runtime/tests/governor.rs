@@ -2,10 +2,15 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use pocketperf_runtime::governor::{
-    Actuator, DutyCycle, Governor, GovernorRecord, Pid, PidConfig, Policy, StepStatus, StepWise,
-    StepWiseConfig, SysfsFreqCap, ThermalSensor, ThreadCount, level_for_output,
+    Actuator, Chain, DutyCycle, Governor, GovernorRecord, Pid, PidConfig, PlantModel, Policy,
+    StepStatus, StepWise, StepWiseConfig, SysfsFreqCap, ThermalSensor, ThreadCount, TuningGoal,
+    ZoneSensor, ZoneSpec, level_for_output, level_for_output_table,
 };
+use pocketperf_runtime::pool::ThreadPool;
 
 /// A plain configuration whose numbers are easy to follow by hand.
 fn cfg() -> PidConfig {
@@ -337,7 +342,7 @@ fn thread_count_levels() {
 
 fn sysfs_tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("sys/devices/system/cpu/cpufreq/policy0");
+    let p = dir.path().join("devices/system/cpu/cpufreq/policy0");
     std::fs::create_dir_all(&p).unwrap();
     std::fs::write(p.join("cpuinfo_min_freq"), "300000\n").unwrap();
     std::fs::write(p.join("cpuinfo_max_freq"), "3000000\n").unwrap();
@@ -347,7 +352,7 @@ fn sysfs_tree() -> tempfile::TempDir {
         "300000 1000000 2000000 3000000\n",
     )
     .unwrap();
-    let g = dir.path().join("sys/class/kgsl/kgsl-3d0");
+    let g = dir.path().join("class/kgsl/kgsl-3d0");
     std::fs::create_dir_all(&g).unwrap();
     std::fs::write(g.join("max_gpuclk"), "900000000\n").unwrap();
     std::fs::write(
@@ -364,8 +369,8 @@ fn sysfs_caps_require_opt_in_write_and_restore() {
     assert!(SysfsFreqCap::discover(dir.path(), false, 4).is_err());
     let cpu = dir
         .path()
-        .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq");
-    let gpu = dir.path().join("sys/class/kgsl/kgsl-3d0/max_gpuclk");
+        .join("devices/system/cpu/cpufreq/policy0/scaling_max_freq");
+    let gpu = dir.path().join("class/kgsl/kgsl-3d0/max_gpuclk");
     {
         let mut cap = SysfsFreqCap::discover(dir.path(), true, 4).unwrap();
         assert_eq!(cap.paths().len(), 2);
@@ -401,4 +406,282 @@ fn invalid_configs_are_rejected() {
     c.k_i = f64::NAN;
     assert!(Pid::new(c, 5).is_err());
     assert!(Pid::new(cfg(), 0).is_err());
+}
+
+/// Level k of this table delivers TABLE[k] (e.g. watts per OPP); deliberately uneven.
+const TABLE: [f64; 5] = [8.0, 6.0, 5.0, 3.0, 1.0];
+
+#[test]
+fn table_quantizer_interpolates_inside_the_step() {
+    // From level 2 (5.0) with hysteresis 0.2 the level moves only once the continuous level
+    // is more than 0.7 away. 4.0 lies half way down the 5 → 3 step: x = 2.5, hold.
+    assert_eq!(level_for_output_table(4.0, 2, &TABLE, 0.2), 2);
+    // 3.5: x = 2 + 1.5/2 = 2.75 → level 3.
+    assert_eq!(level_for_output_table(3.5, 2, &TABLE, 0.2), 3);
+    // 5.3 lies in the 6 → 5 step (width 1): x = 1.7, hold.
+    assert_eq!(level_for_output_table(5.3, 2, &TABLE, 0.2), 2);
+    // 6.5 in the 8 → 6 step (width 2): x = 0.75 → level 1.
+    assert_eq!(level_for_output_table(6.5, 2, &TABLE, 0.2), 1);
+    assert_eq!(level_for_output_table(100.0, 2, &TABLE, 0.2), 0);
+    assert_eq!(level_for_output_table(-5.0, 2, &TABLE, 0.2), 4);
+    assert_eq!(level_for_output_table(f64::NAN, 2, &TABLE, 0.2), 2);
+    // A uniform table agrees with the uniform quantizer.
+    let uniform: Vec<f64> = (0..11).map(|k| 1.0 - k as f64 / 10.0).collect();
+    for i in 0..=200 {
+        let out = -0.5 + 2.0 * i as f64 / 200.0 + 0.0013; // off the .5 ties
+        for cur in [0, 3, 10] {
+            assert_eq!(
+                level_for_output_table(out, cur, &uniform, 0.2),
+                level_for_output(out, cur, 11, 0.0, 1.0, 0.2),
+                "out {out} from {cur}"
+            );
+        }
+    }
+}
+
+fn plant() -> PlantModel {
+    PlantModel {
+        sustainable_output: 4.0,
+        tau_slow_s: 800.0,
+        tau_fast_s: 20.0,
+    }
+}
+
+#[test]
+fn tuning_rule_by_hand() {
+    let c = PidConfig::tuned(42.0, &plant(), &TABLE, &TuningGoal::default()).unwrap();
+    // 4.0 lies in the 5 → 3 step: g = 2; band = 2·0.2·2 = 0.8 W; k_po = 0.8 / 0.25 = 3.2.
+    assert!(close(c.k_po, 3.2), "{}", c.k_po);
+    assert!(close(c.k_pu, 6.4));
+    assert!(close(c.k_i, 3.2 / 800.0));
+    assert!(close(c.k_d, 64.0));
+    assert!(close(c.d_filter_tau_s, 20.0));
+    // Switch-on band (IPA's control − switch_on temperature): 4.0 / 3.2 = 1.25 °C.
+    assert!(close(c.integral_cutoff_c, 1.25));
+    assert!(close(c.integral_limit, 2.0));
+    assert!(close(c.rate_limit_per_s, 7.0 / 20.0));
+    assert!(close(c.sustainable_output, 4.0));
+    assert_eq!((c.output_max, c.output_min), (8.0, 1.0));
+    // Nonsense plants and goals are refused.
+    let mut bad = plant();
+    bad.tau_slow_s = 0.0;
+    assert!(PidConfig::tuned(42.0, &bad, &TABLE, &TuningGoal::default()).is_err());
+    assert!(PidConfig::tuned(42.0, &plant(), &[1.0, 2.0], &TuningGoal::default()).is_err());
+    let goal = TuningGoal {
+        ripple_c: 0.25,
+        hysteresis: 0.6,
+    };
+    assert!(PidConfig::tuned(42.0, &plant(), &TABLE, &goal).is_err());
+}
+
+#[test]
+fn cold_start_does_not_wind_the_integral_against_the_clamp() {
+    let c = PidConfig::tuned(42.0, &plant(), &TABLE, &TuningGoal::default()).unwrap();
+    let mut pid = Pid::with_level_outputs(c, TABLE.to_vec()).unwrap();
+    // 17 °C below target, unthrottled: P alone (6.4·17) saturates the output at 8 W, so the
+    // start keeps the output with a zero integral (not −2 W of wind-up).
+    let r = pid.update(0.0, Some(25.0));
+    assert_eq!(r.status, StepStatus::Started);
+    assert_eq!((r.i, r.output, r.level), (0.0, 8.0, 0));
+    // Near the target, once the derivative of the 25 → 41.9 step has died out (filter
+    // τ = 20 s), the output is ff + P + I = 4 + 6.4·0.1 + I, with I grown by k_i·e per second
+    // (at most 0.004·0.1·400 = 0.16 W) and the cold start having left nothing behind.
+    let mut t = 0.0;
+    let mut last = r;
+    for _ in 0..400 {
+        t += 1.0;
+        last = pid.update(t, Some(41.9));
+    }
+    assert!(last.d.abs() < 1e-6, "derivative {}", last.d);
+    assert!(
+        (last.output - (4.64 + last.i + last.d)).abs() < 1e-9,
+        "{last:?}"
+    );
+    assert!(
+        last.i > 0.0 && last.i <= 0.16 + 1e-12,
+        "integral {}",
+        last.i
+    );
+    // ≈ 4.7–4.8 W: continuous level 2.2–2.3 on the table, so level 2.
+    assert_eq!(last.level, 2);
+}
+
+#[test]
+fn level_table_must_be_decreasing_and_inside_the_range() {
+    let c = PidConfig::tuned(42.0, &plant(), &TABLE, &TuningGoal::default()).unwrap();
+    assert!(Pid::with_level_outputs(c.clone(), vec![8.0, 8.0, 1.0]).is_err());
+    assert!(Pid::with_level_outputs(c.clone(), vec![9.0, 4.0, 1.0]).is_err());
+    assert!(Pid::with_level_outputs(c.clone(), vec![8.0, f64::NAN, 1.0]).is_err());
+    assert!(Governor::with_level_outputs(Policy::Pid(c), vec![]).is_err());
+}
+
+#[test]
+fn step_reports_the_table_output_of_its_level() {
+    let sw = StepWiseConfig {
+        trip_c: 40.0,
+        hyst_c: 1.0,
+    };
+    let mut gov = Governor::with_level_outputs(Policy::Step(sw), TABLE.to_vec()).unwrap();
+    let mut act = Recorder5::default();
+    let mut sensor = Script(vec![Some(41.0), Some(41.0)]);
+    let a = gov.tick(0.0, &mut sensor, &mut act).unwrap();
+    let b = gov.tick(1.0, &mut sensor, &mut act).unwrap();
+    assert_eq!((a.level, a.output), (1, 6.0));
+    assert_eq!((b.level, b.output), (2, 5.0));
+}
+
+#[derive(Default)]
+struct Recorder5 {
+    applied: Vec<usize>,
+}
+impl Actuator for Recorder5 {
+    fn levels(&self) -> usize {
+        5
+    }
+    fn apply(&mut self, level: usize) -> pocketperf_runtime::Result<()> {
+        self.applied.push(level);
+        Ok(())
+    }
+}
+
+#[test]
+fn chain_throttles_the_first_actuator_then_the_next() {
+    let duty = DutyCycle::new(3, 0.5).unwrap(); // busy 1, 0.75, 0.5
+    let threads = ThreadCount::new(4).unwrap(); // 4, 3, 2, 1 threads
+    let h = duty.handle();
+    let shared = threads.shared();
+    let mut chain = Chain::new(vec![Box::new(duty), Box::new(threads)]).unwrap();
+    assert_eq!(chain.levels(), 1 + 2 + 3);
+    assert_eq!(chain.split(0), vec![0, 0]);
+    assert_eq!(chain.split(2), vec![2, 0]);
+    assert_eq!(chain.split(4), vec![2, 2]);
+    assert_eq!(chain.split(5), vec![2, 3]);
+    chain.apply(1).unwrap();
+    assert_eq!((h.busy(), shared.load(Ordering::Relaxed)), (0.75, 4));
+    chain.apply(4).unwrap();
+    assert_eq!((h.busy(), shared.load(Ordering::Relaxed)), (0.5, 2));
+    let st = chain.state();
+    assert_eq!((st.busy, st.threads), (Some(0.5), Some(2)));
+    chain.apply(0).unwrap();
+    assert_eq!((h.busy(), shared.load(Ordering::Relaxed)), (1.0, 4));
+    assert!(chain.apply(6).is_err());
+    assert!(Chain::new(vec![]).is_err());
+}
+
+#[test]
+fn thread_count_sink_sees_every_apply() {
+    let got = Arc::new(AtomicUsize::new(0));
+    let g = Arc::clone(&got);
+    let mut t = ThreadCount::with_sink(4, Arc::new(move |n| g.store(n, Ordering::SeqCst))).unwrap();
+    t.apply(1).unwrap();
+    assert_eq!(got.load(Ordering::SeqCst), 3);
+    t.apply(3).unwrap();
+    assert_eq!(got.load(Ordering::SeqCst), 1);
+    assert_eq!(t.state().threads, Some(1));
+}
+
+#[test]
+fn zone_sensor_takes_the_max_of_what_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let zone = |name: &str, text: &str, scale: f64| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        ZoneSpec {
+            name: name.into(),
+            path: p,
+            scale,
+        }
+    };
+    let zones = vec![
+        zone("cpu-0", "41500\n", 0.001),
+        zone("cpu-1", "garbage\n", 0.001),
+        zone("cpu-2", "43200\n", 0.001),
+        zone("board", "39\n", 1.0),
+        zone("dead", "-273000\n", 0.001),
+    ];
+    let mut s = ZoneSensor::new(zones.clone()).unwrap();
+    assert_eq!(s.read(), Some(43.2));
+    assert_eq!(s.failed(), ["cpu-1".to_string(), "dead".to_string()]);
+    std::fs::remove_file(&zones[2].path).unwrap();
+    assert_eq!(s.read(), Some(41.5));
+    assert!(s.failed().contains(&"cpu-2".to_string()));
+    // Nothing readable: a dropout the governor holds through, and says so.
+    for z in &zones {
+        let _ = std::fs::remove_file(&z.path);
+    }
+    assert_eq!(s.read(), None);
+    assert_eq!(s.failed().len(), 5);
+    let mut gov = Governor::new(Policy::Pid(cfg()), 11).unwrap();
+    let mut act = Recorder::default();
+    std::fs::write(&zones[0].path, "41000").unwrap();
+    let a = gov.tick(0.0, &mut s, &mut act).unwrap();
+    std::fs::remove_file(&zones[0].path).unwrap();
+    let b = gov.tick(1.0, &mut s, &mut act).unwrap();
+    assert_eq!(b.status, StepStatus::SensorDropout);
+    assert_eq!((b.output, b.level), (a.output, a.level));
+    assert!(ZoneSensor::new(vec![]).is_err());
+    let mut z = zones[0].clone();
+    z.scale = 0.0;
+    assert!(ZoneSensor::new(vec![z]).is_err());
+}
+
+#[test]
+fn sysfs_caps_report_state_and_restore_plan() {
+    let dir = sysfs_tree();
+    let mut cap = SysfsFreqCap::discover(dir.path(), true, 4).unwrap();
+    let plan = cap.restore_plan();
+    assert_eq!(plan.len(), 2);
+    assert_eq!(plan[0].1, "3000000");
+    assert_eq!(plan[1].1, "900000000");
+    assert!(cap.state().caps.is_empty());
+    cap.apply(2).unwrap();
+    assert_eq!(cap.state().caps, vec![1_000_000, 300_000_000]);
+    cap.restore().unwrap();
+    assert!(cap.state().caps.is_empty());
+}
+
+#[test]
+fn pool_runs_on_the_active_threads_only() {
+    let pool = ThreadPool::new(4);
+    let calls = |pool: &ThreadPool| {
+        let seen = Mutex::new(Vec::new());
+        pool.run(|w, nw| seen.lock().unwrap().push((w, nw)));
+        let mut v = seen.into_inner().unwrap();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(calls(&pool), vec![(0, 4), (1, 4), (2, 4), (3, 4)]);
+    assert_eq!(pool.set_active_threads(2), 2);
+    assert_eq!(pool.active_threads(), 2);
+    assert_eq!(calls(&pool), vec![(0, 2), (1, 2)]);
+    assert_eq!(pool.set_active_threads(0), 1);
+    assert_eq!(calls(&pool), vec![(0, 1)]);
+    assert_eq!(pool.set_active_threads(99), 4);
+    assert_eq!(calls(&pool), vec![(0, 4), (1, 4), (2, 4), (3, 4)]);
+}
+
+#[test]
+fn pool_survives_the_count_changing_under_it() {
+    let pool = Arc::new(ThreadPool::new(4));
+    let p2 = Arc::clone(&pool);
+    let toggler = std::thread::spawn(move || {
+        for i in 0..3000 {
+            p2.set_active_threads(1 + i % 4);
+            std::thread::yield_now();
+        }
+    });
+    for _ in 0..3000 {
+        let calls = AtomicUsize::new(0);
+        let nws = Mutex::new(Vec::new());
+        pool.run(|w, nw| {
+            assert!(w < nw);
+            calls.fetch_add(1, Ordering::SeqCst);
+            nws.lock().unwrap().push(nw);
+        });
+        let nws = nws.into_inner().unwrap();
+        // Every participant of one run sees the same count, and exactly that many ran.
+        assert!(nws.iter().all(|&n| n == nws[0]));
+        assert_eq!(calls.load(Ordering::SeqCst), nws[0]);
+    }
+    toggler.join().unwrap();
 }

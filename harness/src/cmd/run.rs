@@ -2,6 +2,7 @@
 //! engine (SingleStream, Offline, Server) over the performance prompt set, writing the result
 //! directory: `result.json`, MLPerf logs and `tokens.csv`.
 
+use crate::cmd::governor::{GovernorArgs, GovernorHook};
 use crate::cmd::runtime::{EngineArgs, prompt_tokens};
 use crate::meta;
 use anyhow::{Context, Result, bail};
@@ -54,6 +55,8 @@ pub struct RunArgs {
     /// Device the run is attributed to (`local` here).
     #[arg(long, default_value = "local")]
     pub device: String,
+    #[command(flatten)]
+    pub governor: GovernorArgs,
 }
 
 /// Settings of a preset for a scenario (before any `--config`).
@@ -143,6 +146,8 @@ pub struct InProcessSut<'e, 'q> {
     pub session: Session<'e>,
     pub library: &'q PromptLibrary<'e>,
     pub errors: Vec<String>,
+    /// Thermal governor called after every token (`--governor`).
+    pub governor: Option<GovernorHook>,
 }
 
 impl SystemUnderTest for InProcessSut<'_, '_> {
@@ -166,11 +171,19 @@ impl SystemUnderTest for InProcessSut<'_, '_> {
                 stop_at_eog: false,
                 sampling: SamplingParams::default(),
             };
+            let engine = self.session.engine();
+            let gov = &mut self.governor;
+            if let Some(g) = gov.as_mut() {
+                g.begin();
+            }
             let res = self.session.generate(prompt, &opts, |k, _| {
                 if k == 0 {
                     responder.first_token(q.id);
                 } else {
                     responder.token(q.id);
+                }
+                if let Some(g) = gov.as_mut() {
+                    g.on_token(q.id, k, engine);
                 }
             });
             match res {
@@ -285,6 +298,18 @@ fn empty_stats() -> LatencyStats {
 
 /// Writes `tokens.csv`: one row per generated token, times relative to the run start.
 pub fn write_tokens_csv(dir: &Path, r: &TestResult, header: &[(String, String)]) -> Result<()> {
+    write_tokens_csv_with(dir, r, header, None)
+}
+
+/// [`write_tokens_csv`] with the governor state of each token appended (`gov_*` columns).
+pub fn write_tokens_csv_with(
+    dir: &Path,
+    r: &TestResult,
+    header: &[(String, String)],
+    governor: Option<&GovernorHook>,
+) -> Result<()> {
+    let index = governor.map(|g| g.token_index()).unwrap_or_default();
+    let cells = |q: u64, k: usize| governor.map_or(String::new(), |g| g.csv_cells(&index, q, k));
     let path = dir.join("tokens.csv");
     let mut f = std::io::BufWriter::new(
         std::fs::File::create(&path)
@@ -293,14 +318,26 @@ pub fn write_tokens_csv(dir: &Path, r: &TestResult, header: &[(String, String)])
     for (k, v) in header {
         writeln!(f, "# {k}={v}")?;
     }
-    writeln!(f, "query,token,t_ms")?;
+    writeln!(
+        f,
+        "query,token,t_ms{}",
+        governor.map_or("", |g| g.csv_header())
+    )?;
     let start = r.performance.as_ref().map_or(0, |p| p.start_ns);
     for q in r.query_records() {
         if let Some(ft) = q.first_token_ns {
-            writeln!(f, "{},0,{:.3}", q.id, ms(ft.saturating_sub(start)))?;
+            let c = cells(q.id, 0);
+            writeln!(f, "{},0,{:.3}{c}", q.id, ms(ft.saturating_sub(start)))?;
         }
         for (k, t) in q.token_ns.iter().enumerate() {
-            writeln!(f, "{},{},{:.3}", q.id, k + 1, ms(t.saturating_sub(start)))?;
+            let c = cells(q.id, k + 1);
+            writeln!(
+                f,
+                "{},{},{:.3}{c}",
+                q.id,
+                k + 1,
+                ms(t.saturating_sub(start))
+            )?;
         }
     }
     f.flush()?;
@@ -418,10 +455,15 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         max_batch: 128,
         ..Default::default()
     })?;
+    let governor = GovernorHook::new(&a.governor, engine.threads())?;
+    if let Some(g) = &governor {
+        eprintln!("governor: {}", g.describe());
+    }
     let mut sut = InProcessSut {
         session,
         library: &library,
         errors: Vec::new(),
+        governor,
     };
     let mut qsl = PreloadedQsl {
         n: all.len() as u64,
@@ -438,6 +480,9 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if sut.errors.len() > 20 {
         warnings.push(format!("{} more SUT errors", sut.errors.len() - 20));
     }
+    if let Some(g) = &sut.governor {
+        warnings.extend(g.warnings().iter().cloned());
+    }
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
         meta,
@@ -445,13 +490,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         accuracy: None,
         energy: None,
         thermal: None,
-        governor: None,
+        governor: sut.governor.as_ref().map(GovernorHook::summary_json),
         robustness: None,
         warnings,
     };
     pocketperf_reports::schema::write_result(&a.out, &file)?;
     result.write_logs(&a.out, &log_meta(&started, &finished))?;
-    write_tokens_csv(&a.out, &result, &file_header(&file))?;
+    write_tokens_csv_with(&a.out, &result, &file_header(&file), sut.governor.as_ref())?;
     println!("{}", summary_line(&file));
     println!("results in {}", a.out.display());
     Ok(if result.is_valid() { 0 } else { 1 })

@@ -266,6 +266,8 @@ pub struct GenerateArgs {
     /// KV ring size in tokens.
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
+    #[command(flatten)]
+    pub governor: crate::cmd::governor::GovernorArgs,
 }
 
 /// Builds the token sequence of a prompt, optionally wrapped in the chat template.
@@ -331,6 +333,11 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         },
     };
     let mut dec = StreamDecoder::default();
+    let mut gov = crate::cmd::governor::GovernorHook::new(&a.governor, engine.threads())?;
+    if let Some(g) = gov.as_mut() {
+        eprintln!("governor: {}", g.describe());
+        g.begin();
+    }
     let t0 = Instant::now();
     let mut t_first = None;
     let mut out = std::io::stdout().lock();
@@ -342,6 +349,9 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
             let piece = dec.push(&engine.tokenizer, id);
             let _ = out.write_all(piece.as_bytes());
             let _ = out.flush();
+        }
+        if let Some(g) = gov.as_mut() {
+            g.on_token(0, i, &engine);
         }
     })?;
     let tail = dec.finish();
@@ -369,6 +379,12 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         engine.threads(),
         engine.isa()
     );
+    if let Some(g) = &gov {
+        eprintln!("governor: {}", g.summary_line());
+        for w in g.warnings() {
+            eprintln!("warning: {w}");
+        }
+    }
     Ok(0)
 }
 
