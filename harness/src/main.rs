@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 a gate or validity failure, 2 an error.
 
 use clap::{Parser, Subcommand};
+use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ enum Cmd {
     Bench(rt::BenchArgs),
     /// Run an MLPerf-style scenario with the in-process runtime as the system under test.
     Run(runcmd::RunArgs),
+    /// List the thermal, power, frequency and energy sensors a device exposes.
+    Probe(probecmd::ProbeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -48,6 +51,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
         Cmd::Run(a) => runcmd::run(&a),
+        Cmd::Probe(a) => probecmd::probe(&a),
     }
 }
 

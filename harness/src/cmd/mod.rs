@@ -1,4 +1,6 @@
 //! Command implementations behind the `pocketperf` CLI.
 
+pub mod dialogue;
+pub mod probe;
 pub mod run;
 pub mod runtime;

@@ -24,6 +24,8 @@ pub enum ScenarioArg {
     SingleStream,
     Offline,
     Server,
+    /// Scripted multi-turn chats with energy per dialogue (`cmd::dialogue`).
+    Dialogue,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, serde::Serialize)]
@@ -367,16 +369,12 @@ pub fn run_meta(
 }
 
 pub fn run(a: &RunArgs) -> Result<i32> {
-    if a.device != "local" {
-        bail!(
-            "--device {}: only `local` runs the performance scenarios in this build",
-            a.device
-        );
-    }
+    crate::telemetry::DeviceSpec::parse(&a.device)?;
     let scenario = match a.scenario {
         ScenarioArg::SingleStream => Scenario::SingleStream,
         ScenarioArg::Offline => Scenario::Offline,
         ScenarioArg::Server => Scenario::Server,
+        ScenarioArg::Dialogue => return crate::cmd::dialogue::run(a),
     };
     let mut settings = preset_settings(scenario, a.preset);
     if let Some(q) = a.server_qps {
@@ -426,9 +424,18 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let mut qsl = PreloadedQsl {
         n: all.len() as u64,
     };
+    let telemetry = crate::telemetry::recorder::ScenarioTelemetry::start(
+        &a.device,
+        &a.out,
+        &clock,
+        engine.threads(),
+        &model_path,
+        serde_json::json!({ "cli": a }),
+    )?;
     let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
     let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
     progress.finish_and_clear();
+    let telemetry = telemetry.finish(&result)?;
     let finished = chrono::Utc::now();
 
     let settings_json = serde_json::json!({ "cli": a, "test_settings": &settings });
@@ -438,13 +445,14 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if sut.errors.len() > 20 {
         warnings.push(format!("{} more SUT errors", sut.errors.len() - 20));
     }
+    warnings.extend(telemetry.warnings);
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
         meta,
         performance: performance_section(&result),
         accuracy: None,
         energy: None,
-        thermal: None,
+        thermal: telemetry.thermal,
         governor: None,
         robustness: None,
         warnings,
