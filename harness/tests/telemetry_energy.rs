@@ -149,7 +149,12 @@ fn pixel_mwh_per_dialogue_matches_ground_truth_within_2_percent() {
 fn vendor_throttling_shows_in_the_sampled_tree() {
     // Five virtual minutes flat out: the vendor's trip points cap the prime cluster, which
     // the sampler sees as scaling_max_freq below cpuinfo_max_freq.
-    let mut rig = VirtualRig::new("sim:snapdragon-8gen3", SamplerConfig::default()).unwrap();
+    // One sample a second is enough to see minutes-long throttling.
+    let cfg = SamplerConfig {
+        period: std::time::Duration::from_secs(1),
+        ..SamplerConfig::default()
+    };
+    let mut rig = VirtualRig::new("sim:snapdragon-8gen3", cfg).unwrap();
     let top = rig.model().profile().max_level();
     rig.advance(
         300_000_000_000,

@@ -31,6 +31,9 @@ use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
 pub const ENV_DIALOGUES: &str = "POCKETPERF_DIALOGUES";
 /// Environment variable setting the idle baseline length in seconds.
 pub const ENV_IDLE_S: &str = "POCKETPERF_IDLE_S";
+/// Environment variable capping every turn's token budget (quick checks on slow machines;
+/// the figures are then not comparable with full-budget runs, and a warning says so).
+pub const ENV_TURN_TOKENS: &str = "POCKETPERF_TURN_TOKENS";
 
 /// One turn's outcome as the SUT reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +190,11 @@ pub struct RuntimeSut<'e> {
     system: Option<String>,
     /// The conversation text whose tokens the KV cache holds.
     rendered: String,
+    /// The token ids the KV cache holds, in order.
+    context: Vec<u32>,
+    /// The last turn's generated ids. Its final token was sampled but never fed through the
+    /// model, so the next turn prefills it first.
+    last_reply: Vec<u32>,
 }
 
 impl<'e> RuntimeSut<'e> {
@@ -197,7 +205,20 @@ impl<'e> RuntimeSut<'e> {
             system: tokenizer::default_system_prompt(engine.model.gguf()),
             session,
             rendered: String::new(),
+            context: Vec::new(),
+            last_reply: Vec::new(),
         }
+    }
+
+    /// The token ids in the KV cache (prompts and replies of this dialogue so far; the last
+    /// reply without its final token, which the next turn prefills).
+    pub fn context(&self) -> &[u32] {
+        &self.context
+    }
+
+    /// The ids the last turn generated.
+    pub fn last_reply(&self) -> &[u32] {
+        &self.last_reply
     }
 
     /// KV slots a dialogue needs: its fully rendered conversation plus every reply budget.
@@ -226,6 +247,8 @@ impl DialogueSut for RuntimeSut<'_> {
     fn begin(&mut self) -> Result<()> {
         self.session.reset();
         self.rendered.clear();
+        self.context.clear();
+        self.last_reply.clear();
         Ok(())
     }
 
@@ -237,13 +260,19 @@ impl DialogueSut for RuntimeSut<'_> {
     ) -> Result<TurnOutput> {
         let full = tokenizer::chat_prompt(history, true, self.system.as_deref());
         // ChatML is append-only: the new turn's text follows what the cache already holds.
-        let (suffix, reused) = if self.session.n_past() > 0 && full.starts_with(&self.rendered) {
+        let reuse = self.session.n_past() > 0 && full.starts_with(&self.rendered);
+        let (suffix, reused) = if reuse {
             (&full[self.rendered.len()..], self.session.n_past())
         } else {
             self.session.reset();
+            self.context.clear();
             (full.as_str(), 0)
         };
-        let ids = self.engine.tokenizer.encode(suffix, true)?;
+        let mut ids: Vec<u32> = Vec::new();
+        if reuse {
+            ids.extend(self.last_reply.last().copied());
+        }
+        ids.extend(self.engine.tokenizer.encode(suffix, true)?);
         let opts = GenerateOptions {
             max_new_tokens: max_new_tokens as usize,
             stop_at_eog: false,
@@ -257,6 +286,11 @@ impl DialogueSut for RuntimeSut<'_> {
         let reply = self.engine.tokenizer.decode(&out_ids);
         self.rendered = full.clone();
         self.rendered.push_str(&reply);
+        self.context.extend_from_slice(&ids);
+        self.context
+            .extend_from_slice(&out_ids[..out_ids.len().saturating_sub(1)]);
+        debug_assert_eq!(self.context.len(), self.session.n_past());
+        self.last_reply = out_ids;
         Ok(TurnOutput {
             prefilled: ids.len(),
             reused,
@@ -368,8 +402,9 @@ impl DialogueSut for SimulatedSut<'_> {
 }
 
 /// The dialogue set a preset runs: `quick` every dialogue once, `full` three rounds; an
-/// optional limit (`POCKETPERF_DIALOGUES`) keeps the first `n`.
-pub fn dialogue_set(preset: PresetArg, limit: Option<usize>) -> Vec<Dialogue> {
+/// optional limit (`POCKETPERF_DIALOGUES`) keeps the first `n`, an optional cap
+/// (`POCKETPERF_TURN_TOKENS`) lowers every turn's budget to at most `cap` tokens.
+pub fn dialogue_set(preset: PresetArg, limit: Option<usize>, cap: Option<u32>) -> Vec<Dialogue> {
     let rounds = match preset {
         PresetArg::Quick => 1,
         PresetArg::Full => 3,
@@ -377,6 +412,11 @@ pub fn dialogue_set(preset: PresetArg, limit: Option<usize>) -> Vec<Dialogue> {
     let mut set: Vec<Dialogue> = (0..rounds).flat_map(|_| dialogues().to_vec()).collect();
     if let Some(n) = limit {
         set.truncate(n.max(1));
+    }
+    if let Some(cap) = cap {
+        for t in set.iter_mut().flat_map(|d| d.turns.iter_mut()) {
+            t.max_new_tokens = t.max_new_tokens.min(cap.max(1));
+        }
     }
     set
 }
@@ -539,7 +579,8 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         Some(s) => bail!("{ENV_IDLE_S}={s}: must be a non-negative number of seconds"),
         None => idle_window(a.preset),
     };
-    let set = dialogue_set(a.preset, limit);
+    let cap: Option<u32> = env_number(ENV_TURN_TOKENS)?;
+    let set = dialogue_set(a.preset, limit, cap);
 
     let (engine, model_path) = a.engine.load()?;
     let model_sha = meta::model_sha256(&model_path);
@@ -557,6 +598,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let settings = serde_json::json!({
         "cli": a,
         "dialogues": set.len(),
+        "turn_token_cap": cap,
         "idle_baseline_s": idle.as_secs_f64(),
         "kv_reuse": sut.kv_reuse(),
         "chat_template": "chatml",
@@ -617,6 +659,11 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     warnings.extend(energy_warnings(&rec.report, &summary));
     if idle_ns.is_none() {
         warnings.push("idle baseline skipped (0 s)".into());
+    }
+    if let Some(c) = cap {
+        warnings.push(format!(
+            "{ENV_TURN_TOKENS}={c}: turn budgets capped, figures not comparable with full runs"
+        ));
     }
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,

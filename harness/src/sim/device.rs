@@ -282,13 +282,21 @@ impl SimDevice {
             "pixel-8-pro" => &PIXEL,
             _ => return Err(unknown()),
         };
-        let dir = tempfile::Builder::new()
-            .prefix("pocketperf-sim-")
-            .tempdir()
-            .map_err(|source| SimError::Write {
+        // Memory-backed like a real sysfs where a tmpfs exists (the tree is rewritten every
+        // step); the temp dir otherwise.
+        let shm = Path::new("/dev/shm");
+        let builder = || {
+            let mut b = tempfile::Builder::new();
+            b.prefix("pocketperf-sim-");
+            b
+        };
+        let dir = match shm.is_dir().then(|| builder().tempdir_in(shm)) {
+            Some(Ok(d)) => d,
+            _ => builder().tempdir().map_err(|source| SimError::Write {
                 path: std::env::temp_dir(),
                 source,
-            })?;
+            })?,
+        };
         let root = dir.path().join("sys");
         let staging = dir.path().join("staging");
         for d in [&root, &staging] {
@@ -377,7 +385,10 @@ impl SimDevice {
             let path = path.to_path_buf();
             move |source| SimError::Write { path, source }
         };
-        if let Some(parent) = path.parent() {
+        // A file written before has its directory already.
+        if !self.written.contains_key(&path)
+            && let Some(parent) = path.parent()
+        {
             fs::create_dir_all(parent).map_err(err(parent))?;
         }
         self.staged += 1;

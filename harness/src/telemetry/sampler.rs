@@ -933,18 +933,24 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling at `core.period()`; the first sample is taken immediately.
+    /// Starts sampling at `core.period()`. Returns once the first sample is taken, so any
+    /// interval that starts after `spawn` returns lies inside the recording.
     pub fn spawn(core: SamplerCore) -> Result<Self, TelemetryError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name("pocketperf-telemetry".into())
-            .spawn(move || run_loop(core, &flag))
+            .spawn(move || run_loop(core, &flag, first_tx))
             .map_err(|source| TelemetryError::Thread { source })?;
+        // An error means the thread ended before its first sample: `stop` reports why.
+        let _ = first_rx.recv();
         Ok(Self { stop, handle })
     }
 
-    /// Stops the thread (after at most one period) and returns the recording.
+    /// Stops the thread and returns the recording. The thread takes one last sample after
+    /// the stop request, so any interval that ended before `stop` was called lies inside the
+    /// recording.
     pub fn stop(self) -> Result<SamplerOutput, TelemetryError> {
         self.stop.store(true, Ordering::SeqCst);
         self.handle.thread().unpark();
@@ -956,13 +962,22 @@ impl Sampler {
     }
 }
 
-fn run_loop(mut core: SamplerCore, stop: &AtomicBool) -> (SamplerCore, f64, f64) {
+fn run_loop(
+    mut core: SamplerCore,
+    stop: &AtomicBool,
+    first: std::sync::mpsc::SyncSender<()>,
+) -> (SamplerCore, f64, f64) {
     let period = core.period().max(Duration::from_millis(1));
     let started = Instant::now();
     let cpu0 = thread_cpu_ns();
     let mut next = started;
+    let mut first = Some(first);
     while !stop.load(Ordering::SeqCst) {
         core.sample();
+        if let Some(tx) = first.take() {
+            // The receiver waits in `spawn`; if it is gone nobody needs the signal.
+            let _ = tx.send(());
+        }
         next += period;
         let now = Instant::now();
         if next < now {
@@ -977,6 +992,9 @@ fn run_loop(mut core: SamplerCore, stop: &AtomicBool) -> (SamplerCore, f64, f64)
             std::thread::park_timeout(next - now);
         }
     }
+    // The closing sample: the recording covers everything up to the stop request.
+    core.sample();
+    drop(first);
     let thread_cpu_s = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
     (core, started.elapsed().as_secs_f64(), thread_cpu_s)
 }
