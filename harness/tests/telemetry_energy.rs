@@ -119,6 +119,20 @@ fn check(name: &str, want_meter: MeterKind) {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let mwh = 1.0 / 3.6;
     let e = &o.energy;
+    eprintln!(
+        "{name}: {} dialogues, gross {:.3} mWh (truth {:.3}), net {:.3} mWh (truth {:.3}) \
+         [{:.3}, {:.3}], {:.4} J/token, {:.2} tokens/J, idle {:.1} mW",
+        o.measured_gross.len(),
+        e.mwh_per_dialogue_gross.mean,
+        mean(&o.truth_gross) * mwh,
+        e.mwh_per_dialogue_net.mean,
+        mean(&o.truth_net) * mwh,
+        e.mwh_per_dialogue_net.lo,
+        e.mwh_per_dialogue_net.hi,
+        e.j_per_token,
+        e.tokens_per_j,
+        e.idle_power_mw
+    );
     assert!(rel(e.mwh_per_dialogue_gross.mean, mean(&o.truth_gross) * mwh) < 0.02);
     assert!(rel(e.mwh_per_dialogue_net.mean, mean(&o.truth_net) * mwh) < 0.02);
     // The interval brackets the mean; net < gross; J/token and tokens/J are reciprocal.

@@ -377,7 +377,7 @@ fn probe_command_json_and_text_list_everything() {
 }
 
 #[test]
-fn probe_command_rejects_an_unknown_device() {
+fn probe_command_rejects_an_unknown_device_or_root() {
     let out = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
         .args(["probe", "--device", "adb:nonsense"])
         .output()
@@ -385,6 +385,13 @@ fn probe_command_rejects_an_unknown_device() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("device"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args(["probe", "--sysfs-root", "/nonexistent/sysfs"])
+        .output()
+        .expect("run pocketperf probe");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/sysfs"), "{err}");
 }
 
 #[test]

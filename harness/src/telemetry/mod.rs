@@ -92,6 +92,9 @@ pub enum TelemetryError {
     Json(#[from] serde_json::Error),
 }
 
+/// The sampler's CPU budget: percent of one core (at the default 10 Hz).
+pub const SAMPLER_CPU_BUDGET_PCT: f64 = 1.0;
+
 /// Sysfs root of the local device.
 pub const LOCAL_SYSFS_ROOT: &str = "/sys";
 
@@ -105,6 +108,13 @@ pub fn probe_command(
 ) -> Result<String, TelemetryError> {
     let mut _sim: Option<SimDevice> = None;
     let root: PathBuf = match (root, device) {
+        (Some(r), _) if !r.is_dir() => {
+            return Err(TelemetryError::Config {
+                field: "sysfs-root",
+                value: r.display().to_string(),
+                reason: "not a directory: give a directory laid out like /sys",
+            });
+        }
         (Some(r), _) => r.to_path_buf(),
         (None, None | Some("local")) => PathBuf::from(LOCAL_SYSFS_ROOT),
         (None, Some(d)) if d.starts_with("sim:") => {
@@ -313,6 +323,14 @@ impl TelemetryReport {
             attribution::mean_and_peak(&s, a, b).map(|m| m.0)
         });
         let throttled_s = throttled_seconds(&probe, &output);
+        let cost = output.cost;
+        if cost.wall_s >= 1.0 && cost.cpu_pct_of_core > SAMPLER_CPU_BUDGET_PCT {
+            warnings.push(format!(
+                "the telemetry sampler used {:.2} % of a core ({:.0} µs per sample; budget \
+                 {SAMPLER_CPU_BUDGET_PCT} %): its own load is part of the figures",
+                cost.cpu_pct_of_core, cost.mean_sample_cpu_us
+            ));
+        }
         let events_n = output.events.len();
         if events_n > 0 {
             warnings.push(format!(
