@@ -53,7 +53,8 @@ pub struct RunArgs {
     /// Server scenario: target queries per second.
     #[arg(long)]
     pub server_qps: Option<f64>,
-    /// Device the run is attributed to (`local` here).
+    /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
+    /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md).
     #[arg(long, default_value = "local")]
     pub device: String,
 }
