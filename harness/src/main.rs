@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use pocketperf::cmd::governor as govcmd;
+use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: govcmd::GovernorCmd,
     },
+    /// List the thermal, power, frequency and energy sensors a device exposes.
+    Probe(probecmd::ProbeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -55,6 +58,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Bench(a) => rt::bench(&a),
         Cmd::Run(a) => runcmd::run(&a),
         Cmd::Governor { cmd } => govcmd::governor_cmd(&cmd),
+        Cmd::Probe(a) => probecmd::probe(&a),
     }
 }
 

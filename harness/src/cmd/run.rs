@@ -25,6 +25,8 @@ pub enum ScenarioArg {
     SingleStream,
     Offline,
     Server,
+    /// Scripted multi-turn chats with energy per dialogue (`cmd::dialogue`).
+    Dialogue,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, serde::Serialize)]
@@ -52,7 +54,8 @@ pub struct RunArgs {
     /// Server scenario: target queries per second.
     #[arg(long)]
     pub server_qps: Option<f64>,
-    /// Device the run is attributed to (`local` here).
+    /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
+    /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md).
     #[arg(long, default_value = "local")]
     pub device: String,
     #[command(flatten)]
@@ -404,16 +407,12 @@ pub fn run_meta(
 }
 
 pub fn run(a: &RunArgs) -> Result<i32> {
-    if a.device != "local" {
-        bail!(
-            "--device {}: only `local` runs the performance scenarios in this build",
-            a.device
-        );
-    }
+    crate::telemetry::DeviceSpec::parse(&a.device)?;
     let scenario = match a.scenario {
         ScenarioArg::SingleStream => Scenario::SingleStream,
         ScenarioArg::Offline => Scenario::Offline,
         ScenarioArg::Server => Scenario::Server,
+        ScenarioArg::Dialogue => return crate::cmd::dialogue::run(a),
     };
     let mut settings = preset_settings(scenario, a.preset);
     if let Some(q) = a.server_qps {
@@ -459,6 +458,10 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if let Some(g) = &governor {
         eprintln!("governor: {}", g.describe());
     }
+    let gauges = governor
+        .as_ref()
+        .map(GovernorHook::gauges)
+        .unwrap_or_default();
     let mut sut = InProcessSut {
         session,
         library: &library,
@@ -468,9 +471,19 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let mut qsl = PreloadedQsl {
         n: all.len() as u64,
     };
+    let telemetry = crate::telemetry::recorder::ScenarioTelemetry::start(
+        &a.device,
+        &a.out,
+        &clock,
+        engine.threads(),
+        &model_path,
+        serde_json::json!({ "cli": a }),
+        gauges,
+    )?;
     let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
     let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
     progress.finish_and_clear();
+    let telemetry = telemetry.finish(&result)?;
     let finished = chrono::Utc::now();
 
     let settings_json = serde_json::json!({ "cli": a, "test_settings": &settings });
@@ -483,13 +496,14 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if let Some(g) = &sut.governor {
         warnings.extend(g.warnings().iter().cloned());
     }
+    warnings.extend(telemetry.warnings);
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
         meta,
         performance: performance_section(&result),
         accuracy: None,
         energy: None,
-        thermal: None,
+        thermal: telemetry.thermal,
         governor: sut.governor.as_ref().map(GovernorHook::summary_json),
         robustness: None,
         warnings,

@@ -282,13 +282,21 @@ impl SimDevice {
             "pixel-8-pro" => &PIXEL,
             _ => return Err(unknown()),
         };
-        let dir = tempfile::Builder::new()
-            .prefix("pocketperf-sim-")
-            .tempdir()
-            .map_err(|source| SimError::Write {
+        // Memory-backed like a real sysfs where a tmpfs exists (the tree is rewritten every
+        // step); the temp dir otherwise.
+        let shm = Path::new("/dev/shm");
+        let builder = || {
+            let mut b = tempfile::Builder::new();
+            b.prefix("pocketperf-sim-");
+            b
+        };
+        let dir = match shm.is_dir().then(|| builder().tempdir_in(shm)) {
+            Some(Ok(d)) => d,
+            _ => builder().tempdir().map_err(|source| SimError::Write {
                 path: std::env::temp_dir(),
                 source,
-            })?;
+            })?,
+        };
         let root = dir.path().join("sys");
         let staging = dir.path().join("staging");
         for d in [&root, &staging] {
@@ -377,7 +385,10 @@ impl SimDevice {
             let path = path.to_path_buf();
             move |source| SimError::Write { path, source }
         };
-        if let Some(parent) = path.parent() {
+        // A file written before has its directory already.
+        if !self.written.contains_key(&path)
+            && let Some(parent) = path.parent()
+        {
             fs::create_dir_all(parent).map_err(err(parent))?;
         }
         self.staged += 1;
@@ -633,23 +644,99 @@ pub enum ActivitySource {
         /// Requested OPP level.
         freq_level: Option<Arc<AtomicUsize>>,
     },
+    /// The whole process's CPU time (less the driver thread's own) over `threads` cores: the
+    /// fraction of the runtime's thread capacity in use, which is what draws power on a
+    /// phone, whatever the scenario. `freq_level` as above.
+    ProcessCpu {
+        /// Worker threads of the runtime (the capacity a busy fraction of 1 means).
+        threads: usize,
+        /// Requested OPP level.
+        freq_level: Option<Arc<AtomicUsize>>,
+    },
     /// A closure called each tick with the elapsed seconds.
     Closure(Box<dyn FnMut(f64) -> Activity + Send>),
+}
+
+/// One ground-truth point of a driven handset: the shared clock (ns) at the end of a step and
+/// the model's exact energy since power-on (J).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TruthPoint {
+    /// Caller clock, ns.
+    pub t_ns: u64,
+    /// Exact energy since power-on, J.
+    pub energy_j: f64,
+}
+
+/// The most ground-truth points a driver keeps; past it the trace is thinned by half (a
+/// 72-hour soak stays bounded while a benchmark run keeps every step).
+pub const MAX_TRUTH_POINTS: usize = 1 << 20;
+
+/// CPU time of a clock (`CLOCK_PROCESS_CPUTIME_ID`, `CLOCK_THREAD_CPUTIME_ID`), ns; 0 if the
+/// clock is unsupported.
+pub fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; an unsupported
+    // clock id makes the call fail with a return code, which is checked.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Ground-truth energy at `t_ns`, linearly interpolated between trace points (power is
+/// constant within a driver step, so this is exact up to the step's own split); `None`
+/// outside the trace.
+pub fn truth_energy_at(trace: &[TruthPoint], t_ns: u64) -> Option<f64> {
+    let first = trace.first()?;
+    let last = trace.last()?;
+    if t_ns < first.t_ns || t_ns > last.t_ns {
+        return None;
+    }
+    let i = trace.partition_point(|p| p.t_ns < t_ns);
+    let b = trace[i];
+    if b.t_ns == t_ns || i == 0 {
+        return Some(b.energy_j);
+    }
+    let a = trace[i - 1];
+    let x = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns) as f64;
+    Some(a.energy_j + x * (b.energy_j - a.energy_j))
 }
 
 /// Steps a [`SimDevice`] in real time on its own thread.
 pub struct SimDriver {
     root: PathBuf,
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<(SimDevice, Option<SimError>)>,
+    handle: JoinHandle<DriverEnd>,
 }
+
+type DriverEnd = (SimDevice, Option<SimError>, Vec<TruthPoint>);
+
+/// Clock the driver stamps its ground-truth trace with (ns).
+pub type DriverClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl SimDriver {
     /// Starts stepping `device` every `period` of wall time.
     pub fn spawn(
         device: SimDevice,
+        source: ActivitySource,
+        period: Duration,
+    ) -> Result<Self, SimError> {
+        Self::spawn_clocked(device, source, period, None)
+    }
+
+    /// Like [`SimDriver::spawn`], and records a ground-truth energy trace stamped with `clock`
+    /// (the scenario engine's clock), returned by [`SimDriver::stop_with_trace`].
+    pub fn spawn_clocked(
+        device: SimDevice,
         mut source: ActivitySource,
         period: Duration,
+        clock: Option<DriverClock>,
     ) -> Result<Self, SimError> {
         let root = device.root().to_path_buf();
         let stop = Arc::new(AtomicBool::new(false));
@@ -660,18 +747,30 @@ impl SimDriver {
             .spawn(move || {
                 let mut device = device;
                 let mut error = None;
+                let mut trace = Vec::new();
                 let top = device.model().profile().max_level();
                 let mut last = Instant::now();
                 let mut last_busy = match &source {
                     ActivitySource::BusyCounter { busy_ns, .. } => busy_ns.load(Ordering::Relaxed),
+                    ActivitySource::ProcessCpu { .. } => process_cpu_less_this_thread(),
                     ActivitySource::Closure(_) => 0,
                 };
+                if let Some(c) = &clock {
+                    trace.push(TruthPoint {
+                        t_ns: c(),
+                        energy_j: device.energy_j(),
+                    });
+                }
                 while !flag.load(Ordering::SeqCst) {
                     std::thread::park_timeout(period);
                     let now = Instant::now();
                     let dt = now.duration_since(last);
                     last = now;
                     let dt_s = dt.as_secs_f64();
+                    let dt_ns = dt.as_nanos().max(1) as f64;
+                    let level_of = |l: &Option<Arc<AtomicUsize>>| {
+                        l.as_ref().map_or(top, |l| l.load(Ordering::Relaxed))
+                    };
                     let activity = match &mut source {
                         ActivitySource::BusyCounter {
                             busy_ns,
@@ -680,12 +779,22 @@ impl SimDriver {
                             let b = busy_ns.load(Ordering::Relaxed);
                             let delta = b.saturating_sub(last_busy);
                             last_busy = b;
-                            let dt_ns = dt.as_nanos().max(1) as f64;
                             Activity {
                                 busy: (delta as f64 / dt_ns).clamp(0.0, 1.0),
-                                freq_level: freq_level
-                                    .as_ref()
-                                    .map_or(top, |l| l.load(Ordering::Relaxed)),
+                                freq_level: level_of(freq_level),
+                            }
+                        }
+                        ActivitySource::ProcessCpu {
+                            threads,
+                            freq_level,
+                        } => {
+                            let b = process_cpu_less_this_thread();
+                            let delta = b.saturating_sub(last_busy);
+                            last_busy = b;
+                            let cap = (*threads).max(1) as f64;
+                            Activity {
+                                busy: (delta as f64 / (dt_ns * cap)).clamp(0.0, 1.0),
+                                freq_level: level_of(freq_level),
                             }
                         }
                         ActivitySource::Closure(f) => f(dt_s),
@@ -695,8 +804,21 @@ impl SimDriver {
                     {
                         error = Some(e);
                     }
+                    if let Some(c) = &clock {
+                        trace.push(TruthPoint {
+                            t_ns: c(),
+                            energy_j: device.energy_j(),
+                        });
+                        if trace.len() > MAX_TRUTH_POINTS {
+                            let mut k = 0;
+                            trace.retain(|_| {
+                                k += 1;
+                                k % 2 == 1
+                            });
+                        }
+                    }
                 }
-                (device, error)
+                (device, error, trace)
             })
             .map_err(|source| SimError::Thread { source })?;
         Ok(Self { root, stop, handle })
@@ -709,12 +831,24 @@ impl SimDriver {
 
     /// Stops the thread and hands the device back (with the first write error, if any).
     pub fn stop(self) -> Result<SimDevice, SimError> {
+        self.stop_with_trace().map(|(d, _)| d)
+    }
+
+    /// Stops the thread and hands back the device and the ground-truth trace (empty unless
+    /// started with [`SimDriver::spawn_clocked`] and a clock).
+    pub fn stop_with_trace(self) -> Result<(SimDevice, Vec<TruthPoint>), SimError> {
         self.stop.store(true, Ordering::SeqCst);
         self.handle.thread().unpark();
-        let (device, error) = self.handle.join().map_err(|_| SimError::ThreadPanicked)?;
+        let (device, error, trace) = self.handle.join().map_err(|_| SimError::ThreadPanicked)?;
         match error {
             Some(e) => Err(e),
-            None => Ok(device),
+            None => Ok((device, trace)),
         }
     }
+}
+
+/// CPU time of the whole process less the calling thread's own, ns.
+fn process_cpu_less_this_thread() -> u64 {
+    cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+        .saturating_sub(cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }

@@ -9,7 +9,9 @@
 pub mod device;
 pub mod model;
 
-pub use device::{ActivitySource, SimDevice, SimDriver};
+pub use device::{
+    ActivitySource, DriverClock, SimDevice, SimDriver, TruthPoint, cpu_clock_ns, truth_energy_at,
+};
 
 use std::path::PathBuf;
 

@@ -3,7 +3,8 @@
 //! manner of the Linux `step_wise` governor capping cpufreq), a battery, and a decode
 //! throughput model.
 //!
-//! Every parameter and its provenance is documented in `docs/GOVERNOR.md` ("Handset model").
+//! Every parameter and its provenance is documented in `docs/TELEMETRY.md` ("Simulated
+//! handsets").
 //! The thermal update is the exact zero-order-hold discretization of the linear RC network, so
 //! any step length is stable; `step` still splits long steps at the vendor's polling instants
 //! so that the vendor throttle reacts at its own cadence.
@@ -536,7 +537,7 @@ impl HandsetModel {
 }
 
 /// Die and skin temperatures after `h` seconds at constant power `p`, from (`die`, `skin`).
-/// Closed form of the two-node RC network (see `docs/GOVERNOR.md`): the system matrix has two
+/// Closed form of the two-node RC network (see `docs/TELEMETRY.md`): the system matrix has two
 /// distinct negative real eigenvalues for any positive parameters, so
 /// e^{A h} = (e^{λ₁h}(A − λ₂I) − e^{λ₂h}(A − λ₁I)) / (λ₁ − λ₂).
 pub fn thermal_exact(prof: &HandsetProfile, die: f64, skin: f64, p: f64, h: f64) -> (f64, f64) {

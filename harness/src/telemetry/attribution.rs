@@ -146,25 +146,62 @@ pub struct DialogueSpan {
     pub tokens: u64,
 }
 
-/// Energy per dialogue over a run.
+/// Mean of a sample with its sample standard deviation and 95 % Student-t interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MeanInterval {
+    /// Values.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample standard deviation (0 for n = 1).
+    pub sd: f64,
+    /// 95 % interval of the mean (None for n < 2).
+    pub ci95: Option<(f64, f64)>,
+}
+
+impl MeanInterval {
+    /// Summarizes `xs` (None when empty).
+    pub fn of(xs: &[f64]) -> Option<Self> {
+        let n = xs.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let sd = if n > 1 {
+            (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        Some(Self {
+            n,
+            mean,
+            sd,
+            ci95: t_interval_95(xs),
+        })
+    }
+}
+
+/// Energy per dialogue over a run: gross always, net when an idle baseline exists.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DialogueSummary {
     /// Dialogues with energy.
     pub n: usize,
-    /// Whether the figures are net of the idle baseline (else gross).
-    pub net: bool,
-    /// Mean mWh per dialogue.
-    pub mean_mwh: f64,
-    /// Sample standard deviation, mWh (0 for n = 1).
-    pub sd_mwh: f64,
-    /// 95 % Student-t confidence interval of the mean, mWh (None for n < 2).
-    pub ci95_mwh: Option<(f64, f64)>,
-    /// Tokens over all dialogues.
+    /// mWh per dialogue, gross (idle included).
+    pub gross_mwh: Option<MeanInterval>,
+    /// mWh per dialogue, net of the idle baseline.
+    pub net_mwh: Option<MeanInterval>,
+    /// Tokens generated over the dialogues with energy.
     pub tokens: u64,
-    /// J per token.
-    pub j_per_token: Option<f64>,
-    /// Tokens per J.
-    pub tokens_per_j: Option<f64>,
+    /// Gross J per generated token.
+    pub j_per_token_gross: Option<f64>,
+    /// Net J per generated token.
+    pub j_per_token_net: Option<f64>,
+    /// Generated tokens per gross J.
+    pub tokens_per_j_gross: Option<f64>,
+    /// Generated tokens per net J.
+    pub tokens_per_j_net: Option<f64>,
+    /// Every dialogue's attribution, in input order (None: outside the metered range).
+    pub per_dialogue: Vec<Option<IntervalEnergy>>,
     /// Dialogues left out (outside the metered range).
     pub skipped: usize,
 }
@@ -184,50 +221,43 @@ pub fn t_interval_95(xs: &[f64]) -> Option<(f64, f64)> {
     Some((mean - half, mean + half))
 }
 
-/// Summarizes energy per dialogue (net when a baseline is given, else gross).
+/// Summarizes energy per dialogue: gross, and net when a baseline is given.
 pub fn dialogue_summary(
     out: &SamplerOutput,
     dialogues: &[DialogueSpan],
     idle_power_w: Option<f64>,
 ) -> DialogueSummary {
     let intervals: Vec<(u64, u64)> = dialogues.iter().map(|d| (d.start_ns, d.end_ns)).collect();
-    let attributed = attribute(out, &intervals, idle_power_w);
-    let mut mwh = Vec::new();
-    let mut joules = 0.0;
+    let per_dialogue = attribute(out, &intervals, idle_power_w);
+    let mut gross = Vec::new();
+    let mut net = Vec::new();
+    let (mut gross_j, mut net_j) = (0.0, 0.0);
     let mut tokens = 0u64;
-    let mut skipped = 0;
-    for (d, a) in dialogues.iter().zip(attributed) {
-        match a {
-            Some(a) => {
-                let j = a.net_j.unwrap_or(a.gross_j);
-                mwh.push(j * MWH_PER_J);
-                joules += j;
-                tokens += d.tokens;
+    for (d, a) in dialogues.iter().zip(&per_dialogue) {
+        if let Some(a) = a {
+            gross.push(a.gross_mwh);
+            gross_j += a.gross_j;
+            if let Some(n) = a.net_j {
+                net.push(n * MWH_PER_J);
+                net_j += n;
             }
-            None => skipped += 1,
+            tokens += d.tokens;
         }
     }
-    let n = mwh.len();
-    let mean_mwh = if n > 0 {
-        mwh.iter().sum::<f64>() / n as f64
-    } else {
-        0.0
-    };
-    let sd_mwh = if n > 1 {
-        (mwh.iter().map(|x| (x - mean_mwh).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
+    let per = |j: f64| (tokens > 0).then(|| j / tokens as f64);
+    let inv = |j: f64| (j > 0.0).then(|| tokens as f64 / j);
+    let has_net = !net.is_empty();
     DialogueSummary {
-        n,
-        net: idle_power_w.is_some(),
-        mean_mwh,
-        sd_mwh,
-        ci95_mwh: t_interval_95(&mwh),
+        n: gross.len(),
+        gross_mwh: MeanInterval::of(&gross),
+        net_mwh: MeanInterval::of(&net),
         tokens,
-        j_per_token: (tokens > 0).then(|| joules / tokens as f64),
-        tokens_per_j: (joules > 0.0).then(|| tokens as f64 / joules),
-        skipped,
+        j_per_token_gross: per(gross_j),
+        j_per_token_net: if has_net { per(net_j) } else { None },
+        tokens_per_j_gross: inv(gross_j),
+        tokens_per_j_net: if has_net { inv(net_j) } else { None },
+        skipped: per_dialogue.iter().filter(|a| a.is_none()).count(),
+        per_dialogue,
     }
 }
 

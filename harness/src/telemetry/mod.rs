@@ -14,20 +14,24 @@
 pub mod attribution;
 pub mod energy;
 pub mod probe;
+pub mod recorder;
 pub mod sampler;
 pub mod sysfs;
+pub mod virtual_rig;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
-pub use attribution::{DialogueSpan, DialogueSummary, IntervalEnergy};
+pub use attribution::{DialogueSpan, DialogueSummary, IntervalEnergy, MeanInterval};
 pub use probe::{MeterInfo, MeterKind, Probe, probe};
+pub use recorder::{DeviceSpec, RunRecording, RunTelemetry};
 pub use sampler::{
     Gauge, MonotonicClock, Row, Sampler, SamplerConfig, SamplerCore, SamplerCost, SamplerOutput,
     SensorEvent,
 };
+pub use virtual_rig::{VirtualRecording, VirtualRig};
 
 use crate::sim::{SimDevice, SimError};
 
@@ -88,9 +92,15 @@ pub enum TelemetryError {
     Json(#[from] serde_json::Error),
 }
 
-/// `pocketperf probe`: probes `root` (default `/`), or the device named by `device`
-/// (`local` → `/`, `sim:<profile>` → a fresh simulated handset tree), and renders the result
-/// as text or JSON.
+/// The sampler's CPU budget: percent of one core (at the default 10 Hz).
+pub const SAMPLER_CPU_BUDGET_PCT: f64 = 1.0;
+
+/// Sysfs root of the local device.
+pub const LOCAL_SYSFS_ROOT: &str = "/sys";
+
+/// `pocketperf probe`: probes `root`, or the device named by `device` (`local` or none →
+/// `/sys`, `sim:<profile>` → a fresh simulated handset tree), and renders the result as text
+/// or JSON.
 pub fn probe_command(
     root: Option<&Path>,
     device: Option<&str>,
@@ -98,8 +108,15 @@ pub fn probe_command(
 ) -> Result<String, TelemetryError> {
     let mut _sim: Option<SimDevice> = None;
     let root: PathBuf = match (root, device) {
+        (Some(r), _) if !r.is_dir() => {
+            return Err(TelemetryError::Config {
+                field: "sysfs-root",
+                value: r.display().to_string(),
+                reason: "not a directory: give a directory laid out like /sys",
+            });
+        }
         (Some(r), _) => r.to_path_buf(),
-        (None, None | Some("local")) => PathBuf::from("/"),
+        (None, None | Some("local")) => PathBuf::from(LOCAL_SYSFS_ROOT),
         (None, Some(d)) if d.starts_with("sim:") => {
             let sim = SimDevice::new(d)?;
             let r = sim.root().to_path_buf();
@@ -111,7 +128,7 @@ pub fn probe_command(
                 field: "device",
                 value: d.to_string(),
                 reason: "expected `local` or `sim:<profile>` (sim:snapdragon-8gen3, \
-                         sim:pixel-8-pro), or pass --root <sysfs dir>",
+                         sim:pixel-8-pro), or pass --sysfs-root <dir>",
             });
         }
     };
@@ -217,6 +234,17 @@ pub struct TelemetrySummary {
     pub soc_peak_c: Option<f64>,
     /// Peak skin temperature, °C.
     pub skin_peak_c: Option<f64>,
+    /// Time-weighted mean skin temperature, °C.
+    pub skin_mean_c: Option<f64>,
+    /// Time during which some cpufreq policy was capped below its hardware maximum, s.
+    pub throttled_s: Option<f64>,
+    /// Whether the energy figures can be trusted: the meter is, and no charger was online
+    /// at any sample.
+    pub energy_reliable: bool,
+    /// A charger input read online during the recording.
+    pub charger_seen: bool,
+    /// The discharge sign was corrected from the charge_counter trend (status undecided).
+    pub sign_corrected: bool,
     /// Sensor events (vanished / unreadable / garbage / recovered).
     pub sensor_events: usize,
     /// Empty cells in the CSV.
@@ -242,7 +270,13 @@ pub struct TelemetryReport {
 
 impl TelemetryReport {
     /// Builds a report from a recording (also used when the sampler was driven by hand).
-    pub fn new(probe: Probe, output: SamplerOutput, idle_window: Option<(u64, u64)>) -> Self {
+    pub fn new(probe: Probe, mut output: SamplerOutput, idle_window: Option<(u64, u64)>) -> Self {
+        let mut warnings = probe.warnings.clone();
+        let (sign_warning, flip) = reconcile_sign(&probe, &output);
+        warnings.extend(sign_warning);
+        if flip {
+            flip_battery_sign(&probe, &mut output);
+        }
         let idle_power_w = idle_window.and_then(|(a, b)| attribution::mean_power_w(&output, a, b));
         let energy = output.series(output.col_energy);
         let (t_first, t_last) = (
@@ -261,8 +295,42 @@ impl TelemetryReport {
             c.map(|c| output.series(c))
                 .and_then(|s| s.iter().map(|p| p.1).reduce(f64::max))
         };
-        let mut warnings = probe.warnings.clone();
-        warnings.extend(sign_trend_warning(&probe, &output));
+        let charger_seen = output
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.starts_with("supply.") && c.ends_with(".online"))
+            .any(|(i, _)| output.series(i).iter().any(|p| p.1 > 0.5));
+        if charger_seen && probe.supplies_online.is_empty() {
+            warnings.push(
+                "a charger came online during the recording: battery-based energy is unreliable"
+                    .into(),
+            );
+        }
+        let meter_reliable = probe.meter.as_ref().is_some_and(|m| m.reliable);
+        let battery_meter = matches!(
+            probe.meter.as_ref().map(|m| m.kind),
+            Some(
+                MeterKind::BatteryEnergyCounter
+                    | MeterKind::ChargeCounter
+                    | MeterKind::IntegratedVi
+            )
+        );
+        let energy_reliable = meter_reliable && !(charger_seen && battery_meter);
+        let skin_mean_c = output.col_skin.and_then(|c| {
+            let s = output.series(c);
+            let (a, b) = (s.first()?.0, s.last()?.0);
+            attribution::mean_and_peak(&s, a, b).map(|m| m.0)
+        });
+        let throttled_s = throttled_seconds(&probe, &output);
+        let cost = output.cost;
+        if cost.wall_s >= 1.0 && cost.cpu_pct_of_core > SAMPLER_CPU_BUDGET_PCT {
+            warnings.push(format!(
+                "the telemetry sampler used {:.2} % of a core ({:.0} µs per sample; budget \
+                 {SAMPLER_CPU_BUDGET_PCT} %): its own load is part of the figures",
+                cost.cpu_pct_of_core, cost.mean_sample_cpu_us
+            ));
+        }
         let events_n = output.events.len();
         if events_n > 0 {
             warnings.push(format!(
@@ -278,6 +346,11 @@ impl TelemetryReport {
             idle_power_w,
             soc_peak_c: peak(output.col_soc),
             skin_peak_c: peak(output.col_skin),
+            skin_mean_c,
+            throttled_s,
+            energy_reliable,
+            charger_seen,
+            sign_corrected: flip,
             sensor_events: events_n,
             missing_cells: output.missing_cells,
             sampler_cost: output.cost,
@@ -309,19 +382,103 @@ impl TelemetryReport {
 }
 
 /// Cross-checks the discharge sign inferred at probe time against the run's charge_counter
-/// trend and mean raw current.
-fn sign_trend_warning(probe: &Probe, output: &SamplerOutput) -> Option<String> {
-    let b = probe.battery.as_ref()?;
-    let (probe_sign, _) = b.discharge_sign.as_ref()?;
-    let cc = output.series(output.column("raw.battery.charge_counter")?);
-    let cur = output.series(output.column("raw.battery.current_now")?);
-    let trend = (cc.last()?.1 - cc.first()?.1) as i64;
+/// trend (falling = discharging) and the mean raw current. Returns a warning when they
+/// disagree, and whether to flip the sign: only when `status` did not decide it at probe time
+/// (then the trend is the better evidence); a disagreement with `status` is only reported.
+fn reconcile_sign(probe: &Probe, output: &SamplerOutput) -> (Option<String>, bool) {
+    let Some(b) = probe.battery.as_ref() else {
+        return (None, false);
+    };
+    let Some((probe_sign, _)) = b.discharge_sign.as_ref() else {
+        return (None, false);
+    };
+    let (Some(cc_col), Some(cur_col)) = (
+        output.column("raw.battery.charge_counter"),
+        output.column("raw.battery.current_now"),
+    ) else {
+        return (None, false);
+    };
+    let cc = output.series(cc_col);
+    let cur = output.series(cur_col);
+    let (Some(first), Some(last)) = (cc.first(), cc.last()) else {
+        return (None, false);
+    };
+    if cur.is_empty() {
+        return (None, false);
+    }
+    let trend = (last.1 - first.1) as i64;
     let mean = cur.iter().map(|p| p.1).sum::<f64>() / cur.len() as f64;
     let (trend_sign, _) = probe::infer_discharge_sign(None, mean.round() as i64, Some(trend));
-    (trend != 0 && trend_sign != *probe_sign).then(|| {
-        format!(
-            "battery current sign from `status` ({probe_sign:?} on discharge) disagrees with the \
-             charge_counter trend ({trend} µAh): battery-based energy is suspect"
-        )
-    })
+    if trend == 0 || mean.round() == 0.0 || trend_sign == *probe_sign {
+        return (None, false);
+    }
+    match b.sign_basis {
+        Some(probe::SignBasis::Status) => (
+            Some(format!(
+                "battery current sign from `status` ({probe_sign:?} on discharge) disagrees with \
+                 the charge_counter trend ({trend} µAh): battery-based energy is suspect"
+            )),
+            false,
+        ),
+        _ => (
+            Some(format!(
+                "battery discharge sign taken from the charge_counter trend ({trend} µAh over \
+                 the run): {trend_sign:?} on discharge, not the {probe_sign:?} assumed at probe \
+                 time; battery current and power corrected"
+            )),
+            true,
+        ),
+    }
+}
+
+/// Negates the battery current (and the power and energy derived from it) after a sign
+/// correction. Raw `raw.battery.*` columns stay as read.
+fn flip_battery_sign(probe: &Probe, output: &mut SamplerOutput) {
+    let mut cols: Vec<usize> = output.column("battery.current.ma").into_iter().collect();
+    match probe.meter.as_ref().map(|m| m.kind) {
+        Some(MeterKind::IntegratedVi) => cols.extend([output.col_power, output.col_energy]),
+        Some(MeterKind::BatteryEnergyCounter | MeterKind::ChargeCounter) | None => {
+            cols.push(output.col_power)
+        }
+        Some(MeterKind::Odpm | MeterKind::Powercap) => {}
+    }
+    for row in &mut output.rows {
+        for &c in &cols {
+            if let Some(Some(v)) = row.values.get_mut(c) {
+                *v = -*v;
+            }
+        }
+    }
+}
+
+/// Seconds during which any policy's `scaling_max_freq` sat below its `cpuinfo_max_freq`
+/// (each sample's state held until the next sample). None without cap columns.
+fn throttled_seconds(probe: &Probe, output: &SamplerOutput) -> Option<f64> {
+    let caps: Vec<(usize, u64)> = probe
+        .cpu_policies
+        .iter()
+        .filter_map(|p| {
+            let col = output.column(&format!("cpumax.{}.khz", sampler::sanitize(&p.name)))?;
+            Some((col, p.cpuinfo_max_khz?))
+        })
+        .collect();
+    if caps.is_empty() {
+        return None;
+    }
+    let throttled = |r: &Row| {
+        caps.iter().any(|&(c, hw)| {
+            r.values
+                .get(c)
+                .copied()
+                .flatten()
+                .is_some_and(|v| v < hw as f64)
+        })
+    };
+    let s: u64 = output
+        .rows
+        .windows(2)
+        .filter(|w| throttled(&w[0]))
+        .map(|w| w[1].t_ns.saturating_sub(w[0].t_ns))
+        .sum();
+    Some(s as f64 / 1e9)
 }

@@ -154,6 +154,8 @@ pub struct Battery {
     pub current_unit: Option<(CurrentUnit, String)>,
     /// Inferred discharge sign and the rule that decided it.
     pub discharge_sign: Option<(DischargeSign, String)>,
+    /// What decided the sign.
+    pub sign_basis: Option<SignBasis>,
     /// Inferred voltage unit.
     pub voltage_unit: Option<VoltageUnit>,
     /// `voltage_now` in mV.
@@ -168,6 +170,30 @@ pub struct Battery {
     pub energy_counter_attr: Option<String>,
     /// Battery `temp` (tenths of °C in the ABI) in °C.
     pub temp_c: Option<f64>,
+}
+
+/// A non-battery power supply (charger input).
+#[derive(Debug, Clone, Serialize)]
+pub struct PowerSupply {
+    /// Directory name under `class/power_supply`.
+    pub name: String,
+    /// Content of `type` (`USB`, `Mains`, `Wireless`, ...).
+    pub kind: String,
+    /// Resolved directory.
+    pub dir: PathBuf,
+    /// `online` at probe time (None when unreadable).
+    pub online: Option<bool>,
+}
+
+/// What decided the discharge sign of the battery current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SignBasis {
+    /// `status` said Charging or Discharging.
+    Status,
+    /// The `charge_counter` trend decided.
+    Trend,
+    /// Nothing decided: the ABI convention was assumed.
+    Default,
 }
 
 /// One cpufreq policy.
@@ -307,6 +333,9 @@ pub struct Probe {
     pub battery: Option<Battery>,
     /// Non-battery supplies reporting `online` = 1.
     pub supplies_online: Vec<String>,
+    /// Every non-battery supply (USB, AC, wireless) with its `online` state at probe time;
+    /// the sampler watches them so a charger plugged in mid-run is noticed.
+    pub supplies: Vec<PowerSupply>,
     /// cpufreq policies.
     pub cpu_policies: Vec<CpuPolicy>,
     /// GPU, if recognised.
@@ -325,7 +354,12 @@ pub struct Probe {
 pub fn probe(root: &Path) -> Probe {
     let mut warnings = Vec::new();
     let (thermal_zones, skipped_zones) = probe_thermal(root);
-    let (battery, supplies_online) = probe_power_supply(root);
+    let (battery, supplies) = probe_power_supply(root);
+    let supplies_online: Vec<String> = supplies
+        .iter()
+        .filter(|s| s.online == Some(true))
+        .map(|s| s.name.clone())
+        .collect();
     let cpu_policies = probe_cpufreq(root);
     let gpu = probe_gpu(root);
     let odpm = probe_odpm(root);
@@ -366,6 +400,7 @@ pub fn probe(root: &Path) -> Probe {
         skipped_zones,
         battery,
         supplies_online,
+        supplies,
         cpu_policies,
         gpu,
         odpm,
@@ -574,6 +609,17 @@ pub fn infer_discharge_sign(
     }
 }
 
+/// What decided a sign, from the rule text [`infer_discharge_sign`] returns.
+pub fn sign_basis_of(rule: &str) -> SignBasis {
+    if rule.starts_with("status") {
+        SignBasis::Status
+    } else if rule.starts_with("charge_counter") {
+        SignBasis::Trend
+    } else {
+        SignBasis::Default
+    }
+}
+
 /// Infers the voltage unit: a Li-ion cell sits between 2.5 and 5 V, i.e. millions in µV and
 /// thousands in mV.
 pub fn infer_voltage_unit(raw: i64) -> VoltageUnit {
@@ -584,10 +630,10 @@ pub fn infer_voltage_unit(raw: i64) -> VoltageUnit {
     }
 }
 
-fn probe_power_supply(root: &Path) -> (Option<Battery>, Vec<String>) {
+fn probe_power_supply(root: &Path) -> (Option<Battery>, Vec<PowerSupply>) {
     let base = root.join("class/power_supply");
     let mut batteries = Vec::new();
-    let mut online = Vec::new();
+    let mut supplies = Vec::new();
     for name in list_names(&base) {
         let Some(dir) = resolve_dir(&base.join(&name)) else {
             continue;
@@ -595,8 +641,14 @@ fn probe_power_supply(root: &Path) -> (Option<Battery>, Vec<String>) {
         let kind = read_trimmed(&dir.join("type")).unwrap_or_default();
         if kind == "Battery" {
             batteries.push((name, dir));
-        } else if read_i64(&dir.join("online")).is_ok_and(|v| v != 0) {
-            online.push(name);
+        } else {
+            let online = read_i64(&dir.join("online")).ok().map(|v| v != 0);
+            supplies.push(PowerSupply {
+                name,
+                kind,
+                dir,
+                online,
+            });
         }
     }
     // Prefer the supply called `battery` when a device registers several (e.g. a gauge and a
@@ -609,7 +661,7 @@ fn probe_power_supply(root: &Path) -> (Option<Battery>, Vec<String>) {
         let (name, dir) = batteries.swap_remove(pick);
         probe_battery(name, dir)
     });
-    (battery, online)
+    (battery, supplies)
 }
 
 fn probe_battery(name: String, dir: PathBuf) -> Battery {
@@ -626,6 +678,7 @@ fn probe_battery(name: String, dir: PathBuf) -> Battery {
     let current_unit =
         current_raw.map(|r| infer_current_unit(r, voltage_mv.map(|mv| mv / 1e3), power_now));
     let discharge_sign = current_raw.map(|r| infer_discharge_sign(status.as_deref(), r, None));
+    let sign_basis = discharge_sign.as_ref().map(|(_, rule)| sign_basis_of(rule));
     let current_ma = match (current_raw, &current_unit, &discharge_sign) {
         (Some(r), Some((u, _)), Some((s, _))) => Some(r as f64 * u.to_ma() * s.factor()),
         _ => None,
@@ -647,6 +700,7 @@ fn probe_battery(name: String, dir: PathBuf) -> Battery {
         current_raw,
         current_unit,
         discharge_sign,
+        sign_basis,
         voltage_unit,
         voltage_mv,
         current_ma,
@@ -998,8 +1052,8 @@ impl Probe {
             Some(b) => {
                 let _ = writeln!(s, "battery `{}`:", b.name);
                 let _ = writeln!(s, "  status: {}", b.status.as_deref().unwrap_or("?"));
-                if let Some(mv) = b.voltage_mv {
-                    let _ = writeln!(s, "  voltage: {mv:.0} mV ({:?})", b.voltage_unit);
+                if let (Some(mv), Some(u)) = (b.voltage_mv, b.voltage_unit) {
+                    let _ = writeln!(s, "  voltage: {mv:.0} mV (raw in {u:?})");
                 }
                 if let (Some(ma), Some((u, ur)), Some((sg, sr))) =
                     (b.current_ma, &b.current_unit, &b.discharge_sign)
@@ -1007,6 +1061,13 @@ impl Probe {
                     let _ = writeln!(s, "  current: {ma:.0} mA discharge-positive");
                     let _ = writeln!(s, "    unit {u:?}: {ur}");
                     let _ = writeln!(s, "    sign {sg:?} on discharge: {sr}");
+                }
+                if let Some(e) = b.energy_counter_uwh {
+                    let attr = b.energy_counter_attr.as_deref().unwrap_or("energy_counter");
+                    let _ = writeln!(s, "  {attr}: {e} µWh");
+                }
+                if let Some(t) = b.temp_c {
+                    let _ = writeln!(s, "  temp: {t:.1} °C");
                 }
                 if let Some(c) = b.charge_counter_uah {
                     let _ = writeln!(s, "  charge_counter: {c} µAh");
@@ -1016,6 +1077,14 @@ impl Probe {
             None => {
                 let _ = writeln!(s, "battery: none");
             }
+        }
+        for sup in &self.supplies {
+            let state = match sup.online {
+                Some(true) => "ONLINE (charging: battery energy unreliable)",
+                Some(false) => "offline",
+                None => "online state unreadable",
+            };
+            let _ = writeln!(s, "charger input `{}` ({}): {state}", sup.name, sup.kind);
         }
         let _ = writeln!(s, "cpufreq policies ({}):", self.cpu_policies.len());
         for p in &self.cpu_policies {
@@ -1049,7 +1118,13 @@ impl Probe {
             }
         }
         for d in &self.odpm {
-            let _ = writeln!(s, "odpm `{}` ({} rails):", d.name, d.rails.len());
+            let _ = writeln!(
+                s,
+                "odpm `{}` ({} rails, sampling {} Hz):",
+                d.name,
+                d.rails.len(),
+                d.sampling_hz.map_or("?".into(), |h| format!("{h}"))
+            );
             for r in &d.rails {
                 let _ = writeln!(
                     s,
@@ -1060,6 +1135,12 @@ impl Probe {
                     opt(r.energy_uws)
                 );
             }
+        }
+        if self.odpm.is_empty() {
+            let _ = writeln!(s, "odpm: none");
+        }
+        if self.powercap.is_empty() {
+            let _ = writeln!(s, "powercap: none");
         }
         for z in &self.powercap {
             let _ = writeln!(

@@ -28,7 +28,7 @@ use super::probe::{
     CurrentUnit, DischargeSign, GpuKind, MeterKind, OdpmSnapshot, Probe, TEMP_RANGE_C, TempUnit,
     VoltageUnit, ZoneRole, parse_energy_value, parse_percent,
 };
-use super::sysfs::{read_i64, read_trimmed};
+use super::sysfs::{clip, read_i64, read_trimmed};
 
 /// CSV schema version written in the `#` header.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -103,17 +103,27 @@ pub struct SamplerCost {
     pub samples: u64,
     /// CPU time spent inside `sample`, s (thread CPU clock).
     pub cpu_s: f64,
+    /// CPU time of the whole sampling thread (samples, wake-ups, CSV writes), s; equals
+    /// `cpu_s` when driven by hand.
+    pub thread_cpu_s: f64,
     /// Wall time of the sampling thread, s (0 when driven by hand).
     pub wall_s: f64,
-    /// CPU time / wall time × 100: percent of one core.
+    /// Thread CPU time / wall time × 100: percent of one core.
     pub cpu_pct_of_core: f64,
     /// Mean CPU time per sample, µs.
     pub mean_sample_cpu_us: f64,
 }
 
 enum Source {
-    Zone { path: PathBuf, unit: TempUnit },
+    Zone {
+        path: PathBuf,
+        unit: TempUnit,
+    },
     CpuFreq(PathBuf),
+    /// `scaling_max_freq`: the effective cap (thermal throttling lowers it).
+    CpuMax(PathBuf),
+    /// A charger input's `online` (0/1).
+    Online(PathBuf),
     GpuFreq(GpuKind, PathBuf),
     GpuBusy(GpuKind, PathBuf),
     Rss,
@@ -234,6 +244,23 @@ impl SamplerCore {
             chans.push(Chan {
                 column,
                 source: Source::CpuFreq(p.dir.join("scaling_cur_freq")),
+            });
+        }
+        for p in &probe.cpu_policies {
+            let column = push(&mut columns, format!("cpumax.{}.khz", sanitize(&p.name)));
+            chans.push(Chan {
+                column,
+                source: Source::CpuMax(p.dir.join("scaling_max_freq")),
+            });
+        }
+        for sup in probe.supplies.iter().filter(|s| s.online.is_some()) {
+            let column = push(
+                &mut columns,
+                format!("supply.{}.online", sanitize(&sup.name)),
+            );
+            chans.push(Chan {
+                column,
+                source: Source::Online(sup.dir.join("online")),
             });
         }
         if let Some(g) = &probe.gpu {
@@ -691,8 +718,18 @@ impl SamplerCore {
         }
     }
 
-    /// Flushes the CSV and returns everything recorded.
-    pub fn finish(mut self, wall_s: f64) -> Result<SamplerOutput, TelemetryError> {
+    /// Flushes the CSV and returns everything recorded (`wall_s`: how long the sampling
+    /// thread ran, 0 when driven by hand).
+    pub fn finish(self, wall_s: f64) -> Result<SamplerOutput, TelemetryError> {
+        let cpu = self.cost.cpu_s;
+        self.finish_with_thread_cpu(wall_s, cpu)
+    }
+
+    fn finish_with_thread_cpu(
+        mut self,
+        wall_s: f64,
+        thread_cpu_s: f64,
+    ) -> Result<SamplerOutput, TelemetryError> {
         if let Some((path, w)) = &mut self.csv {
             if !self.header_written {
                 // No sample taken: still leave a valid file with header.
@@ -725,8 +762,9 @@ impl SamplerCore {
         }
         let mut cost = self.cost;
         cost.wall_s = wall_s;
+        cost.thread_cpu_s = thread_cpu_s.max(cost.cpu_s);
         cost.cpu_pct_of_core = if wall_s > 0.0 {
-            cost.cpu_s / wall_s * 100.0
+            cost.thread_cpu_s / wall_s * 100.0
         } else {
             0.0
         };
@@ -825,19 +863,28 @@ fn read_source(source: &mut Source) -> ReadOutcome {
                 ))
             }
         }
-        Source::CpuFreq(path) => read_i64(path)
+        Source::CpuFreq(path) | Source::CpuMax(path) => read_i64(path)
             .map(|v| Some(v as f64))
             .map_err(|e| classify(&e)),
+        // ABI: 0 offline, 1 online (fixed), 2 online (programmable); recorded as 0/1.
+        Source::Online(path) => match read_i64(path) {
+            Ok(0) => Ok(Some(0.0)),
+            Ok(1 | 2) => Ok(Some(1.0)),
+            Ok(v) => Err((
+                EventKind::Garbage,
+                format!("{}: `{v}` is not 0, 1 or 2", path.display()),
+            )),
+            Err(e) => Err(classify(&e)),
+        },
         Source::GpuFreq(kind, dir) => {
-            let file = match kind {
-                GpuKind::Adreno => dir.join("gpuclk"),
-                GpuKind::Mali => dir.join("cur_freq"),
+            // Adreno: `gpuclk` in Hz, else devfreq's `cur_freq` in Hz; Mali: `cur_freq` in kHz.
+            let v = match kind {
+                GpuKind::Adreno => read_i64(&dir.join("gpuclk"))
+                    .or_else(|_| read_i64(&dir.join("devfreq/cur_freq")))
+                    .map(|hz| hz as f64 / 1000.0),
+                GpuKind::Mali => read_i64(&dir.join("cur_freq")).map(|khz| khz as f64),
             };
-            let v = read_i64(&file).map_err(|e| classify(&e))?;
-            Ok(Some(match kind {
-                GpuKind::Adreno => v as f64 / 1000.0,
-                GpuKind::Mali => v as f64,
-            }))
+            v.map(Some).map_err(|e| classify(&e))
         }
         Source::GpuBusy(kind, dir) => {
             let file = match kind {
@@ -847,7 +894,7 @@ fn read_source(source: &mut Source) -> ReadOutcome {
             let text = read_trimmed(&file).map_err(|e| classify(&e))?;
             parse_percent(&text).map(Some).ok_or((
                 EventKind::Garbage,
-                format!("{}: not a percentage", file.display()),
+                format!("{}: `{}` is not a percentage", file.display(), clip(&text)),
             ))
         }
         Source::Rss => Ok(read_rss_kib()),
@@ -882,39 +929,55 @@ pub fn thread_cpu_ns() -> u64 {
 /// A sampler running on its own thread.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<(SamplerCore, f64)>,
+    handle: JoinHandle<(SamplerCore, f64, f64)>,
 }
 
 impl Sampler {
-    /// Starts sampling at `core.period()`; the first sample is taken immediately.
+    /// Starts sampling at `core.period()`. Returns once the first sample is taken, so any
+    /// interval that starts after `spawn` returns lies inside the recording.
     pub fn spawn(core: SamplerCore) -> Result<Self, TelemetryError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name("pocketperf-telemetry".into())
-            .spawn(move || run_loop(core, &flag))
+            .spawn(move || run_loop(core, &flag, first_tx))
             .map_err(|source| TelemetryError::Thread { source })?;
+        // An error means the thread ended before its first sample: `stop` reports why.
+        let _ = first_rx.recv();
         Ok(Self { stop, handle })
     }
 
-    /// Stops the thread (after at most one period) and returns the recording.
+    /// Stops the thread and returns the recording. The thread takes one last sample after
+    /// the stop request, so any interval that ended before `stop` was called lies inside the
+    /// recording.
     pub fn stop(self) -> Result<SamplerOutput, TelemetryError> {
         self.stop.store(true, Ordering::SeqCst);
         self.handle.thread().unpark();
-        let (core, wall_s) = self
+        let (core, wall_s, thread_cpu_s) = self
             .handle
             .join()
             .map_err(|_| TelemetryError::ThreadPanicked)?;
-        core.finish(wall_s)
+        core.finish_with_thread_cpu(wall_s, thread_cpu_s)
     }
 }
 
-fn run_loop(mut core: SamplerCore, stop: &AtomicBool) -> (SamplerCore, f64) {
+fn run_loop(
+    mut core: SamplerCore,
+    stop: &AtomicBool,
+    first: std::sync::mpsc::SyncSender<()>,
+) -> (SamplerCore, f64, f64) {
     let period = core.period().max(Duration::from_millis(1));
     let started = Instant::now();
+    let cpu0 = thread_cpu_ns();
     let mut next = started;
+    let mut first = Some(first);
     while !stop.load(Ordering::SeqCst) {
         core.sample();
+        if let Some(tx) = first.take() {
+            // The receiver waits in `spawn`; if it is gone nobody needs the signal.
+            let _ = tx.send(());
+        }
         next += period;
         let now = Instant::now();
         if next < now {
@@ -929,7 +992,11 @@ fn run_loop(mut core: SamplerCore, stop: &AtomicBool) -> (SamplerCore, f64) {
             std::thread::park_timeout(next - now);
         }
     }
-    (core, started.elapsed().as_secs_f64())
+    // The closing sample: the recording covers everything up to the stop request.
+    core.sample();
+    drop(first);
+    let thread_cpu_s = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+    (core, started.elapsed().as_secs_f64(), thread_cpu_s)
 }
 
 /// Reads a telemetry CSV back: (metadata, columns after `t_s`, rows of (t_s, cells)).

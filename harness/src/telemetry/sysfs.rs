@@ -17,29 +17,26 @@ const MAX_ATTR_BYTES: u64 = 64 * 1024;
 const MAX_LINK_DEPTH: usize = 8;
 
 /// Reads an attribute file and returns its content with surrounding whitespace trimmed.
+/// One open and one read (no separate stat: the sampler calls this dozens of times a tick).
 pub fn read_trimmed(path: &Path) -> Result<String, TelemetryError> {
-    let meta = fs::metadata(path).map_err(|source| TelemetryError::Read {
+    use std::io::Read;
+    let read_err = |source: std::io::Error| TelemetryError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    if meta.is_dir() {
-        // Reading a directory fails with EISDIR; report it the same way a failing read is.
-        return Err(TelemetryError::Read {
-            path: path.to_path_buf(),
-            source: std::io::Error::other("is a directory, not an attribute file"),
-        });
-    }
-    if meta.len() > MAX_ATTR_BYTES {
+    };
+    let file = fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::with_capacity(64);
+    // Reading a directory fails with EISDIR, reported like any failing read.
+    file.take(MAX_ATTR_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_ATTR_BYTES {
         return Err(TelemetryError::Parse {
             path: path.to_path_buf(),
-            value: format!("{} bytes", meta.len()),
+            value: format!("more than {MAX_ATTR_BYTES} bytes"),
             expected: "an attribute file of at most 64 KiB",
         });
     }
-    let bytes = fs::read(path).map_err(|source| TelemetryError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
     Ok(String::from_utf8_lossy(&bytes).trim().to_string())
 }
 

@@ -1,0 +1,733 @@
+//! The dialogue scenario (`pocketperf run --scenario dialogue`): the scripted multi-turn chats
+//! of `datasets::dialogue` (`docs/DATASETS.md`) run through the model's chat template with
+//! the KV cache kept across turns (only each new turn is prefilled), while telemetry samples
+//! the device; the result is energy per dialogue (gross and net of the idle baseline, with a
+//! 95 % interval over dialogues), J per token and tokens per J, beside per-turn latencies.
+//!
+//! The loop ([`run_dialogues`]) is generic over a [`DialogueSut`]: the in-process runtime
+//! ([`RuntimeSut`]) on the real path, or [`SimulatedSut`], a decoder whose speed is the
+//! simulated handset's own, in virtual time (tests, fast checks). Telemetry rules are in
+//! `docs/TELEMETRY.md`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use pocketperf_datasets::dialogue::{Dialogue, dialogues};
+use pocketperf_reports::schema::{Percentiles, Performance, QuerySample, ResultFile};
+use pocketperf_runtime::model::SessionOptions;
+use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
+use pocketperf_runtime::tokenizer::{self, ChatMessage};
+use pocketperf_scenarios::{Clock, LatencyStats, RealClock};
+
+use crate::cmd::run::{PresetArg, RunArgs, file_header, run_meta};
+use crate::meta;
+use crate::sim::model::Activity;
+use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
+use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
+
+/// Environment variable limiting the number of dialogues (quick checks, tests).
+pub const ENV_DIALOGUES: &str = "POCKETPERF_DIALOGUES";
+/// Environment variable setting the idle baseline length in seconds.
+pub const ENV_IDLE_S: &str = "POCKETPERF_IDLE_S";
+/// Environment variable capping every turn's token budget (quick checks on slow machines;
+/// the figures are then not comparable with full-budget runs, and a warning says so).
+pub const ENV_TURN_TOKENS: &str = "POCKETPERF_TURN_TOKENS";
+
+/// One turn's outcome as the SUT reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnOutput {
+    /// Tokens prefilled for this turn (the new part of the conversation).
+    pub prefilled: usize,
+    /// Tokens already in the KV cache and reused.
+    pub reused: usize,
+    /// Tokens generated.
+    pub generated: usize,
+    /// The reply text (appended to the conversation as the assistant message).
+    pub reply: String,
+}
+
+/// A system under test for dialogues.
+pub trait DialogueSut {
+    /// Name for reports.
+    fn name(&self) -> &str;
+    /// Whether the KV cache is kept across turns.
+    fn kv_reuse(&self) -> bool;
+    /// Starts a new conversation (clears the KV cache).
+    fn begin(&mut self) -> Result<()>;
+    /// Answers the last (user) message of `history` with exactly `max_new_tokens` tokens,
+    /// calling `on_token` as each token is produced.
+    fn turn(
+        &mut self,
+        history: &[ChatMessage],
+        max_new_tokens: u32,
+        on_token: &mut dyn FnMut(),
+    ) -> Result<TurnOutput>;
+}
+
+/// One measured turn.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TurnRecord {
+    /// Turn index within its dialogue.
+    pub turn: usize,
+    /// Clock at the start of the turn (before prefill), ns.
+    pub start_ns: u64,
+    /// Clock at the first generated token, ns.
+    pub first_token_ns: Option<u64>,
+    /// Clock at the end of the turn, ns.
+    pub end_ns: u64,
+    /// Clock at every generated token, ns.
+    #[serde(skip)]
+    pub token_ns: Vec<u64>,
+    /// Tokens prefilled.
+    pub prefilled: usize,
+    /// Tokens reused from the KV cache.
+    pub reused: usize,
+    /// Tokens generated.
+    pub generated: usize,
+}
+
+/// One measured dialogue.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DialogueRecord {
+    /// Position in the run.
+    pub index: usize,
+    /// Dialogue id from the dataset.
+    pub id: String,
+    /// Start of the first turn, ns.
+    pub start_ns: u64,
+    /// End of the last turn, ns.
+    pub end_ns: u64,
+    /// Tokens generated over all turns.
+    pub tokens: u64,
+    /// Turns, in order.
+    pub turns: Vec<TurnRecord>,
+    /// Whether every turn completed.
+    pub complete: bool,
+}
+
+impl DialogueRecord {
+    /// The span telemetry attributes energy to.
+    pub fn span(&self) -> DialogueSpan {
+        DialogueSpan {
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            tokens: self.tokens,
+        }
+    }
+}
+
+/// Runs `set` in order through `sut`, timestamping on `clock` (a dialogue starts after
+/// `sut.begin()`); `between` runs after each dialogue (progress). A failing turn ends its dialogue (recorded as incomplete, with
+/// the error in the returned list); the others still run.
+pub fn run_dialogues(
+    sut: &mut dyn DialogueSut,
+    set: &[Dialogue],
+    clock: &dyn Fn() -> u64,
+    mut between: impl FnMut(usize),
+) -> (Vec<DialogueRecord>, Vec<String>) {
+    let mut records = Vec::with_capacity(set.len());
+    let mut errors = Vec::new();
+    for (index, d) in set.iter().enumerate() {
+        let mut history: Vec<ChatMessage> = Vec::new();
+        let mut turns = Vec::with_capacity(d.turns.len());
+        let mut complete = true;
+        if let Err(e) = sut.begin() {
+            errors.push(format!("dialogue {} ({}): {e:#}", index, d.id));
+            complete = false;
+        }
+        let start_ns = clock();
+        for (ti, t) in d.turns.iter().enumerate() {
+            if !complete {
+                break;
+            }
+            history.push(ChatMessage::new("user", &t.user));
+            let t0 = clock();
+            let mut token_ns = Vec::with_capacity(t.max_new_tokens as usize);
+            let res = sut.turn(&history, t.max_new_tokens, &mut || token_ns.push(clock()));
+            let t1 = clock();
+            match res {
+                Ok(out) => {
+                    history.push(ChatMessage::new("assistant", &out.reply));
+                    turns.push(TurnRecord {
+                        turn: ti,
+                        start_ns: t0,
+                        first_token_ns: token_ns.first().copied(),
+                        end_ns: t1,
+                        token_ns,
+                        prefilled: out.prefilled,
+                        reused: out.reused,
+                        generated: out.generated,
+                    });
+                }
+                Err(e) => {
+                    errors.push(format!("dialogue {} ({}) turn {ti}: {e:#}", index, d.id));
+                    complete = false;
+                }
+            }
+        }
+        let end_ns = turns.last().map_or(start_ns, |t| t.end_ns);
+        records.push(DialogueRecord {
+            index,
+            id: d.id.clone(),
+            start_ns,
+            end_ns,
+            tokens: turns.iter().map(|t| t.generated as u64).sum(),
+            turns,
+            complete,
+        });
+        between(index);
+    }
+    (records, errors)
+}
+
+/// The in-process runtime as a dialogue SUT: greedy, exactly `max_new_tokens` per turn (EOS
+/// ignored), KV cache kept across the turns of a dialogue.
+pub struct RuntimeSut<'e> {
+    engine: &'e Engine,
+    session: Session<'e>,
+    system: Option<String>,
+    /// The conversation text whose tokens the KV cache holds.
+    rendered: String,
+    /// The token ids the KV cache holds, in order.
+    context: Vec<u32>,
+    /// The last turn's generated ids. Its final token was sampled but never fed through the
+    /// model, so the next turn prefills it first.
+    last_reply: Vec<u32>,
+}
+
+impl<'e> RuntimeSut<'e> {
+    /// A SUT over a session of `engine`.
+    pub fn new(engine: &'e Engine, session: Session<'e>) -> Self {
+        Self {
+            engine,
+            system: tokenizer::default_system_prompt(engine.model.gguf()),
+            session,
+            rendered: String::new(),
+            context: Vec::new(),
+            last_reply: Vec::new(),
+        }
+    }
+
+    /// The token ids in the KV cache (prompts and replies of this dialogue so far; the last
+    /// reply without its final token, which the next turn prefills).
+    pub fn context(&self) -> &[u32] {
+        &self.context
+    }
+
+    /// The ids the last turn generated.
+    pub fn last_reply(&self) -> &[u32] {
+        &self.last_reply
+    }
+
+    /// KV slots a dialogue needs: its fully rendered conversation plus every reply budget.
+    pub fn tokens_needed(engine: &Engine, d: &Dialogue) -> Result<usize> {
+        let system = tokenizer::default_system_prompt(engine.model.gguf());
+        let mut msgs = Vec::new();
+        for t in &d.turns {
+            msgs.push(ChatMessage::new("user", &t.user));
+            msgs.push(ChatMessage::new("assistant", ""));
+        }
+        let text = tokenizer::chat_prompt(&msgs, true, system.as_deref());
+        let n = engine.tokenizer.encode(&text, true)?.len();
+        Ok(n + d.total_new_tokens() as usize)
+    }
+}
+
+impl DialogueSut for RuntimeSut<'_> {
+    fn name(&self) -> &str {
+        "pocketperf-runtime (in-process)"
+    }
+
+    fn kv_reuse(&self) -> bool {
+        true
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.session.reset();
+        self.rendered.clear();
+        self.context.clear();
+        self.last_reply.clear();
+        Ok(())
+    }
+
+    fn turn(
+        &mut self,
+        history: &[ChatMessage],
+        max_new_tokens: u32,
+        on_token: &mut dyn FnMut(),
+    ) -> Result<TurnOutput> {
+        let full = tokenizer::chat_prompt(history, true, self.system.as_deref());
+        // ChatML is append-only: the new turn's text follows what the cache already holds.
+        let reuse = self.session.n_past() > 0 && full.starts_with(&self.rendered);
+        let (suffix, reused) = if reuse {
+            (&full[self.rendered.len()..], self.session.n_past())
+        } else {
+            self.session.reset();
+            self.context.clear();
+            (full.as_str(), 0)
+        };
+        let mut ids: Vec<u32> = Vec::new();
+        if reuse {
+            ids.extend(self.last_reply.last().copied());
+        }
+        ids.extend(self.engine.tokenizer.encode(suffix, true)?);
+        let opts = GenerateOptions {
+            max_new_tokens: max_new_tokens as usize,
+            stop_at_eog: false,
+            sampling: SamplingParams::default(),
+        };
+        let mut out_ids = Vec::with_capacity(max_new_tokens as usize);
+        let stats = self.session.generate(&ids, &opts, |_, id| {
+            out_ids.push(id);
+            on_token();
+        })?;
+        let reply = self.engine.tokenizer.decode(&out_ids);
+        self.rendered = full.clone();
+        self.rendered.push_str(&reply);
+        self.context.extend_from_slice(&ids);
+        self.context
+            .extend_from_slice(&out_ids[..out_ids.len().saturating_sub(1)]);
+        debug_assert_eq!(self.context.len(), self.session.n_past());
+        self.last_reply = out_ids;
+        Ok(TurnOutput {
+            prefilled: ids.len(),
+            reused,
+            generated: stats.generated,
+            reply,
+        })
+    }
+}
+
+/// A decoder that runs at a simulated handset's own speed in virtual time: prefill at
+/// [`SimulatedSut::PREFILL_SPEEDUP`] × the decode rate, decode at the model's tokens/s for
+/// the frequency level the vendor allows, the CPU 100 % busy while it works. Prompt lengths
+/// are estimated at 4 characters a token (no tokenizer: the handset's energy, not the text,
+/// is what this SUT exists for). The rig's clock advances as it works.
+pub struct SimulatedSut<'r> {
+    rig: &'r mut VirtualRig,
+    in_kv: usize,
+    rendered_chars: usize,
+    gap_ns: u64,
+}
+
+impl<'r> SimulatedSut<'r> {
+    /// Prefill throughput relative to decode (batched prefill amortizes the weight reads).
+    pub const PREFILL_SPEEDUP: f64 = 8.0;
+
+    /// A SUT driving `rig`; each dialogue is preceded by `gap_ns` of idle (the handset
+    /// cools a little between dialogues, and dialogue boundaries fall between samples).
+    pub fn new(rig: &'r mut VirtualRig, gap_ns: u64) -> Self {
+        Self {
+            rig,
+            in_kv: 0,
+            rendered_chars: 0,
+            gap_ns,
+        }
+    }
+
+    /// The rig.
+    pub fn rig(&mut self) -> &mut VirtualRig {
+        self.rig
+    }
+
+    fn work(&mut self, tokens: f64, speedup: f64) -> Result<()> {
+        let top = self.rig.model().profile().max_level();
+        let level = top.min(self.rig.model().vendor_cap_level());
+        let tps = self.rig.model().profile().tokens_per_s(level, 1.0) * speedup;
+        if !tps.is_finite() || tps <= 0.0 {
+            bail!("simulated handset decodes at {tps} tokens/s");
+        }
+        let dt_ns = (tokens / tps * 1e9).round() as u64;
+        self.rig.advance(
+            dt_ns,
+            Activity {
+                busy: 1.0,
+                freq_level: top,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+impl DialogueSut for SimulatedSut<'_> {
+    fn name(&self) -> &str {
+        "simulated decoder (virtual time)"
+    }
+
+    fn kv_reuse(&self) -> bool {
+        true
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.in_kv = 0;
+        self.rendered_chars = 0;
+        self.rig.advance(
+            self.gap_ns,
+            Activity {
+                busy: 0.0,
+                freq_level: 0,
+            },
+        )?;
+        Ok(())
+    }
+
+    fn turn(
+        &mut self,
+        history: &[ChatMessage],
+        max_new_tokens: u32,
+        on_token: &mut dyn FnMut(),
+    ) -> Result<TurnOutput> {
+        let full = tokenizer::chat_prompt(history, true, None);
+        let new_chars = full.len().saturating_sub(self.rendered_chars);
+        let prefilled = new_chars.div_ceil(4).max(1);
+        self.work(prefilled as f64, Self::PREFILL_SPEEDUP)?;
+        for _ in 0..max_new_tokens {
+            self.work(1.0, 1.0)?;
+            on_token();
+        }
+        let reused = self.in_kv;
+        self.in_kv += prefilled + max_new_tokens as usize;
+        // The reply stands in as `max_new_tokens` four-character pieces.
+        let reply = "word".repeat(max_new_tokens as usize);
+        self.rendered_chars = full.len() + reply.len();
+        Ok(TurnOutput {
+            prefilled,
+            reused,
+            generated: max_new_tokens as usize,
+            reply,
+        })
+    }
+}
+
+/// The dialogue set a preset runs: `quick` every dialogue once, `full` three rounds; an
+/// optional limit (`POCKETPERF_DIALOGUES`) keeps the first `n`, an optional cap
+/// (`POCKETPERF_TURN_TOKENS`) lowers every turn's budget to at most `cap` tokens.
+pub fn dialogue_set(preset: PresetArg, limit: Option<usize>, cap: Option<u32>) -> Vec<Dialogue> {
+    let rounds = match preset {
+        PresetArg::Quick => 1,
+        PresetArg::Full => 3,
+    };
+    let mut set: Vec<Dialogue> = (0..rounds).flat_map(|_| dialogues().to_vec()).collect();
+    if let Some(n) = limit {
+        set.truncate(n.max(1));
+    }
+    if let Some(cap) = cap {
+        for t in set.iter_mut().flat_map(|d| d.turns.iter_mut()) {
+            t.max_new_tokens = t.max_new_tokens.min(cap.max(1));
+        }
+    }
+    set
+}
+
+/// Idle baseline length of a preset (`POCKETPERF_IDLE_S` overrides).
+pub fn idle_window(preset: PresetArg) -> Duration {
+    match preset {
+        PresetArg::Quick => Duration::from_secs(5),
+        PresetArg::Full => Duration::from_secs(30),
+    }
+}
+
+fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) => match v.trim().parse::<T>() {
+            Ok(n) => Ok(Some(n)),
+            Err(_) => bail!("{name}={v}: not a number"),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn percentiles(mut v: Vec<u64>) -> Option<Percentiles> {
+    v.sort_unstable();
+    let s = LatencyStats::from_sorted(&v)?;
+    let at = |p: f64| s.at(p).map_or(f64::NAN, ms);
+    Some(Percentiles {
+        n: s.count,
+        mean: ms(s.mean),
+        min: ms(s.min),
+        max: ms(s.max),
+        p50: at(0.5),
+        p90: at(0.9),
+        p95: at(0.95),
+        p97: at(0.97),
+        p99: at(0.99),
+        p999: at(0.999),
+    })
+}
+
+/// The `performance` section of a dialogue run: every turn is a query (its `sample_index` is
+/// the dialogue's position), latency from turn start to last token.
+pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Option<Performance> {
+    let start = records.first()?.start_ns;
+    let end = records.iter().map(|r| r.end_ns).max().unwrap_or(start);
+    let turns: Vec<(&DialogueRecord, &TurnRecord)> = records
+        .iter()
+        .flat_map(|d| d.turns.iter().map(move |t| (d, t)))
+        .collect();
+    let mut per_query = Vec::with_capacity(turns.len());
+    let (mut lat, mut ttft, mut tpot, mut itl) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, (d, t)) in turns.iter().enumerate() {
+        let l = t.end_ns.saturating_sub(t.start_ns);
+        let f = t.first_token_ns.map(|f| f.saturating_sub(t.start_ns));
+        let tp = f.and_then(|f| pocketperf_scenarios::tpot_ns(l, f, t.generated as u64));
+        lat.push(l);
+        ttft.extend(f);
+        tpot.extend(tp);
+        itl.extend(t.token_ns.windows(2).map(|w| w[1].saturating_sub(w[0])));
+        per_query.push(QuerySample {
+            id: id as u64,
+            sample_index: d.index as u64,
+            start_s: t.start_ns.saturating_sub(start) as f64 / 1e9,
+            latency_ms: ms(l),
+            ttft_ms: f.map(ms),
+            tokens: t.generated as u32,
+            tpot_ms: tp.map(ms),
+        });
+    }
+    let duration_s = end.saturating_sub(start) as f64 / 1e9;
+    let tokens: u64 = records.iter().map(|r| r.tokens).sum();
+    Some(Performance {
+        scenario: "Dialogue".into(),
+        mode: "PerformanceOnly".into(),
+        valid: errors.is_empty() && records.iter().all(|r| r.complete),
+        invalid_reasons: errors.iter().take(20).cloned().collect(),
+        queries: turns.len() as u64,
+        duration_s,
+        qps: if duration_s > 0.0 {
+            turns.len() as f64 / duration_s
+        } else {
+            0.0
+        },
+        tokens_per_s: if duration_s > 0.0 {
+            tokens as f64 / duration_s
+        } else {
+            0.0
+        },
+        latency_ms: percentiles(lat)?,
+        ttft_ms: percentiles(ttft),
+        tpot_ms: percentiles(tpot),
+        itl_ms: percentiles(itl),
+        early_stopping: None,
+        per_query,
+    })
+}
+
+/// Labeled turn and dialogue intervals for `telemetry.json`.
+pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
+    let mut v = Vec::new();
+    for d in records {
+        for t in &d.turns {
+            v.push((
+                format!("{}#{}/turn{}", d.id, d.index, t.turn),
+                t.start_ns,
+                t.end_ns,
+                t.generated as u64,
+            ));
+        }
+        v.push((
+            format!("{}#{}", d.id, d.index),
+            d.start_ns,
+            d.end_ns,
+            d.tokens,
+        ));
+    }
+    v
+}
+
+/// Writes `tokens.csv` (one row per generated token, ms from the first dialogue's start;
+/// `query` numbers the turns as in `performance.per_query`).
+pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFile) -> Result<()> {
+    use std::io::Write;
+    let path = dir.join(pocketperf_reports::schema::TOKENS_FILE);
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(&path)
+            .with_context(|| format!("{}: cannot create", path.display()))?,
+    );
+    for (k, v) in file_header(file) {
+        writeln!(f, "# {k}={v}")?;
+    }
+    writeln!(f, "query,token,t_ms")?;
+    let start = records.first().map_or(0, |r| r.start_ns);
+    let turns = records.iter().flat_map(|d| d.turns.iter());
+    for (q, t) in turns.enumerate() {
+        for (k, ns) in t.token_ns.iter().enumerate() {
+            writeln!(f, "{q},{k},{:.3}", ms(ns.saturating_sub(start)))?;
+        }
+    }
+    f.flush()
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(())
+}
+
+/// `pocketperf run --scenario dialogue`.
+pub fn run(a: &RunArgs) -> Result<i32> {
+    let device = crate::telemetry::DeviceSpec::parse(&a.device)?;
+    if a.config.is_some() || a.server_qps.is_some() {
+        bail!("--config and --server-qps do not apply to the dialogue scenario");
+    }
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("{}: cannot create", a.out.display()))?;
+    let limit: Option<usize> = env_number(ENV_DIALOGUES)?;
+    let idle = match env_number::<f64>(ENV_IDLE_S)? {
+        Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
+        Some(s) => bail!("{ENV_IDLE_S}={s}: must be a non-negative number of seconds"),
+        None => idle_window(a.preset),
+    };
+    let cap: Option<u32> = env_number(ENV_TURN_TOKENS)?;
+    let set = dialogue_set(a.preset, limit, cap);
+
+    let (engine, model_path) = a.engine.load()?;
+    let model_sha = meta::model_sha256(&model_path);
+    let mut needed = 0;
+    for d in &set {
+        needed = needed.max(RuntimeSut::tokens_needed(&engine, d)?);
+    }
+    let session = engine.session(SessionOptions {
+        max_seq_len: needed + 16,
+        ..Default::default()
+    })?;
+    let mut sut = RuntimeSut::new(&engine, session);
+
+    let started = chrono::Utc::now();
+    let settings = serde_json::json!({
+        "cli": a,
+        "dialogues": set.len(),
+        "turn_token_cap": cap,
+        "idle_baseline_s": idle.as_secs_f64(),
+        "kv_reuse": sut.kv_reuse(),
+        "chat_template": "chatml",
+        "telemetry_period_ms": 100,
+    });
+    let clock = RealClock::new();
+    let mono: MonotonicClock = Arc::new(move || clock.now_ns());
+    let provenance = vec![
+        (
+            "tool".to_string(),
+            format!("{} {}", meta::TOOL, meta::TOOL_VERSION),
+        ),
+        ("git_commit".into(), meta::GIT_COMMIT.into()),
+        ("device".into(), device.id()),
+        ("model_sha256".into(), model_sha.clone()),
+        ("settings".into(), settings.to_string()),
+        ("started_utc".into(), started.to_rfc3339()),
+    ];
+    let mut telemetry = RunTelemetry::start(
+        &a.device,
+        &a.out,
+        mono.clone(),
+        engine.threads(),
+        provenance,
+        Vec::new(),
+    )?;
+    let idle_ns = if idle.is_zero() {
+        None
+    } else {
+        let spinner = crate::progress::spinner("idle baseline");
+        let w = telemetry.measure_idle(idle);
+        spinner.finish_and_clear();
+        Some(w)
+    };
+    let bar = crate::progress::bar(set.len() as u64, "dialogues");
+    let (records, errors) = run_dialogues(&mut sut, &set, &|| mono(), |_| bar.inc(1));
+    bar.finish_and_clear();
+    let rec = telemetry.stop()?;
+    let finished = chrono::Utc::now();
+
+    let spans: Vec<DialogueSpan> = records
+        .iter()
+        .filter(|r| r.complete)
+        .map(DialogueRecord::span)
+        .collect();
+    let summary = rec.report.dialogue_summary(&spans);
+    let energy = energy_section(&rec.report, &summary, &spans);
+    let labeled: Vec<LabeledInterval> = rec.attribute(&intervals(&records));
+    let truth = rec.truth_check(&spans);
+    rec.write_json(&labeled, Some(&summary), truth.as_ref())?;
+
+    let mut meta = run_meta(&engine, &model_path, &device.id(), settings, started);
+    meta.finished_utc = finished;
+    if let crate::telemetry::DeviceSpec::Sim(p) = &device {
+        meta.device.name = format!("simulated {p} (host {})", meta.device.name);
+    }
+    let mut warnings: Vec<String> = errors.iter().take(20).cloned().collect();
+    warnings.extend(rec.report.summary.warnings.iter().cloned());
+    warnings.extend(energy_warnings(&rec.report, &summary));
+    if idle_ns.is_none() {
+        warnings.push("idle baseline skipped (0 s)".into());
+    }
+    if let Some(c) = cap {
+        warnings.push(format!(
+            "{ENV_TURN_TOKENS}={c}: turn budgets capped, figures not comparable with full runs"
+        ));
+    }
+    let file = ResultFile {
+        schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
+        meta,
+        performance: performance_section(&records, &errors),
+        accuracy: None,
+        energy,
+        thermal: rec.thermal(),
+        governor: None,
+        robustness: None,
+        warnings,
+    };
+    pocketperf_reports::schema::write_result(&a.out, &file)?;
+    write_tokens_csv(&a.out, &records, &file)?;
+    println!("{}", summary_line(&file));
+    if let Some(t) = truth {
+        println!(
+            "simulated handset ground truth: {:.3} mWh per dialogue gross, measured {:.3} \
+             (mean error {:.2} %, worst dialogue {:.2} %)",
+            t.truth_gross_mwh,
+            t.measured_gross_mwh,
+            t.rel_error_mean_gross * 100.0,
+            t.max_rel_error_gross * 100.0
+        );
+    }
+    let c = rec.report.summary.sampler_cost;
+    println!(
+        "telemetry: {} samples, sampler {:.3} % of a core ({:.0} µs CPU per sample)",
+        c.samples, c.cpu_pct_of_core, c.mean_sample_cpu_us
+    );
+    println!("results in {}", a.out.display());
+    Ok(if errors.is_empty() { 0 } else { 1 })
+}
+
+/// One line for the terminal.
+pub fn summary_line(f: &ResultFile) -> String {
+    let perf = f
+        .performance
+        .as_ref()
+        .map_or("no turns completed".into(), |p| {
+            format!(
+                "dialogue: {} turns, {:.2} tokens/s, TTFT p90 {}",
+                p.queries,
+                p.tokens_per_s,
+                p.ttft_ms
+                    .as_ref()
+                    .map_or("-".into(), |t| format!("{:.1} ms", t.p90))
+            )
+        });
+    let energy = f.energy.as_ref().map_or("no energy meter".into(), |e| {
+        format!(
+            "{} dialogues: {:.3} mWh/dialogue net [{:.3}, {:.3}], gross {:.3}, {:.4} J/token, \
+             {:.2} tokens/J ({}{})",
+            e.dialogues,
+            e.mwh_per_dialogue_net.mean,
+            e.mwh_per_dialogue_net.lo,
+            e.mwh_per_dialogue_net.hi,
+            e.mwh_per_dialogue_gross.mean,
+            e.j_per_token,
+            e.tokens_per_j,
+            e.meter,
+            if e.reliable { "" } else { ", UNRELIABLE" }
+        )
+    });
+    format!("{perf}; {energy}")
+}

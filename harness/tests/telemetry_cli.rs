@@ -1,0 +1,183 @@
+//! Acceptance: `pocketperf run --device sim:snapdragon-8gen3 --scenario dialogue` writes
+//! `telemetry.csv` and energy figures into `result.json`, and the energy it measured from the
+//! simulated tree agrees with the handset model's ground truth within 2 %. One dialogue (three
+//! turns capped at 8 tokens each, to stay fast on a busy 2-core machine) with the reference
+//! model; a 1 s idle baseline.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn model_path() -> PathBuf {
+    const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    let p = if let Some(p) = std::env::var_os("POCKETPERF_MODEL") {
+        PathBuf::from(p)
+    } else if let Some(c) = std::env::var_os("POCKETPERF_CACHE") {
+        PathBuf::from(c).join("models").join(FILE)
+    } else if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
+        PathBuf::from(c).join("pocketperf/models").join(FILE)
+    } else {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+            .join(".cache/pocketperf/models")
+            .join(FILE)
+    };
+    assert!(
+        p.exists(),
+        "reference model not found at {} (run `pocketperf model fetch` or set POCKETPERF_MODEL)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn dialogue_run_on_a_simulated_handset_writes_telemetry_and_energy() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("res");
+    let run = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args([
+            "run",
+            "--scenario",
+            "dialogue",
+            "--device",
+            "sim:snapdragon-8gen3",
+        ])
+        .arg("--model")
+        .arg(model_path())
+        .arg("--out")
+        .arg(&dir)
+        .env("POCKETPERF_DIALOGUES", "1")
+        .env("POCKETPERF_IDLE_S", "1")
+        .env("POCKETPERF_TURN_TOKENS", "8")
+        .output()
+        .expect("run pocketperf");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("mWh/dialogue"), "{stdout}");
+
+    // telemetry.csv: provenance, the simulated tree's columns, rows on the run clock.
+    let t = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
+    assert_eq!(
+        t.meta.get("device").map(String::as_str),
+        Some("sim:snapdragon-8gen3")
+    );
+    assert_eq!(
+        t.meta.get("meter").map(String::as_str),
+        Some("ChargeCounter")
+    );
+    assert!(t.meta.contains_key("model_sha256") && t.meta.contains_key("git_commit"));
+    assert!(t.t_s.len() >= 10, "{} samples", t.t_s.len());
+    for c in [
+        "temp.soc.c",
+        "temp.skin.c",
+        "energy.total.mj",
+        "cpufreq.policy7.khz",
+    ] {
+        assert!(t.column(c).is_some(), "column {c}");
+    }
+
+    // result.json: energy per dialogue, thermal, the turns as queries.
+    let r = pocketperf_reports::schema::load_result(&dir).unwrap();
+    let e = r.energy.as_ref().expect("energy section");
+    assert_eq!(e.meter, "battery-charge-counter");
+    assert!(e.reliable);
+    assert_eq!(e.dialogues, 1);
+    assert!(
+        e.idle_power_mw > 700.0 && e.idle_power_mw < 1000.0,
+        "{}",
+        e.idle_power_mw
+    );
+    let (g, n) = (e.mwh_per_dialogue_gross.mean, e.mwh_per_dialogue_net.mean);
+    assert!(g > n && n > 0.0, "gross {g} net {n}");
+    assert_eq!(e.per_dialogue.len(), 1);
+    assert_eq!(e.per_dialogue[0].tokens, 24);
+    assert!((e.j_per_token * 24.0 / 3.6 - n).abs() < 1e-6 * n.max(1.0));
+    assert!(r.thermal.is_some());
+    let p = r.performance.as_ref().unwrap();
+    assert_eq!(p.scenario, "Dialogue");
+    assert_eq!(p.queries, 3);
+    assert!(p.per_query.iter().all(|q| q.ttft_ms.is_some()));
+    assert_eq!(r.meta.device.id, "sim:snapdragon-8gen3");
+
+    // telemetry.json: the measured energy against the handset model's ground truth.
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("telemetry.json")).unwrap())
+            .unwrap();
+    let err = j["truth_check"]["max_rel_error_gross"].as_f64().unwrap();
+    assert!(err < 0.02, "measured vs ground truth: {err}");
+    let cost = &j["summary"]["sampler_cost"];
+    assert!(cost["samples"].as_u64().unwrap() >= 10);
+    assert!(cost["cpu_pct_of_core"].as_f64().unwrap() > 0.0);
+    // Every turn is attributed, each with its ground truth.
+    let turns = j["intervals"].as_array().unwrap();
+    assert_eq!(turns.len(), 4, "three turns and the dialogue");
+    assert!(
+        turns
+            .iter()
+            .all(|t| t["energy"]["gross_j"].as_f64().unwrap() > 0.0)
+    );
+    assert!(turns.iter().all(|t| t["truth_j"].as_f64().is_some()));
+    // tokens.csv: one row per generated token.
+    let tok = pocketperf_reports::datafiles::read_tokens(dir.join("tokens.csv")).unwrap();
+    assert_eq!(tok.events.len(), 24);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("POCKETPERF_TURN_TOKENS"))
+    );
+}
+
+#[test]
+fn kv_reuse_across_turns_equals_recomputing_the_conversation() {
+    use pocketperf::cmd::dialogue::{DialogueSut, RuntimeSut, dialogue_set, run_dialogues};
+    use pocketperf::cmd::run::PresetArg;
+    use pocketperf_runtime::model::SessionOptions;
+    use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};
+
+    let isa = pocketperf_runtime::quant::isa_from_env().unwrap();
+    let engine = Engine::load(&model_path(), 1, isa).unwrap();
+    let opts = || SessionOptions {
+        max_seq_len: 1024,
+        ..Default::default()
+    };
+    let set = dialogue_set(PresetArg::Quick, Some(1), Some(6));
+    let mut sut = RuntimeSut::new(&engine, engine.session(opts()).unwrap());
+    assert!(sut.kv_reuse());
+    let t0 = std::time::Instant::now();
+    let clock = move || t0.elapsed().as_nanos() as u64;
+    let (records, errors) = run_dialogues(&mut sut, &set, &clock, |_| {});
+    assert!(errors.is_empty(), "{errors:?}");
+    let turns = &records[0].turns;
+    assert_eq!(turns.len(), 3);
+    assert_eq!(turns[0].reused, 0);
+    // Later turns prefill only what is new: the previous reply's last token, the end of the
+    // assistant message, the user turn and the assistant header.
+    let mut held = 0;
+    for t in turns {
+        assert_eq!(t.reused, held);
+        assert_eq!(t.generated, 6);
+        held += t.prefilled + t.generated - 1;
+    }
+    assert!(turns[1].prefilled < turns[0].prefilled + 6);
+    assert_eq!(sut.context().len(), held);
+    // A fresh session fed the same ids from scratch generates the same last reply.
+    let ctx = sut.context().to_vec();
+    let reply = sut.last_reply().to_vec();
+    let prompt = &ctx[..ctx.len() - (reply.len() - 1)];
+    let mut fresh = engine.session(opts()).unwrap();
+    let mut got = Vec::new();
+    fresh
+        .generate(
+            prompt,
+            &GenerateOptions {
+                max_new_tokens: reply.len(),
+                stop_at_eog: false,
+                sampling: SamplingParams::default(),
+            },
+            |_, id| got.push(id),
+        )
+        .unwrap();
+    assert_eq!(got, reply);
+}
