@@ -223,3 +223,97 @@ pub fn ecdf(values: &[f64]) -> Vec<(f64, f64)> {
         .map(|(i, &x)| (x, (i + 1) as f64 / n))
         .collect()
 }
+
+/// One bar of a bar chart, with an optional interval drawn as an error bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// Category label under the bar.
+    pub label: String,
+    /// Bar height.
+    pub value: f64,
+    /// Interval `(lo, hi)` around the value, when known.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// A vertical bar chart with error bars, one bar per category, the y axis starting at zero.
+/// Bars with a non-finite value are left out; `None` when no bar remains.
+pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> Result<Option<String>> {
+    let bars: Vec<&Bar> = bars.iter().filter(|b| b.value.is_finite()).collect();
+    if bars.is_empty() {
+        return Ok(None);
+    }
+    let finite_interval = |b: &Bar| match b.interval {
+        Some((lo, hi)) if lo.is_finite() && hi.is_finite() => Some((lo, hi)),
+        _ => None,
+    };
+    let top = bars
+        .iter()
+        .map(|b| finite_interval(b).map_or(b.value, |(_, hi)| hi.max(b.value)))
+        .fold(0.0f64, f64::max);
+    let bottom = bars
+        .iter()
+        .map(|b| finite_interval(b).map_or(b.value, |(lo, _)| lo.min(b.value)))
+        .fold(0.0f64, f64::min);
+    let (y0, y1) = if top > bottom {
+        (bottom * 1.08, top * 1.08)
+    } else {
+        (0.0, 1.0)
+    };
+    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d((0..bars.len()).into_segmented(), y0..y1)
+            .map_err(|e| plot_err(title, e))?;
+        let label_of = |x: &SegmentValue<usize>| -> String {
+            match x {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len())
+            .x_label_formatter(&label_of)
+            .y_desc(y_label)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, b)| {
+                let color = PALETTE[i % PALETTE.len()];
+                let mut r = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), 0.0),
+                        (SegmentValue::Exact(i + 1), b.value),
+                    ],
+                    color.mix(0.75).filled(),
+                );
+                r.set_margin(0, 0, 18, 18);
+                r
+            }))
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                let (lo, hi) = finite_interval(b)?;
+                Some(ErrorBar::new_vertical(
+                    SegmentValue::CenterOf(i),
+                    lo,
+                    b.value,
+                    hi,
+                    BLACK.stroke_width(2),
+                    12,
+                ))
+            }))
+            .map_err(|e| plot_err(title, e))?;
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
+}

@@ -207,7 +207,7 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
     }
     s.push_str("</table>\n<p>Percentiles follow LoadGen (sorted[floor(n·p)]); intervals of medians are seeded percentile bootstraps; accuracy intervals are Wilson score intervals. Outliers (Tukey fences) are counted, never removed.</p>\n");
 
-    if let Some(p) = &r.performance {
+    if let Some(p) = r.performance.as_ref().filter(|p| !p.per_query.is_empty()) {
         s.push_str("<h2>Latency</h2>\n");
         let lat: Vec<f64> = p.per_query.iter().map(|q| q.latency_ms).collect();
         let cdf = vec![Series {
@@ -256,8 +256,11 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
         );
     }
     if let Some(t) = &run.telemetry {
-        s.push_str("<h2>Telemetry</h2>\n");
-        s += &telemetry_plots(t)?;
+        let plots = telemetry_plots(t)?;
+        if !plots.is_empty() {
+            s.push_str("<h2>Telemetry</h2>\n");
+            s += &plots;
+        }
     }
 
     if let Some(a) = &r.accuracy {
