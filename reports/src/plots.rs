@@ -193,14 +193,22 @@ pub fn histogram(
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let mut chart = frame(
-            &root,
-            title,
-            x_label,
-            "count",
-            (first.0, last.1),
-            (0.0, max_count * 1.08),
-        )?;
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(first.0..last.1, 0.0..max_count * 1.08)
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("count")
+            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| plot_err(title, e))?;
         let fill = PALETTE[0].mix(0.7).filled();
         chart
             .draw_series(
@@ -269,7 +277,9 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> Result<Option<Stri
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d((0..bars.len()).into_segmented(), y0..y1)
+            // An integer range a..b has b - a + 1 values; one bar per value. (A lone bar
+            // gets a second, empty slot: plotters maps a one-value range off-centre.)
+            .build_cartesian_2d((0..bars.len().max(2) - 1).into_segmented(), y0..y1)
             .map_err(|e| plot_err(title, e))?;
         let label_of = |x: &SegmentValue<usize>| -> String {
             match x {

@@ -121,13 +121,19 @@ pub fn run_captured(
         .stdout(out.try_clone().map_err(io_err)?)
         .stderr(err.try_clone().map_err(io_err)?)
         .spawn()
-        .map_err(|e| FarmError::Transport {
-            device: device.to_string(),
-            action: action.to_string(),
-            detail: format!(
-                "cannot start `{}`: {e}",
-                cmd.get_program().to_string_lossy()
-            ),
+        .map_err(|e| {
+            let program = cmd.get_program().to_string_lossy().into_owned();
+            let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                " (not on PATH: install it, e.g. Debian's `adb` package, or name its path as \
+                 `adb` in the inventory's [defaults])"
+            } else {
+                ""
+            };
+            FarmError::Transport {
+                device: device.to_string(),
+                action: action.to_string(),
+                detail: format!("cannot start `{program}`: {e}{hint}"),
+            }
         })?;
     match wait_timeout(&mut child, timeout).map_err(io_err)? {
         Some(status) => Ok(Captured {
