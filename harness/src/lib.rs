@@ -1,6 +1,7 @@
 //! The `pocketperf` harness library: SUT adapters, telemetry, devices, commands.
 
 pub mod cmd;
+pub mod farm;
 pub mod governor_sim;
 pub mod meta;
 pub mod model_store;

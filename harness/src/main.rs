@@ -3,8 +3,12 @@
 //! Exit codes: 0 success, 1 a gate or validity failure, 2 an error.
 
 use clap::{Parser, Subcommand};
+use pocketperf::cmd::compare as comparecmd;
+use pocketperf::cmd::farm as farmcmd;
+use pocketperf::cmd::gate as gatecmd;
 use pocketperf::cmd::governor as govcmd;
 use pocketperf::cmd::probe as probecmd;
+use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
 use std::process::ExitCode;
@@ -46,6 +50,17 @@ enum Cmd {
     },
     /// List the thermal, power, frequency and energy sensors a device exposes.
     Probe(probecmd::ProbeArgs),
+    /// Render a result directory into report.html (self-contained) and report.md.
+    Report(reportcmd::ReportArgs),
+    /// Compare result directories (one column per device or run) against a baseline.
+    Compare(comparecmd::CompareArgs),
+    /// Release gate: a candidate run against a baseline (exit 0 pass, 1 regression, 2 error).
+    Gate(gatecmd::GateArgs),
+    /// Device farm: run a suite on many devices in parallel, then compare and gate.
+    Farm {
+        #[command(subcommand)]
+        cmd: farmcmd::FarmCmd,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -59,6 +74,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Run(a) => runcmd::run(&a),
         Cmd::Governor { cmd } => govcmd::governor_cmd(&cmd),
         Cmd::Probe(a) => probecmd::probe(&a),
+        Cmd::Report(a) => reportcmd::report(&a),
+        Cmd::Compare(a) => comparecmd::compare(&a),
+        Cmd::Gate(a) => gatecmd::run_gate(&a),
+        Cmd::Farm { cmd } => farmcmd::farm_cmd(&cmd),
     }
 }
 

@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{ReportError, Result};
-use crate::plots::{self, Series};
+use crate::plots::{self, Bar, Series};
 use crate::render::html_parts::{figure, page_start, provenance_table};
 use crate::render::{
-    Provenance, RenderContext, escape_csv, escape_html, escape_md, metric_rows, num,
+    BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Provenance, RenderContext, escape_csv, escape_html,
+    escape_md, metric_rows, num, per_query_tokens_per_s,
 };
 use crate::schema::{self, ResultFile};
-use crate::stats::Better;
+use crate::stats::{self, Better, Statistic};
 
 /// One run in a comparison.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +39,11 @@ pub struct Cell {
     pub hi: Option<f64>,
     /// `value / baseline value`; `None` in the baseline column or when undefined.
     pub ratio: Option<f64>,
+    /// Lower bound of the 95% bootstrap interval of the ratio, for figures backed by
+    /// per-query or per-dialogue samples in both runs.
+    pub ratio_lo: Option<f64>,
+    /// Upper bound of that interval.
+    pub ratio_hi: Option<f64>,
 }
 
 /// One figure across all runs.
@@ -107,6 +113,8 @@ pub fn compare_results(runs: Vec<ComparedRun>, baseline_index: usize) -> Result<
             runs.len()
         )));
     }
+    let mut runs = runs;
+    disambiguate_labels(&mut runs);
     let mut rows: Vec<CompareRow> = Vec::new();
     let k = runs.len();
     for (i, run) in runs.iter().enumerate() {
@@ -132,6 +140,8 @@ pub fn compare_results(runs: Vec<ComparedRun>, baseline_index: usize) -> Result<
                 lo: m.lo,
                 hi: m.hi,
                 ratio: None,
+                ratio_lo: None,
+                ratio_hi: None,
             });
         }
     }
@@ -146,6 +156,27 @@ pub fn compare_results(runs: Vec<ComparedRun>, baseline_index: usize) -> Result<
                 c.ratio = Some(c.value / b);
             }
         }
+        let Some((statistic, get)) = samples_of(&r.metric) else {
+            continue;
+        };
+        let base_samples = get(&runs[baseline_index].result);
+        for (i, c) in r.cells.iter_mut().enumerate() {
+            let Some(c) = c.as_mut() else { continue };
+            if i == baseline_index || c.ratio.is_none() {
+                continue;
+            }
+            if let Ok(ci) = stats::bootstrap_ratio_ci(
+                &base_samples,
+                &get(&runs[i].result),
+                statistic,
+                0.95,
+                BOOTSTRAP_RESAMPLES,
+                BOOTSTRAP_SEED,
+            ) {
+                c.ratio_lo = Some(ci.lo);
+                c.ratio_hi = Some(ci.hi);
+            }
+        }
     }
     Ok(Comparison {
         runs,
@@ -154,8 +185,65 @@ pub fn compare_results(runs: Vec<ComparedRun>, baseline_index: usize) -> Result<
     })
 }
 
+/// Extracts the samples behind a figure.
+type SampleFn = fn(&ResultFile) -> Vec<f64>;
+
+/// The statistic and samples behind a figure, for figures whose ratio gets an interval.
+fn samples_of(metric: &str) -> Option<(Statistic, SampleFn)> {
+    fn perf(r: &ResultFile, f: fn(&schema::QuerySample) -> Option<f64>) -> Vec<f64> {
+        r.performance
+            .as_ref()
+            .map(|p| p.per_query.iter().filter_map(f).collect())
+            .unwrap_or_default()
+    }
+    let f: (Statistic, SampleFn) = match metric {
+        "latency_p50" => (Statistic::Median, |r| perf(r, |q| Some(q.latency_ms))),
+        "ttft_p50" => (Statistic::Median, |r| perf(r, |q| q.ttft_ms)),
+        "tpot_p50" => (Statistic::Median, |r| perf(r, |q| q.tpot_ms)),
+        "query_tokens_per_s_median" => (Statistic::Median, |r| {
+            r.performance
+                .as_ref()
+                .map(per_query_tokens_per_s)
+                .unwrap_or_default()
+        }),
+        "mwh_per_dialogue_net" => (Statistic::Mean, |r| {
+            r.energy
+                .as_ref()
+                .map(|e| e.per_dialogue.iter().map(|d| d.net_mwh).collect())
+                .unwrap_or_default()
+        }),
+        "mwh_per_dialogue_gross" => (Statistic::Mean, |r| {
+            r.energy
+                .as_ref()
+                .map(|e| e.per_dialogue.iter().map(|d| d.gross_mwh).collect())
+                .unwrap_or_default()
+        }),
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Makes column labels unique: runs that share a label get their directory name appended.
+fn disambiguate_labels(runs: &mut [ComparedRun]) {
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    for (i, run) in runs.iter_mut().enumerate() {
+        if labels.iter().filter(|l| **l == labels[i]).count() > 1 {
+            let dir = run
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| run.dir.display().to_string());
+            run.label = format!("{} [{dir}] #{}", labels[i], i + 1);
+        }
+    }
+}
+
 fn ratio_text(c: &Cell) -> String {
-    c.ratio.map(|r| format!("×{r:.3}")).unwrap_or_default()
+    match (c.ratio, c.ratio_lo, c.ratio_hi) {
+        (Some(r), Some(lo), Some(hi)) => format!("×{r:.3} [{lo:.3}, {hi:.3}]"),
+        (Some(r), _, _) => format!("×{r:.3}"),
+        _ => String::new(),
+    }
 }
 
 fn interval(c: &Cell) -> String {
@@ -184,7 +272,7 @@ impl Comparison {
             "# baseline={}",
             crate::render::one_line(&self.baseline().label)
         );
-        s.push_str("run,device,device_name,model_sha256,tool_version,git_commit,run_started_utc,settings,section,metric,unit,value,lo,hi,ratio_to_baseline\n");
+        s.push_str("run,label,device,device_name,model_sha256,tool_version,git_commit,run_started_utc,settings,section,metric,unit,value,lo,hi,ratio_to_baseline,ratio_lo,ratio_hi\n");
         let opt = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
         for r in &self.rows {
             for (i, c) in r.cells.iter().enumerate() {
@@ -192,7 +280,8 @@ impl Comparison {
                 let p = Provenance::new(&self.runs[i].result.meta, ctx);
                 let _ = writeln!(
                     s,
-                    "{i},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{i},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    escape_csv(&self.runs[i].label),
                     escape_csv(&p.device),
                     escape_csv(&p.device_name),
                     escape_csv(&p.model_sha256),
@@ -206,7 +295,9 @@ impl Comparison {
                     c.value,
                     opt(c.lo),
                     opt(c.hi),
-                    opt(c.ratio)
+                    opt(c.ratio),
+                    opt(c.ratio_lo),
+                    opt(c.ratio_hi)
                 );
             }
         }
@@ -308,38 +399,72 @@ impl Comparison {
         }
         s.push_str("</table>\n");
 
-        let cdfs: Vec<Series> = self
-            .runs
-            .iter()
-            .filter_map(|run| {
-                let p = run.result.performance.as_ref()?;
-                let lat: Vec<f64> = p.per_query.iter().map(|q| q.latency_ms).collect();
-                Some(Series {
-                    name: run.label.clone(),
-                    points: plots::ecdf(&lat),
+        type Getter = fn(&schema::QuerySample) -> Option<f64>;
+        let cdf_plots: [(&str, &str, &str, Getter); 2] = [
+            (
+                "Query latency CDF per run",
+                "Latency CDF",
+                "latency (ms)",
+                |q| Some(q.latency_ms),
+            ),
+            (
+                "Time per output token CDF per run",
+                "TPOT CDF",
+                "TPOT (ms)",
+                |q| q.tpot_ms,
+            ),
+        ];
+        for (caption, title, x_label, get) in cdf_plots {
+            let cdfs: Vec<Series> = self
+                .runs
+                .iter()
+                .filter_map(|run| {
+                    let p = run.result.performance.as_ref()?;
+                    let v: Vec<f64> = p.per_query.iter().filter_map(get).collect();
+                    Some(Series {
+                        name: run.label.clone(),
+                        points: plots::ecdf(&v),
+                    })
                 })
-            })
-            .collect();
-        s += &figure(
-            "Query latency CDF per run",
-            plots::line_chart("Latency CDF", "latency (ms)", "fraction ≤ x", &cdfs)?,
-        );
-        let tps: Vec<Series> = self
-            .runs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, run)| {
-                let p = run.result.performance.as_ref()?;
-                Some(Series {
-                    name: run.label.clone(),
-                    points: vec![(i as f64, p.tokens_per_s), (i as f64 + 0.6, p.tokens_per_s)],
+                .collect();
+            s += &figure(
+                caption,
+                plots::line_chart(title, x_label, "fraction ≤ x", &cdfs)?,
+            );
+        }
+        for (metric, title, unit) in [
+            (
+                "query_tokens_per_s_median",
+                "Median tokens per second per query",
+                "tokens/s",
+            ),
+            ("ttft_p50", "Median time to first token", "ms"),
+            ("tpot_p50", "Median time per output token", "ms"),
+            ("latency_p50", "Median query latency", "ms"),
+            ("mwh_per_dialogue_net", "Net energy per dialogue", "mWh"),
+            ("accuracy", "Accuracy", "ratio"),
+        ] {
+            let Some(row) = self.rows.iter().find(|r| r.metric == metric) else {
+                continue;
+            };
+            let bars: Vec<Bar> = row
+                .cells
+                .iter()
+                .zip(&self.runs)
+                .filter_map(|(c, run)| {
+                    let c = (*c)?;
+                    Some(Bar {
+                        label: run.label.clone(),
+                        value: c.value,
+                        interval: c.lo.zip(c.hi),
+                    })
                 })
-            })
-            .collect();
-        s += &figure(
-            "Tokens per second per run (x = run index)",
-            plots::line_chart("Tokens/s", "run", "tokens/s", &tps)?,
-        );
+                .collect();
+            s += &figure(
+                &format!("{title} ({unit}), 95% intervals"),
+                plots::bar_chart(title, unit, &bars)?,
+            );
+        }
 
         s.push_str("<h2>Runs</h2>\n");
         for run in &self.runs {

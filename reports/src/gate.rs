@@ -257,6 +257,23 @@ pub struct GateOutcome {
 }
 
 impl GateOutcome {
+    /// An outcome for a gate that could not run at all (unreadable rules, for example).
+    pub fn failed(
+        baseline_dir: impl AsRef<Path>,
+        candidate_dir: impl AsRef<Path>,
+        error: impl Into<String>,
+    ) -> Self {
+        GateOutcome {
+            status: GateStatus::Error,
+            baseline_dir: baseline_dir.as_ref().into(),
+            candidate_dir: candidate_dir.as_ref().into(),
+            checks: Vec::new(),
+            error: Some(error.into()),
+            baseline_meta: None,
+            candidate_meta: None,
+        }
+    }
+
     /// Process exit code: 0 pass, 1 regression, 2 error.
     pub fn exit_code(&self) -> i32 {
         match self.status {
@@ -278,15 +295,7 @@ pub fn gate(
     let loaded = schema::load_result(bd).and_then(|b| schema::load_result(cd).map(|c| (b, c)));
     match loaded {
         Ok((b, c)) => gate_results(bd, &b, cd, &c, rules),
-        Err(e) => GateOutcome {
-            status: GateStatus::Error,
-            baseline_dir: bd.into(),
-            candidate_dir: cd.into(),
-            checks: Vec::new(),
-            error: Some(e.to_string()),
-            baseline_meta: None,
-            candidate_meta: None,
-        },
+        Err(e) => GateOutcome::failed(bd, cd, e.to_string()),
     }
 }
 

@@ -10,8 +10,9 @@ use crate::error::{ReportError, Result};
 /// Chart size in pixels.
 const SIZE: (u32, u32) = (760, 340);
 
-/// Palette for successive series (colour-blind friendly Okabe–Ito).
-const PALETTE: [RGBColor; 7] = [
+/// Palette for successive series: the colour-blind friendly Okabe–Ito colours, then five
+/// more distinct ones for charts with many sensors.
+const PALETTE: [RGBColor; 12] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -19,6 +20,11 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(230, 159, 0),
     RGBColor(86, 180, 233),
     RGBColor(0, 0, 0),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(240, 228, 66),
 ];
 
 /// One named line of a line chart.
@@ -114,42 +120,85 @@ pub fn line_chart(
     if !x0.is_finite() {
         return Ok(None);
     }
+    let named = series.len() > 1 || series.iter().any(|s| !s.name.is_empty());
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        // Named series get a legend column to the right of the plot, so a chart with many
+        // sensors never hides its lines behind the legend.
+        let (plot_area, legend_area) = if named {
+            let (p, l) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+            (p, Some(l))
+        } else {
+            (root.clone(), None)
+        };
         let mut chart = frame(
-            &root,
+            &plot_area,
             title,
             x_label,
             y_label,
             padded(x0, x1),
             padded(y0, y1),
         )?;
-        for (i, (s, pts)) in series.iter().zip(finite).enumerate() {
+        for (i, pts) in finite.into_iter().enumerate() {
             if pts.is_empty() {
                 continue;
             }
             let color = PALETTE[i % PALETTE.len()];
             chart
                 .draw_series(LineSeries::new(pts, color.stroke_width(2)))
-                .map_err(|e| plot_err(title, e))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-        }
-        if series.len() > 1 || series.iter().any(|s| !s.name.is_empty()) {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
                 .map_err(|e| plot_err(title, e))?;
+        }
+        if let Some(legend) = legend_area {
+            draw_legend(&legend, title, series)?;
         }
         root.present().map_err(|e| plot_err(title, e))?;
     }
     Ok(Some(svg))
+}
+
+/// Width of the legend column of line charts with named series, pixels.
+const LEGEND_WIDTH: u32 = 210;
+/// Legend rows that fit beside a chart.
+const LEGEND_ROWS: usize = 21;
+
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    series: &[Series],
+) -> Result<()> {
+    let row = |i: usize| 36 + 14 * i as i32;
+    let style = ("sans-serif", 11).into_font().color(&BLACK);
+    let shown = if series.len() > LEGEND_ROWS {
+        LEGEND_ROWS - 1
+    } else {
+        series.len()
+    };
+    for (i, s) in series.iter().take(shown).enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let y = row(i);
+        area.draw(&PathElement::new(
+            vec![(4, y), (22, y)],
+            color.stroke_width(3),
+        ))
+        .map_err(|e| plot_err(title, e))?;
+        let mut name: String = s.name.chars().take(30).collect();
+        if s.name.chars().count() > 30 {
+            name.push('…');
+        }
+        area.draw(&Text::new(name, (28, y - 6), style.clone()))
+            .map_err(|e| plot_err(title, e))?;
+    }
+    if shown < series.len() {
+        area.draw(&Text::new(
+            format!("… and {} more", series.len() - shown),
+            (28, row(shown) - 6),
+            style,
+        ))
+        .map_err(|e| plot_err(title, e))?;
+    }
+    Ok(())
 }
 
 /// Equal-width bins over the finite values: `(left edge, right edge, count)`.
@@ -193,14 +242,22 @@ pub fn histogram(
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let mut chart = frame(
-            &root,
-            title,
-            x_label,
-            "count",
-            (first.0, last.1),
-            (0.0, max_count * 1.08),
-        )?;
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(first.0..last.1, 0.0..max_count * 1.08)
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("count")
+            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| plot_err(title, e))?;
         let fill = PALETTE[0].mix(0.7).filled();
         chart
             .draw_series(
@@ -222,4 +279,100 @@ pub fn ecdf(values: &[f64]) -> Vec<(f64, f64)> {
         .enumerate()
         .map(|(i, &x)| (x, (i + 1) as f64 / n))
         .collect()
+}
+
+/// One bar of a bar chart, with an optional interval drawn as an error bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// Category label under the bar.
+    pub label: String,
+    /// Bar height.
+    pub value: f64,
+    /// Interval `(lo, hi)` around the value, when known.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// A vertical bar chart with error bars, one bar per category, the y axis starting at zero.
+/// Bars with a non-finite value are left out; `None` when no bar remains.
+pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> Result<Option<String>> {
+    let bars: Vec<&Bar> = bars.iter().filter(|b| b.value.is_finite()).collect();
+    if bars.is_empty() {
+        return Ok(None);
+    }
+    let finite_interval = |b: &Bar| match b.interval {
+        Some((lo, hi)) if lo.is_finite() && hi.is_finite() => Some((lo, hi)),
+        _ => None,
+    };
+    let top = bars
+        .iter()
+        .map(|b| finite_interval(b).map_or(b.value, |(_, hi)| hi.max(b.value)))
+        .fold(0.0f64, f64::max);
+    let bottom = bars
+        .iter()
+        .map(|b| finite_interval(b).map_or(b.value, |(lo, _)| lo.min(b.value)))
+        .fold(0.0f64, f64::min);
+    let (y0, y1) = if top > bottom {
+        (bottom * 1.08, top * 1.08)
+    } else {
+        (0.0, 1.0)
+    };
+    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            // An integer range a..b has b - a + 1 values; one bar per value. (A lone bar
+            // gets a second, empty slot: plotters maps a one-value range off-centre.)
+            .build_cartesian_2d((0..bars.len().max(2) - 1).into_segmented(), y0..y1)
+            .map_err(|e| plot_err(title, e))?;
+        let label_of = |x: &SegmentValue<usize>| -> String {
+            match x {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len())
+            .x_label_formatter(&label_of)
+            .y_desc(y_label)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, b)| {
+                let color = PALETTE[i % PALETTE.len()];
+                let mut r = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), 0.0),
+                        (SegmentValue::Exact(i + 1), b.value),
+                    ],
+                    color.mix(0.75).filled(),
+                );
+                r.set_margin(0, 0, 18, 18);
+                r
+            }))
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                let (lo, hi) = finite_interval(b)?;
+                Some(ErrorBar::new_vertical(
+                    SegmentValue::CenterOf(i),
+                    lo,
+                    b.value,
+                    hi,
+                    BLACK.stroke_width(2),
+                    12,
+                ))
+            }))
+            .map_err(|e| plot_err(title, e))?;
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
 }

@@ -20,12 +20,23 @@ pub fn write_report(dir: impl AsRef<Path>) -> Result<(PathBuf, PathBuf)> {
 
 /// [`write_report`] with an injected render time.
 pub fn write_report_at(dir: impl AsRef<Path>, ctx: &RenderContext) -> Result<(PathBuf, PathBuf)> {
-    let dir = dir.as_ref();
+    write_report_to(dir.as_ref(), dir.as_ref(), ctx)
+}
+
+/// Renders the result directory `dir` into `out/report.html` and `out/report.md`
+/// (creating `out`); returns their paths.
+pub fn write_report_to(
+    dir: impl AsRef<Path>,
+    out: impl AsRef<Path>,
+    ctx: &RenderContext,
+) -> Result<(PathBuf, PathBuf)> {
+    let (dir, out) = (dir.as_ref(), out.as_ref());
     let run = RunData::load(dir)?;
-    let html_path = dir.join(REPORT_HTML);
+    fs::create_dir_all(out).map_err(|e| ReportError::io("creating directory", out, e))?;
+    let html_path = out.join(REPORT_HTML);
     fs::write(&html_path, render_html(&run, ctx)?)
         .map_err(|e| ReportError::io("writing", &html_path, e))?;
-    let md_path = dir.join(REPORT_MD);
+    let md_path = out.join(REPORT_MD);
     fs::write(&md_path, MarkdownExporter.render(&run, ctx)?)
         .map_err(|e| ReportError::io("writing", &md_path, e))?;
     Ok((html_path, md_path))

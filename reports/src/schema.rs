@@ -423,7 +423,8 @@ fn field_err(path: &Path, field: &str, problem: impl Into<String>) -> ReportErro
 ///
 /// v0 did not record p95, p97 or p99.9; the migration fills them conservatively (p95 and p97
 /// with p99, p99.9 with the maximum) and says so in `warnings`. TTFT percentiles are
-/// recomputed from the samples when present, since v0 kept only two of them.
+/// recomputed from the samples when present, since v0 kept only two of them; TPOT (per query
+/// and its percentiles) is derived from each sample's latency, TTFT and token count.
 fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
     let num = |key: &str| -> Result<f64> {
         v0.get(key)
@@ -486,6 +487,7 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
             .unwrap_or_default();
         let mut per_query = Vec::with_capacity(samples.len());
         let mut ttfts = Vec::new();
+        let mut tpots = Vec::new();
         for (i, s) in samples.iter().enumerate() {
             let latency = s.get("latency_ms").and_then(Value::as_f64).ok_or_else(|| {
                 field_err(
@@ -501,6 +503,7 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
                 _ => None,
             };
             ttfts.extend(ttft);
+            tpots.extend(tpot);
             per_query.push(serde_json::json!({
                 "id": i, "sample_index": i, "start_s": 0.0, "latency_ms": latency,
                 "ttft_ms": ttft, "tokens": tokens, "tpot_ms": tpot,
@@ -514,9 +517,12 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
             "p50": num("latency_p50_ms")?, "p90": num("latency_p90_ms")?,
             "p95": p99, "p97": p99, "p99": p99, "p999": max,
         });
-        let ttft = crate::stats::Percentiles::from_samples(&ttfts)
-            .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
-            .unwrap_or(Value::Null);
+        let summary = |v: &[f64]| {
+            crate::stats::Percentiles::from_samples(v)
+                .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
+                .unwrap_or(Value::Null)
+        };
+        let (ttft, tpot) = (summary(&ttfts), summary(&tpots));
         Some(serde_json::json!({
             "scenario": text("scenario"),
             "mode": "PerformanceOnly",
@@ -528,6 +534,7 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
             "tokens_per_s": num("tokens_per_s")?,
             "latency_ms": latency,
             "ttft_ms": ttft,
+            "tpot_ms": tpot,
             "per_query": per_query,
         }))
     } else {

@@ -159,6 +159,72 @@ pub fn bootstrap_ci(
     })
 }
 
+/// Percentile bootstrap interval of `stat(candidate) / stat(baseline)`, resampling both
+/// samples independently; deterministic for a given `seed`. Resamples whose baseline statistic
+/// is zero are skipped.
+pub fn bootstrap_ratio_ci(
+    baseline: &[f64],
+    candidate: &[f64],
+    statistic: Statistic,
+    confidence: f64,
+    resamples: usize,
+    seed: u64,
+) -> Result<Interval> {
+    let (b, c) = (finite_sorted(baseline), finite_sorted(candidate));
+    if b.is_empty() || c.is_empty() {
+        return Err(ReportError::Stats(format!(
+            "ratio bootstrap needs two non-empty samples (got {} and {})",
+            b.len(),
+            c.len()
+        )));
+    }
+    if !(confidence > 0.0 && confidence < 1.0) || resamples == 0 {
+        return Err(ReportError::Stats(format!(
+            "bootstrap needs 0 < confidence < 1 and resamples > 0 (got {confidence}, {resamples})"
+        )));
+    }
+    let stat = |v: &mut Vec<f64>| -> f64 {
+        match statistic {
+            Statistic::Mean => v.iter().sum::<f64>() / v.len() as f64,
+            Statistic::Median => {
+                v.sort_by(f64::total_cmp);
+                median_sorted(v).unwrap_or(f64::NAN)
+            }
+        }
+    };
+    let base = stat(&mut b.clone());
+    if base == 0.0 {
+        return Err(ReportError::Stats(
+            "ratio to a baseline statistic of zero".into(),
+        ));
+    }
+    let estimate = stat(&mut c.clone()) / base;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut bb, mut cb) = (Vec::with_capacity(b.len()), Vec::with_capacity(c.len()));
+    let mut dist = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        bb.clear();
+        bb.extend((0..b.len()).map(|_| b[rng.random_range(0..b.len())]));
+        cb.clear();
+        cb.extend((0..c.len()).map(|_| c[rng.random_range(0..c.len())]));
+        let den = stat(&mut bb);
+        if den != 0.0 {
+            dist.push(stat(&mut cb) / den);
+        }
+    }
+    dist.sort_by(f64::total_cmp);
+    let tail = (1.0 - confidence) / 2.0;
+    let lo = quantile_linear(&dist, tail).unwrap_or(estimate);
+    let hi = quantile_linear(&dist, 1.0 - tail).unwrap_or(estimate);
+    Ok(Interval {
+        estimate,
+        lo,
+        hi,
+        confidence,
+        n: c.len() as u64,
+    })
+}
+
 /// Tukey fences: mild outliers lie beyond 1.5·IQR from the quartiles, severe beyond 3·IQR.
 /// Outliers are counted and reported; nothing is removed from the data.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

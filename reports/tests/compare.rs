@@ -36,17 +36,61 @@ fn two_runs_compare_with_ratios_and_render() {
     let html = c.to_html(&ctx).unwrap();
     assert!(html.contains("Pixel &lt;8&gt;") && !html.contains("Pixel <8>"));
     assert!(html.contains("×2.000") && html.contains("<svg"));
+    // The ratio's bootstrap interval (both runs resampled independently) brackets the ratio.
+    let cell = p50.cells[1].unwrap();
+    let (lo, hi) = (cell.ratio_lo.unwrap(), cell.ratio_hi.unwrap());
+    assert!(1.5 < lo && lo < 2.0 && 2.0 < hi && hi < 2.7, "[{lo}, {hi}]");
+    assert!(html.contains(&format!("×2.000 [{lo:.3}, {hi:.3}]")));
+    assert!(html.contains("Median tokens per second per query"));
     assert!(html.contains("2026-01-02T03:04:05Z"));
     let csv = c.to_csv(&ctx);
     assert!(csv.starts_with("# schema_version=1\n# rendered_utc=2026-01-02T03:04:05Z\n"));
     assert!(
-        csv.lines()
-            .any(|l| l.starts_with("1,adb:R5CW123,Pixel <8>,")
+        csv.lines().any(
+            |l| l.starts_with("1,adb:R5CW123 (Pixel <8>),adb:R5CW123,Pixel <8>,")
                 && l.contains(",latency_p50,ms,728,")
-                && l.ends_with(",2")),
+                && l.contains(",2,")
+        ),
         "{csv}"
     );
     let md = c.to_markdown(&ctx);
     assert!(md.contains("| latency_p50 | ms |") && md.contains("×2.000"));
     assert!(compare(&[a.path()], 1).is_err());
+}
+
+#[test]
+fn compare_csv_and_markdown_snapshots() {
+    let base = common::hand_result();
+    let mut other = common::hand_result();
+    other.meta.device.id = "sim:pixel-8-pro".into();
+    other.meta.device.name = "Simulated Pixel 8 Pro".into();
+    for (i, q) in other
+        .performance
+        .as_mut()
+        .unwrap()
+        .per_query
+        .iter_mut()
+        .enumerate()
+    {
+        q.latency_ms *= 1.0 + 0.01 * i as f64;
+    }
+    other.performance = Some(common::performance_from(
+        other.performance.unwrap().per_query,
+    ));
+    let runs = vec![
+        pocketperf_reports::compare::ComparedRun {
+            label: base.label(),
+            dir: "a".into(),
+            result: base,
+        },
+        pocketperf_reports::compare::ComparedRun {
+            label: other.label(),
+            dir: "b".into(),
+            result: other,
+        },
+    ];
+    let c = pocketperf_reports::compare::compare_results(runs, 0).unwrap();
+    let ctx = common::fixed_ctx();
+    insta::assert_snapshot!("compare_csv", c.to_csv(&ctx));
+    insta::assert_snapshot!("compare_markdown", c.to_markdown(&ctx));
 }

@@ -272,3 +272,34 @@ fn junit_snapshot() {
     );
     insta::assert_snapshot!(o.to_junit(&common::fixed_ctx()));
 }
+
+#[test]
+fn markdown_snapshot() {
+    let mut cand = common::hand_result();
+    cand.robustness = Some(serde_json::json!({"crashes": 2, "drift": 0}));
+    cand.meta.device.name = "Sim | pipe <b>".into();
+    let o = gate_results(
+        Path::new("runs/base"),
+        &common::hand_result(),
+        Path::new("runs/cand"),
+        &cand,
+        &GateRules::default(),
+    );
+    assert_eq!(o.exit_code(), 1);
+    insta::assert_snapshot!(o.to_markdown(&common::fixed_ctx()));
+}
+
+#[test]
+fn failed_outcome_is_an_error_in_every_format() {
+    let o = pocketperf_reports::GateOutcome::failed("b", "c", "rules.toml: bad <key>");
+    assert_eq!(o.exit_code(), 2);
+    let junit = o.to_junit(&common::fixed_ctx());
+    assert!(
+        junit.contains("errors=\"1\"") && junit.contains("bad &lt;key&gt;"),
+        "{junit}"
+    );
+    assert!(
+        o.to_markdown(&common::fixed_ctx())
+            .contains("**Error:** rules.toml: bad &lt;key&gt;")
+    );
+}

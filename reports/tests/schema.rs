@@ -91,6 +91,9 @@ fn v0_flat_layout_is_migrated() {
     // TTFT percentiles recomputed from the samples: sorted [100, 120, 140], p50 = s[1].
     let t = p.ttft_ms.unwrap();
     assert_eq!((t.n, t.p50, t.mean), (3, 120.0, 120.0));
+    // TPOT percentiles from the two queries that have one: sorted [20, 30].
+    let t = p.tpot_ms.unwrap();
+    assert_eq!((t.n, t.p50, t.mean, t.max), (2, 30.0, 25.0, 30.0));
     let a = r.accuracy.as_ref().unwrap();
     assert_eq!((a.n, a.correct), (10, 5));
     // Wilson 5/10 at 95%: (0.2366, 0.7634).
@@ -167,4 +170,24 @@ fn corrupt_and_missing_files_name_the_file() {
     .unwrap();
     let e = load_result(dir.path()).unwrap_err();
     assert!(e.to_string().contains("schema_version"), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_tolerated() {
+    // A file of the same version from a newer tool: an extra section, extra fields inside
+    // known sections and inside a per-query record. Readers ignore them (docs/RESULTS.md).
+    let dir = tempfile::tempdir().unwrap();
+    let r = common::hand_result();
+    write_result(dir.path(), &r).unwrap();
+    let path = dir.path().join(RESULT_FILE);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["dialogue_trace"] = serde_json::json!({"turns": [1, 2, 3]});
+    v["meta"]["device"]["soc"] = "SM8650".into();
+    v["meta"]["governor_build"] = 7.into();
+    v["performance"]["warmup_queries"] = 4.into();
+    v["performance"]["per_query"][0]["kv_bytes"] = 123.into();
+    v["energy"]["per_dialogue"][0]["rail"] = "cpu".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert_eq!(load_result(dir.path()).unwrap(), r);
 }

@@ -166,3 +166,31 @@ fn change_needs_significance_and_size() {
     .unwrap();
     assert_eq!(c.verdict, Verdict::NoChange);
 }
+
+#[test]
+fn ratio_bootstrap_brackets_the_true_ratio() {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, LogNormal};
+    // Constant samples: every resample gives exactly 20 / 10.
+    let ci = bootstrap_ratio_ci(&[10.0; 7], &[20.0; 9], Statistic::Median, 0.95, 500, 1).unwrap();
+    assert_eq!((ci.estimate, ci.lo, ci.hi, ci.n), (2.0, 2.0, 2.0, 9));
+    // Log-normal samples with medians e^3 and 1.2·e^3: the true ratio of medians is 1.2.
+    // Over 40 independent draws of 200 + 200 samples, the 95% interval must miss 1.2 rarely
+    // (the expected count is 2; 8 or more would mean the interval is far too narrow).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let base = LogNormal::new(3.0, 0.3).unwrap();
+    let cand = LogNormal::new(3.0 + 1.2f64.ln(), 0.3).unwrap();
+    let mut misses = 0;
+    for seed in 0..40 {
+        let b: Vec<f64> = (0..200).map(|_| base.sample(&mut rng)).collect();
+        let c: Vec<f64> = (0..200).map(|_| cand.sample(&mut rng)).collect();
+        let ci = bootstrap_ratio_ci(&b, &c, Statistic::Median, 0.95, 400, seed).unwrap();
+        assert!(ci.lo <= ci.estimate && ci.estimate <= ci.hi);
+        if !(ci.lo <= 1.2 && 1.2 <= ci.hi) {
+            misses += 1;
+        }
+    }
+    assert!(misses < 8, "{misses} of 40 intervals missed the true ratio");
+    assert!(bootstrap_ratio_ci(&[], &[1.0], Statistic::Mean, 0.95, 10, 0).is_err());
+    assert!(bootstrap_ratio_ci(&[0.0, 0.0], &[1.0], Statistic::Mean, 0.95, 10, 0).is_err());
+}

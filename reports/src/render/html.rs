@@ -17,7 +17,8 @@ pub(crate) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}\
 .bad{color:#b00020;font-weight:bold}.good{color:#1b5e20;font-weight:bold}\
-figure{margin:1em 0}figcaption{font-weight:bold}pre{white-space:pre-wrap;word-break:break-all}";
+figure{margin:1em 0}figcaption{font-weight:bold}pre{white-space:pre-wrap;word-break:break-all}\
+td{overflow-wrap:anywhere}svg{max-width:100%;height:auto}";
 
 /// Page head with a title (escaped here).
 pub(crate) fn page_start(title: &str) -> String {
@@ -207,7 +208,7 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
     }
     s.push_str("</table>\n<p>Percentiles follow LoadGen (sorted[floor(n·p)]); intervals of medians are seeded percentile bootstraps; accuracy intervals are Wilson score intervals. Outliers (Tukey fences) are counted, never removed.</p>\n");
 
-    if let Some(p) = &r.performance {
+    if let Some(p) = r.performance.as_ref().filter(|p| !p.per_query.is_empty()) {
         s.push_str("<h2>Latency</h2>\n");
         let lat: Vec<f64> = p.per_query.iter().map(|q| q.latency_ms).collect();
         let cdf = vec![Series {
@@ -245,19 +246,25 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
         }
     }
     if let Some(tokens) = &run.tokens {
-        let pts = tokens_per_s_over_time(tokens, 1.0);
+        // About a hundred windows over the run, none shorter than a second.
+        let end_s = tokens.events.iter().map(|e| e.t_ms).fold(0.0f64, f64::max) / 1000.0;
+        let window_s = (end_s / 100.0).max(1.0).round();
+        let pts = tokens_per_s_over_time(tokens, window_s);
         let series = vec![Series {
             name: String::new(),
             points: pts,
         }];
         s += &figure(
-            "Tokens per second over time (1 s windows)",
+            &format!("Tokens per second over time ({window_s} s windows)"),
             plots::line_chart("Tokens/s", "time (s)", "tokens/s", &series)?,
         );
     }
     if let Some(t) = &run.telemetry {
-        s.push_str("<h2>Telemetry</h2>\n");
-        s += &telemetry_plots(t)?;
+        let plots = telemetry_plots(t)?;
+        if !plots.is_empty() {
+            s.push_str("<h2>Telemetry</h2>\n");
+            s += &plots;
+        }
     }
 
     if let Some(a) = &r.accuracy {
