@@ -3,8 +3,10 @@
 //! Exit codes: 0 success, 1 a gate or validity failure, 2 an error.
 
 use clap::{Parser, Subcommand};
+use pocketperf::cmd::early_stopping as escmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
+use pocketperf::cmd::scenario_bench as sbcmd;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -37,6 +39,11 @@ enum Cmd {
     Bench(rt::BenchArgs),
     /// Run an MLPerf-style scenario with the in-process runtime as the system under test.
     Run(runcmd::RunArgs),
+    /// LoadGen early-stopping planner: the rank reported for N queries, or the queries
+    /// needed with T over the latency bound.
+    EarlyStopping(escmd::EarlyStoppingArgs),
+    /// Scenario-engine overhead with a null SUT (queries/s, added latency, peak memory).
+    ScenarioBench(sbcmd::ScenarioBenchArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -48,6 +55,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
         Cmd::Run(a) => runcmd::run(&a),
+        Cmd::EarlyStopping(a) => escmd::run(&a),
+        Cmd::ScenarioBench(a) => sbcmd::run(&a),
     }
 }
 

@@ -267,10 +267,19 @@ pub fn run_test(
         .then(|| settings.query_timeout_ms.saturating_mul(1_000_000));
     let waiter = Waiter { clock, timeout_ns };
 
+    let accuracy_count = match settings.accuracy_sample_count_override {
+        0 => total,
+        n => n.min(total),
+    };
     let mut accuracy = None;
     if settings.mode.runs_accuracy() {
         accuracy = Some(run_accuracy(
-            sut, qsl, perf_count, total, &waiter, &qsl_err,
+            sut,
+            qsl,
+            perf_count,
+            accuracy_count,
+            &waiter,
+            &qsl_err,
         )?);
     }
     let mut perf = None;
@@ -293,6 +302,7 @@ pub fn run_test(
         sut.name().to_string(),
         qsl.name().to_string(),
         total,
+        accuracy_count,
         perf_count,
         loaded,
         perf,
@@ -415,7 +425,10 @@ fn run_single_stream(
         {
             return finish(rec, start, EndReason::Timeout, Some(t));
         }
-        if let Some(done) = rec.completion(i) {
+        // Virtual time jumps to the completion the SUT reported; real time is already there.
+        if clock.is_virtual()
+            && let Some(done) = rec.completion(i)
+        {
             clock.wait_until(done);
         }
     }
