@@ -16,13 +16,14 @@ OFFLINE_SAMPLES="${OFFLINE_SAMPLES:-10000000}"
 LG_OFFLINE_SAMPLES="${LG_OFFLINE_SAMPLES:-1000000}"
 BIN="${POCKETPERF_BIN:-target/release/pocketperf}"
 OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
 
 [ -x "$BIN" ] || { echo "build first: cargo build --release -p pocketperf" >&2; exit 2; }
 python3 -c 'import mlperf_loadgen' 2>/dev/null \
   || { echo "install LoadGen first: pip install mlcommons-loadgen" >&2; exit 2; }
 
 echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# pocketperf $("$BIN" --version | cut -d' ' -f2), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "# pocketperf $("$BIN" --version | cut -d' ' -f2) (checkout at $(git rev-parse --short HEAD 2>/dev/null || echo unknown); the JSON below names the commit the binary was built from)"
 echo "# loadgen $(python3 -c 'from importlib.metadata import version; print(version("mlcommons-loadgen"))')"
 
 run() { echo "## $1" >&2; shift; "$@"; }
