@@ -190,6 +190,18 @@ impl PromptLibrary {
         Ok(PromptLibrary { prompts, tokens })
     }
 
+    /// A library from prompts and their token ids (same order, same length).
+    pub fn from_parts(prompts: Vec<PerfPrompt>, tokens: Vec<Vec<u32>>) -> Result<Self> {
+        if prompts.len() != tokens.len() {
+            bail!(
+                "{} prompts but {} tokenized prompts",
+                prompts.len(),
+                tokens.len()
+            );
+        }
+        Ok(PromptLibrary { prompts, tokens })
+    }
+
     pub fn len(&self) -> usize {
         self.prompts.len()
     }
@@ -325,13 +337,17 @@ pub fn make_decoder<'e>(
     scenario: Scenario,
     library: &PromptLibrary,
 ) -> Result<Box<dyn Decoder + 'e>> {
-    let _ = scenario;
     let session = engine.session(SessionOptions {
         max_seq_len: library.longest_sequence().max(1),
         max_batch: 128,
         ..Default::default()
     })?;
-    Ok(Box::new(SequentialDecoder::new(session)))
+    match scenario {
+        // Offline: the batched decoder replaces this arm once the runtime offers one.
+        Scenario::Offline | Scenario::SingleStream | Scenario::Server => {
+            Ok(Box::new(SequentialDecoder::new(session)))
+        }
+    }
 }
 
 /// The runtime in this process as the SUT. SingleStream and Server decode each query on the
@@ -658,10 +674,11 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         thermal: None,
         governor: None,
         robustness: None,
+        // The SUT's own reports (failed queries, refused reports), verbatim.
         warnings: result
-            .invalid_causes
+            .performance
             .iter()
-            .map(|c| c.to_string())
+            .flat_map(|p| p.failures.iter().chain(&p.errors).cloned())
             .collect(),
     };
     write_outputs(&a.out, &file, &result)?;
@@ -696,5 +713,123 @@ pub fn summary_line(f: &ResultFile) -> String {
             }
         ),
         None => "no performance result".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pocketperf_scenarios::VirtualClock;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// Stamps `max_new_tokens` tokens 1 ms apart after a 10 ms prefill, on virtual time,
+    /// and records the size of every batch it is handed.
+    struct Recording {
+        batches: Rc<RefCell<Vec<usize>>>,
+        busy_until: u64,
+    }
+
+    impl Decoder for Recording {
+        fn name(&self) -> &str {
+            "recording"
+        }
+        fn decode(&mut self, jobs: &[Job<'_>], r: &mut Responder<'_>) {
+            self.batches.borrow_mut().push(jobs.len());
+            for j in jobs {
+                let mut t = r.now_ns().max(self.busy_until) + 10_000_000;
+                for _ in 0..j.max_new_tokens {
+                    r.token_at(j.query.id, t);
+                    t += 1_000_000;
+                }
+                let done = t - 1_000_000;
+                r.complete_at(j.query.id, done, j.max_new_tokens as u64, None);
+                self.busy_until = done;
+            }
+        }
+    }
+
+    fn library() -> PromptLibrary {
+        let prompts: Vec<PerfPrompt> = (0..8)
+            .map(|i| PerfPrompt {
+                id: format!("p{i:02}"),
+                text: "x".into(),
+                max_new_tokens: 4 + i,
+            })
+            .collect();
+        let tokens = (0..8).map(|i| vec![1; 3 + i]).collect();
+        PromptLibrary::from_parts(prompts, tokens).unwrap()
+    }
+
+    fn run_with(scenario: Scenario) -> (Vec<usize>, TestResult) {
+        let lib = library();
+        let batches = Rc::new(RefCell::new(Vec::new()));
+        let decoder = Box::new(Recording {
+            batches: batches.clone(),
+            busy_until: 0,
+        });
+        let mut sut = InProcessSut::new(decoder, &lib, scenario);
+        let mut s = preset_settings(scenario, PresetArg::Quick);
+        s.min_query_count = 12;
+        s.max_query_count = 12;
+        s.min_duration_ms = 0;
+        let clock = VirtualClock::new();
+        let r = run_test(&mut sut, &mut PromptQsl::new(&lib), &s, &clock).unwrap();
+        let b = batches.borrow().clone();
+        (b, r)
+    }
+
+    #[test]
+    fn offline_hands_the_whole_batch_to_the_decoder_in_one_call() {
+        let (batches, r) = run_with(Scenario::Offline);
+        assert_eq!(batches, vec![12], "one decode call with every sample");
+        let p = r.performance.as_ref().unwrap();
+        assert_eq!(p.queries_completed, 12);
+        // Every token stamped: the inter-token gaps are all 1 ms.
+        let itl = p.inter_token.as_ref().unwrap();
+        assert_eq!((itl.min, itl.max), (1_000_000, 1_000_000));
+        assert_eq!(itl.count, p.total_tokens - 12);
+    }
+
+    #[test]
+    fn single_stream_and_server_decode_each_query_as_it_arrives() {
+        for scenario in [Scenario::SingleStream, Scenario::Server] {
+            let (batches, r) = run_with(scenario);
+            assert_eq!(batches, vec![1; 12], "{scenario}");
+            assert_eq!(r.performance.as_ref().unwrap().queries_completed, 12);
+        }
+    }
+
+    #[test]
+    fn a_sample_outside_the_library_fails_its_query() {
+        let lib = library();
+        let batches = Rc::new(RefCell::new(Vec::new()));
+        let mut sut = InProcessSut::new(
+            Box::new(Recording {
+                batches,
+                busy_until: 0,
+            }),
+            &lib,
+            Scenario::SingleStream,
+        );
+        let clock = VirtualClock::new();
+        let mut s = preset_settings(Scenario::SingleStream, PresetArg::Quick);
+        s.min_query_count = 3;
+        s.max_query_count = 3;
+        s.min_duration_ms = 0;
+        // A QSL that claims more samples than the library holds.
+        let mut qsl = PromptQsl { total: 100 };
+        let r = run_test(&mut sut, &mut qsl, &s, &clock).unwrap();
+        let p = r.performance.as_ref().unwrap();
+        assert_eq!(p.num_failed + p.queries_completed, 3);
+        assert!(
+            p.num_failed > 0,
+            "the seeded draws from 100 samples hit one past 8"
+        );
+        assert!(
+            p.failures[0].contains("outside the prompt set of 8"),
+            "{:?}",
+            p.failures
+        );
     }
 }
