@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--scenario", choices=["single-stream", "offline", "server"],
                     default="single-stream")
     ap.add_argument("--min-queries", type=int, default=100_000)
-    ap.add_argument("--min-duration-ms", type=int, default=10_000)
+    ap.add_argument("--min-duration-ms", type=int, default=1_000)
     ap.add_argument("--server-qps", type=float, default=100_000.0)
     ap.add_argument("--server-latency-ns", type=int, default=1_000_000)
     ap.add_argument("--samples", type=int, default=1024)

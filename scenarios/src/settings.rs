@@ -249,9 +249,7 @@ impl TestSettings {
                 "must be a fraction in [0, 1)",
             );
         }
-        if self.max_duration_ms != 0 && self.max_duration_ms < self.min_duration_ms {
-            // Allowed by LoadGen (the run is then INVALID); nothing to refuse.
-        }
+        // max_duration below min_duration is allowed, as in LoadGen: the run is INVALID.
         Ok(())
     }
 
