@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use pocketperf::cmd::compare as comparecmd;
+use pocketperf::cmd::early_stopping as escmd;
 use pocketperf::cmd::farm as farmcmd;
 use pocketperf::cmd::gate as gatecmd;
 use pocketperf::cmd::governor as govcmd;
@@ -11,6 +12,7 @@ use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
+use pocketperf::cmd::scenario_bench as sbcmd;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -61,6 +63,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: farmcmd::FarmCmd,
     },
+    /// LoadGen early-stopping planner: the rank reported for N queries, or the queries
+    /// needed with T over the latency bound.
+    EarlyStopping(escmd::EarlyStoppingArgs),
+    /// Scenario-engine overhead with a null SUT (queries/s, added latency, peak memory).
+    ScenarioBench(sbcmd::ScenarioBenchArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -78,6 +85,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Compare(a) => comparecmd::compare(&a),
         Cmd::Gate(a) => gatecmd::run_gate(&a),
         Cmd::Farm { cmd } => farmcmd::farm_cmd(&cmd),
+        Cmd::EarlyStopping(a) => escmd::run(&a),
+        Cmd::ScenarioBench(a) => sbcmd::run(&a),
     }
 }
 

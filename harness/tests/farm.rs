@@ -14,9 +14,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_pocketperf");
 
 const FAKE_ADB: &str = r#"#!/bin/sh
 # Fake adb: devices are directories under $FAKE_ADB_STATE/devices/<serial>; their storage is
-# this host's filesystem. Every invocation's argv is logged, NUL-separated, one record per call.
+# this host's filesystem. Every invocation's argv is logged, NUL-separated, in a file of its
+# own (the farm drives devices in parallel; one shared log would interleave records).
 state="$FAKE_ADB_STATE"
-{ for a in "$@"; do printf '%s\000' "$a"; done; printf '\036'; } >> "$state/argv.log"
+mkdir -p "$state/argv"
+rec=$(mktemp "$state/argv/call.XXXXXXXX") || exit 1
+for a in "$@"; do printf '%s\000' "$a"; done > "$rec"
 [ "$1" = "-s" ] || { echo "fake adb: expected -s SERIAL first" >&2; exit 1; }
 serial="$2"; shift 2
 dev="$state/devices/$serial"
@@ -248,9 +251,11 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
 
     /// Every adb invocation's argv, as the fake adb recorded it.
     fn adb_calls(&self) -> Vec<Vec<String>> {
-        let log = std::fs::read(self.state.join("argv.log")).unwrap_or_default();
-        log.split(|&b| b == 0x1e)
-            .filter(|r| !r.is_empty())
+        let Ok(dir) = std::fs::read_dir(self.state.join("argv")) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok())
+            .map(|e| std::fs::read(e.path()).unwrap())
             .map(|r| {
                 r.split(|&b| b == 0)
                     .filter(|a| !a.is_empty())
@@ -479,7 +484,7 @@ fn bad_inventory_and_suite_exit_2_before_touching_devices() {
         "{}",
         text(&o)
     );
-    assert!(!root.join("results").exists() && !farm.state.join("argv.log").exists());
+    assert!(!root.join("results").exists() && !farm.state.join("argv").exists());
 }
 
 /// Words that break naive quoting.

@@ -313,73 +313,168 @@ pub fn server_outcome(latencies: &[u64], bound_ns: u64, p: f64) -> EarlyStopping
     }
 }
 
-/// What `pocketperf early-stopping --percentile P (--queries N | --over-bound T)` prints.
-/// `p` is a fraction (0.9 for the 90th percentile).
-pub fn early_stopping_command_text(
-    p: f64,
-    queries: Option<u64>,
-    over_bound: Option<u64>,
-) -> String {
-    if let Err(e) = check_p(p) {
-        return format!("error: {e}\n");
+/// Answer for a planned query count (`pocketperf early-stopping --queries N`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QueriesPlan {
+    /// Queries planned.
+    pub queries: u64,
+    /// SingleStream rank LoadGen would report: the estimate is the `rank`-th largest
+    /// latency, `sorted_ascending[index]`, discarding `rank − 1`; `None` when too few.
+    pub rank: Option<u64>,
+    /// `queries − rank` when `rank` is given.
+    pub index: Option<u64>,
+    /// Server: the most queries that may exceed the bound for the run to pass (`None`: it
+    /// cannot pass even with none over the bound).
+    pub server_max_over_bound: Option<u64>,
+}
+
+/// Answer for a number of queries over the bound (`--over-bound T`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OverBoundPlan {
+    /// Queries over the latency bound.
+    pub over_bound: u64,
+    /// Queries under the bound needed: LoadGen's `h(T)`.
+    pub min_passing: u64,
+    /// Total queries needed: `h(T) + T`.
+    pub min_queries: u64,
+}
+
+/// What `pocketperf early-stopping --percentile P (--queries N | --over-bound T)` answers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EarlyStoppingPlan {
+    /// Percentile as a fraction.
+    pub percentile: f64,
+    /// Confidence (0.99).
+    pub confidence: f64,
+    /// Tolerance (0).
+    pub tolerance: f64,
+    /// Minimum queries for any SingleStream estimate at this percentile (`h(1) + 1`).
+    pub min_queries_single_stream: u64,
+    /// Minimum queries for a Server run with no query over the bound (`h(0)`).
+    pub min_queries_server: u64,
+    /// The `--queries` answer.
+    pub queries: Option<QueriesPlan>,
+    /// The `--over-bound` answer.
+    pub over_bound: Option<OverBoundPlan>,
+}
+
+/// Largest `t` with `n >= h(t) + t` (the Server pass rule), by bisection: `h(t) + t` grows
+/// strictly with `t`, and `h(t)` depends on `(p, t)` only.
+fn server_max_over_bound(p: f64, n: u64) -> Option<u64> {
+    let ok = |t: u64| n >= MinPassingFinder::new().min_passing(t as i64, p) as u64 + t;
+    if !ok(0) {
+        return None;
     }
-    let label = pct_label(p);
-    let mut out = String::new();
-    out.push_str(&format!(
-        "Early stopping at the {label}th percentile (confidence {CONFIDENCE}, tolerance {TOLERANCE})\n"
-    ));
+    // h(t) >= t·p/(1 − p) (the finder's lower bracket), so no t above n·(1 − p) passes;
+    // bounding the search there keeps every evaluation in the series' accurate range.
+    let (mut lo, mut hi) = (0u64, ((n as f64 * (1.0 - p)) as u64).min(n));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
+}
+
+/// Answers the planning questions for percentile `p` (a fraction in (0, 1)).
+pub fn plan(p: f64, queries: Option<u64>, over_bound: Option<u64>) -> Result<EarlyStoppingPlan> {
+    check_p(p)?;
     let h1 = MinPassingFinder::new().min_passing(1, p) as u64;
     let h0 = MinPassingFinder::new().min_passing(0, p) as u64;
-    out.push_str(&format!(
-        "Minimum queries for a SingleStream estimate: {}\n",
-        h1 + 1
-    ));
-    out.push_str(&format!(
-        "Minimum queries for a Server run with no query over the bound: {h0}\n"
-    ));
-    if let Some(n) = queries {
-        match single_stream_rank(p, n) {
-            Ok(EsRank::Estimate { t, index, .. }) => out.push_str(&format!(
-                "With {n} queries: the estimate is the {t}-th largest latency \
-                 (sorted ascending index {index}; discards the {} highest).\n",
-                t - 1
-            )),
-            Ok(EsRank::NotEnough { min_queries }) => out.push_str(&format!(
-                "With {n} queries: not enough queries for an estimate; run at least \
-                 {min_queries}.\n"
-            )),
-            Err(e) => out.push_str(&format!("error: {e}\n")),
+    let queries = match queries {
+        Some(n) => {
+            let (rank, index) = match single_stream_rank(p, n)? {
+                EsRank::Estimate { t, index, .. } => (Some(t), Some(index)),
+                EsRank::NotEnough { .. } => (None, None),
+            };
+            Some(QueriesPlan {
+                queries: n,
+                rank,
+                index,
+                server_max_over_bound: server_max_over_bound(p, n),
+            })
         }
-        // Server view: how many may be over the bound with n queries.
-        let mut f = MinPassingFinder::new();
-        let mut allowed: Option<u64> = None;
-        let mut t = 0i64;
-        while (t as u64) <= n {
-            let h = f.min_passing(t, p);
-            if (n as i64) >= h + t {
-                allowed = Some(t as u64);
-                t += 1;
-            } else {
-                break;
+        None => None,
+    };
+    let over_bound = over_bound.map(|t| {
+        let h = MinPassingFinder::new().min_passing(t as i64, p) as u64;
+        OverBoundPlan {
+            over_bound: t,
+            min_passing: h,
+            min_queries: h + t,
+        }
+    });
+    Ok(EarlyStoppingPlan {
+        percentile: p,
+        confidence: CONFIDENCE,
+        tolerance: TOLERANCE,
+        min_queries_single_stream: h1 + 1,
+        min_queries_server: h0,
+        queries,
+        over_bound,
+    })
+}
+
+impl EarlyStoppingPlan {
+    /// The plan as the lines `pocketperf early-stopping` prints.
+    pub fn text(&self) -> String {
+        let label = pct_label(self.percentile);
+        let mut out = format!(
+            "Early stopping at the {label}th percentile (confidence {}, tolerance {})\n\
+             Minimum queries for a SingleStream estimate: {}\n\
+             Minimum queries for a Server run with no query over the bound: {}\n",
+            self.confidence,
+            self.tolerance,
+            self.min_queries_single_stream,
+            self.min_queries_server
+        );
+        if let Some(q) = &self.queries {
+            let n = q.queries;
+            match (q.rank, q.index) {
+                (Some(t), Some(i)) => out.push_str(&format!(
+                    "With {n} queries: SingleStream reports the {} largest latency as the \
+                     {label}th percentile estimate (sorted index {i}; discards the {} highest).\n",
+                    ordinal(t),
+                    t - 1
+                )),
+                _ => out.push_str(&format!(
+                    "With {n} queries: too few for a SingleStream estimate; run at least {}.\n",
+                    self.min_queries_single_stream
+                )),
+            }
+            match q.server_max_over_bound {
+                Some(a) => out.push_str(&format!(
+                    "With {n} queries: a Server run passes with at most {a} queries over the \
+                     bound.\n"
+                )),
+                None => out.push_str(&format!(
+                    "With {n} queries: a Server run cannot pass even with no query over the \
+                     bound (needs {}).\n",
+                    self.min_queries_server
+                )),
             }
         }
-        match allowed {
-            Some(a) => out.push_str(&format!(
-                "With {n} queries: a Server run passes with at most {a} queries over the bound.\n"
-            )),
-            None => out.push_str(&format!(
-                "With {n} queries: a Server run cannot pass even with no query over the bound \
-                 (needs {h0}).\n"
-            )),
+        if let Some(o) = &self.over_bound {
+            out.push_str(&format!(
+                "With {} queries over the bound: at least {} queries are needed ({} under the \
+                 bound).\n",
+                o.over_bound, o.min_queries, o.min_passing
+            ));
         }
+        out
     }
-    if let Some(t) = over_bound {
-        let h = MinPassingFinder::new().min_passing(t as i64, p) as u64;
-        out.push_str(&format!(
-            "With {t} queries over the bound: at least {} queries in total are needed \
-             ({h} under the bound).\n",
-            h + t
-        ));
-    }
-    out
+}
+
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }

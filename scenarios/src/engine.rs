@@ -3,9 +3,10 @@
 //! enforces stop rules and the query timeout, and hands the raw records to
 //! [`crate::results`].
 //!
-//! Stop rules: issuing continues until the query count reaches `min_query_count` and the
-//! last issued (SingleStream) or scheduled (Server) query lies at or after `min_duration`;
-//! it stops early at `max_query_count` or `max_duration`. With equal issue the count is
+//! Stop rules (LoadGen's issue_query_controller.cc), checked after each issue: issuing
+//! continues until the query count reaches `min_query_count` and the last issued
+//! (SingleStream) or scheduled (Server) query lies at or after `min_duration`; it stops early
+//! at `max_query_count`, or once the last one lies past `max_duration`. With equal issue the count is
 //! also rounded up to a whole number of passes over the loaded set. Offline issues
 //! `max(min_query_count, floor(1.1 × expected_qps × min_duration))` samples at once, as
 //! LoadGen sizes its single query.
@@ -218,7 +219,8 @@ fn stop_reason(
     }
     let min_dur_ns = s.min_duration_ms.saturating_mul(1_000_000);
     if let Some(rel) = last_rel {
-        if s.max_duration_ms > 0 && rel >= s.max_duration_ms.saturating_mul(1_000_000) {
+        // LoadGen ends once the last issue lies strictly past max_duration.
+        if s.max_duration_ms > 0 && rel > s.max_duration_ms.saturating_mul(1_000_000) {
             return Some(EndReason::MaxDuration);
         }
         let whole =
@@ -267,10 +269,19 @@ pub fn run_test(
         .then(|| settings.query_timeout_ms.saturating_mul(1_000_000));
     let waiter = Waiter { clock, timeout_ns };
 
+    let accuracy_count = match settings.accuracy_sample_count_override {
+        0 => total,
+        n => n.min(total),
+    };
     let mut accuracy = None;
     if settings.mode.runs_accuracy() {
         accuracy = Some(run_accuracy(
-            sut, qsl, perf_count, total, &waiter, &qsl_err,
+            sut,
+            qsl,
+            perf_count,
+            accuracy_count,
+            &waiter,
+            &qsl_err,
         )?);
     }
     let mut perf = None;
@@ -293,6 +304,7 @@ pub fn run_test(
         sut.name().to_string(),
         qsl.name().to_string(),
         total,
+        accuracy_count,
         perf_count,
         loaded,
         perf,
@@ -415,7 +427,10 @@ fn run_single_stream(
         {
             return finish(rec, start, EndReason::Timeout, Some(t));
         }
-        if let Some(done) = rec.completion(i) {
+        // Virtual time jumps to the completion the SUT reported; real time is already there.
+        if clock.is_virtual()
+            && let Some(done) = rec.completion(i)
+        {
             clock.wait_until(done);
         }
     }

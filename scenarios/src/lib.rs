@@ -11,6 +11,7 @@ pub mod early_stopping;
 pub mod engine;
 pub mod error;
 pub mod logs;
+pub mod null;
 pub mod results;
 pub mod settings;
 pub mod stats;
@@ -18,16 +19,18 @@ pub mod sut;
 
 pub use clock::{Clock, RealClock, VirtualClock};
 pub use early_stopping::{
-    EarlyStoppingOutcome, EsRank, MinPassingFinder, early_stopping_command_text,
-    min_passing_queries, min_queries_for_over_bound, min_queries_for_percentile,
-    single_stream_rank,
+    EarlyStoppingOutcome, EarlyStoppingPlan, EsRank, MinPassingFinder, min_passing_queries,
+    min_queries_for_over_bound, min_queries_for_percentile, single_stream_rank,
 };
 pub use engine::{OFFLINE_ISSUE_CHUNK, offline_sample_count, run_test};
 pub use error::{Error, Result};
 pub use logs::{LogMeta, parse_summary};
+pub use null::{NullQsl, NullSut};
 pub use results::{
     AccuracyEntry, EndReason, InvalidCause, PerformanceResult, QueryRecord, TestResult,
 };
 pub use settings::{Scenario, TestMode, TestSettings};
-pub use stats::{LatencyStats, REPORTED_PERCENTILES, percentile, tpot_ns};
+pub use stats::{
+    LatencyStats, REPORTED_PERCENTILES, percentile, percentile_index, select_kth, tpot_ns,
+};
 pub use sut::{QslError, Query, QuerySampleLibrary, Responder, SystemUnderTest};

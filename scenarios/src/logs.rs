@@ -166,6 +166,7 @@ fn recommendations(
     for c in causes {
         match c {
             InvalidCause::SutTimeout { .. }
+            | InvalidCause::SutFailed { .. }
             | InvalidCause::SutProtocolErrors { .. }
             | InvalidCause::FirstTokenMissing { .. }
             | InvalidCause::NoQueriesCompleted => v.push(format!("{c}.")),
@@ -176,7 +177,11 @@ fn recommendations(
 }
 
 fn error_count(r: &TestResult) -> u64 {
-    let mut n = r.performance.as_ref().map(|p| p.num_errors).unwrap_or(0);
+    let mut n = r
+        .performance
+        .as_ref()
+        .map(|p| p.num_errors + p.num_failed)
+        .unwrap_or(0);
     n += r
         .invalid_causes
         .iter()
@@ -335,24 +340,16 @@ impl TestResult {
             out.push('\n');
             match s.scenario {
                 Scenario::SingleStream => {
-                    // "w/ overhead": end-to-end, first issue to last completion; "w/o":
-                    // tokens over the summed query latencies, as LoadGen computes it.
-                    let busy = p
-                        .latency
-                        .as_ref()
-                        .map(|l| l.mean as f64 * l.count as f64 / 1e9)
-                        .unwrap_or(0.0);
-                    let wo = if busy > 0.0 {
-                        p.total_tokens as f64 / busy
-                    } else {
-                        0.0
-                    };
                     let _ = writeln!(
                         out,
                         "TPS w/ loadgen overhead         : {}",
+                        fmt2(p.tokens_per_second_with_overhead)
+                    );
+                    let _ = writeln!(
+                        out,
+                        "TPS w/o loadgen overhead        : {}",
                         fmt2(p.tokens_per_second)
                     );
-                    let _ = writeln!(out, "TPS w/o loadgen overhead        : {}", fmt2(wo));
                 }
                 Scenario::Server => {
                     let _ = writeln!(
@@ -390,7 +387,7 @@ impl TestResult {
             out.push('\n');
             let _ = writeln!(
                 out,
-                "Tokens per second (first issue to last completion) : {}",
+                "Tokens per second (without overhead) : {}",
                 fmt2(p.tokens_per_second)
             );
             let _ = writeln!(out, "Total output tokens             : {}", p.total_tokens);
@@ -447,7 +444,11 @@ impl TestResult {
             "performance_sample_count : {}",
             self.performance_sample_count
         );
-        let _ = writeln!(out, "accuracy_sample_count : {}", self.qsl_total_count);
+        let _ = writeln!(
+            out,
+            "accuracy_sample_count : {}",
+            self.accuracy_sample_count
+        );
         footer(&mut out, self);
         out
     }
@@ -562,7 +563,10 @@ impl TestResult {
                     "performance_sample_count_override",
                     s.performance_sample_count_override.to_string(),
                 );
-                put("accuracy_sample_count_override", "0".into());
+                put(
+                    "accuracy_sample_count_override",
+                    s.accuracy_sample_count_override.to_string(),
+                );
                 put(
                     "sample_concatenate_permutation",
                     b(s.sample_concatenate_permutation).into(),
@@ -577,7 +581,10 @@ impl TestResult {
                     "performance_sample_count",
                     self.performance_sample_count.to_string(),
                 );
-                put("accuracy_sample_count", self.qsl_total_count.to_string());
+                put(
+                    "accuracy_sample_count",
+                    self.accuracy_sample_count.to_string(),
+                );
                 put(
                     "sample_concatenate_permutation",
                     b(s.sample_concatenate_permutation).into(),
@@ -619,13 +626,10 @@ impl TestResult {
         for c in &self.invalid_causes {
             d.log_flag("pocketperf_invalid_cause", &q(&c.to_string()), 0.0, true);
         }
-        let errs = self
-            .performance
-            .as_ref()
-            .map(|p| p.errors.as_slice())
-            .unwrap_or(&[]);
-        for e in errs {
-            d.log_flag("error_runtime", &q(e), 0.0, true);
+        if let Some(p) = &self.performance {
+            for e in p.errors.iter().chain(&p.failures) {
+                d.log_flag("error_runtime", &q(e), 0.0, true);
+            }
         }
         d.log("num_errors", &error_count(self).to_string(), 0.0);
         d.out
@@ -756,7 +760,7 @@ impl TestResult {
                 );
                 d.log(
                     "result_token_throughput_with_loadgen_overhead",
-                    &fmt_g(p.tokens_per_second),
+                    &fmt_g(p.tokens_per_second_with_overhead),
                     t,
                 );
                 d.log("result_token_throughput", &fmt_g(p.tokens_per_second), t);
@@ -775,7 +779,7 @@ impl TestResult {
             }
             d.log(
                 "result_completed_tokens_per_second",
-                &fmt_g(p.tokens_per_second),
+                &fmt_g(p.completed_tokens_per_second),
                 t,
             );
             d.log("result_total_output_tokens", &p.total_tokens.to_string(), t);

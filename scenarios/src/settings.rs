@@ -3,7 +3,8 @@
 //! Implements the semantics of MLPerf LoadGen's `TestSettings` (test_settings.h) and of
 //! `TestSettings::FromConfig` (test_settings_internal.cc): lines `model.scenario.key = value`,
 //! `#` comments, `*` wildcards, lookup precedence exact > `*.scenario` > `model.*` > `*.*`,
-//! files applied in order (mlperf.conf, then user.conf). Units follow LoadGen: durations and
+//! scenario-specific keys read under their own scenario, files applied in order
+//! (mlperf.conf, then user.conf). Every key of LoadGen's shipped mlperf.conf is accepted. Units follow LoadGen: durations and
 //! latencies in milliseconds, percentiles and probabilities in percent. Unlike LoadGen, which
 //! ignores typos, every unknown key, malformed line or bad value is an [`Error::Config`].
 
@@ -118,6 +119,9 @@ pub struct TestSettings {
     pub max_query_count: u64,
     /// Overrides the QSL's performance sample count when non-zero.
     pub performance_sample_count_override: u64,
+    /// Limits the accuracy pass to the first N QSL samples when non-zero
+    /// (config `accuracy_sample_count_override`).
+    pub accuracy_sample_count_override: u64,
     /// Seed choosing the loaded (performance) sample set.
     pub qsl_rng_seed: u64,
     /// Seed choosing which loaded sample each query uses.
@@ -161,6 +165,7 @@ impl Default for TestSettings {
             min_query_count: 100,
             max_query_count: 0,
             performance_sample_count_override: 0,
+            accuracy_sample_count_override: 0,
             qsl_rng_seed: 0,
             sample_index_rng_seed: 0,
             schedule_rng_seed: 0,
@@ -244,9 +249,7 @@ impl TestSettings {
                 "must be a fraction in [0, 1)",
             );
         }
-        if self.max_duration_ms != 0 && self.max_duration_ms < self.min_duration_ms {
-            // Allowed by LoadGen (the run is then INVALID); nothing to refuse.
-        }
+        // max_duration below min_duration is allowed, as in LoadGen: the run is INVALID.
         Ok(())
     }
 
@@ -265,39 +268,39 @@ impl TestSettings {
     }
 
     /// Applies one config text (named `file` in errors) on top of `self` for `model` and
-    /// `self.scenario`. Every line is checked, including lines for other models.
+    /// `self.scenario`, with LoadGen's lookup rules: within one file a later line for the
+    /// same `model.scenario.key` replaces an earlier one; a key resolves to the most
+    /// specific line, exact > `*.scenario` > `model.*` > `*.*`; keys that belong to one
+    /// scenario (`target_latency`, `target_latency_percentile`, `target_qps`, `ttft_latency`,
+    /// `tpot_latency`) are looked up under that scenario's name whatever the run's scenario,
+    /// every other key under the run's scenario. Every line is checked, including lines for
+    /// other models and scenarios.
     pub fn apply_config_str(&mut self, text: &str, file: &str, model: &str) -> Result<()> {
         let lines = parse_config(text, file)?;
-        // Best match per key: (rank, line index). Later lines win within a rank.
-        let scen = self.scenario.as_str();
-        let mut best: HashMap<&'static str, (u8, usize)> = HashMap::new();
+        let mut kv: HashMap<(&str, &str, &'static str), usize> = HashMap::new();
         for (i, l) in lines.iter().enumerate() {
-            let model_ok = l.model == "*" || l.model == model;
-            let scen_ok = l.scenario == "*" || l.scenario == scen;
-            if !model_ok || !scen_ok {
-                continue;
-            }
-            let rank = match (l.model == "*", l.scenario == "*") {
-                (false, false) => 3,
-                (true, false) => 2,
-                (false, true) => 1,
-                (true, true) => 0,
-            };
-            let e = best.entry(l.key.name).or_insert((rank, i));
-            if rank >= e.0 {
-                *e = (rank, i);
-            }
+            kv.insert((l.model.as_str(), l.scenario.as_str(), l.key.name), i);
         }
-        let mut chosen: Vec<usize> = best.values().map(|&(_, i)| i).collect();
-        chosen.sort_unstable();
-        for i in chosen {
-            let l = &lines[i];
-            self.apply_value(l, file)?;
+        let lookup = |scenario: &str, key: &'static str| -> Option<&ConfigLine> {
+            [(model, scenario), ("*", scenario), (model, "*"), ("*", "*")]
+                .iter()
+                .find_map(|&(m, s)| kv.get(&(m, s, key)))
+                .map(|&i| &lines[i])
+        };
+        let run = self.scenario.as_str();
+        for &(name, scope) in APPLIED {
+            let under = match scope {
+                Scope::Run => run,
+                Scope::Fixed(s) => s.as_str(),
+            };
+            if let Some(l) = lookup(under, name) {
+                self.apply_value(l, scope, file)?;
+            }
         }
         Ok(())
     }
 
-    fn apply_value(&mut self, l: &ConfigLine, file: &str) -> Result<()> {
+    fn apply_value(&mut self, l: &ConfigLine, scope: Scope, file: &str) -> Result<()> {
         let err = |reason: String| Error::Config {
             file: file.to_string(),
             line: l.line,
@@ -305,9 +308,8 @@ impl TestSettings {
             reason,
         };
         let v = &l.value;
-        let sc = self.scenario;
-        match l.key.name {
-            "mode" => {
+        match (l.key.name, scope) {
+            ("mode", _) => {
                 self.mode = match v.as_u64() {
                     0 => TestMode::Submission,
                     1 => TestMode::AccuracyOnly,
@@ -321,44 +323,46 @@ impl TestSettings {
                     }
                 }
             }
-            "min_duration" => self.min_duration_ms = v.as_u64(),
-            "max_duration" => self.max_duration_ms = v.as_u64(),
-            "min_query_count" => self.min_query_count = v.as_u64(),
-            "max_query_count" => self.max_query_count = v.as_u64(),
-            "qsl_rng_seed" => self.qsl_rng_seed = v.as_u64(),
-            "sample_index_rng_seed" => self.sample_index_rng_seed = v.as_u64(),
-            "schedule_rng_seed" => self.schedule_rng_seed = v.as_u64(),
-            "accuracy_log_rng_seed" => self.accuracy_log_rng_seed = v.as_u64(),
-            "accuracy_log_probability" => self.accuracy_log_probability = v.as_f64() * 0.01,
-            "accuracy_log_sampling_target" => self.accuracy_log_sampling_target = v.as_u64(),
-            "performance_sample_count_override" => {
+            ("min_duration", _) => self.min_duration_ms = v.as_u64(),
+            ("max_duration", _) => self.max_duration_ms = v.as_u64(),
+            ("min_query_count", _) => self.min_query_count = v.as_u64(),
+            ("max_query_count", _) => self.max_query_count = v.as_u64(),
+            ("qsl_rng_seed", _) => self.qsl_rng_seed = v.as_u64(),
+            ("sample_index_rng_seed", _) => self.sample_index_rng_seed = v.as_u64(),
+            ("schedule_rng_seed", _) => self.schedule_rng_seed = v.as_u64(),
+            ("accuracy_log_rng_seed", _) => self.accuracy_log_rng_seed = v.as_u64(),
+            ("accuracy_log_probability", _) => self.accuracy_log_probability = v.as_f64() * 0.01,
+            ("accuracy_log_sampling_target", _) => self.accuracy_log_sampling_target = v.as_u64(),
+            ("performance_sample_count_override", _) => {
                 self.performance_sample_count_override = v.as_u64()
             }
-            "sample_concatenate_permutation" => self.sample_concatenate_permutation = v.as_bool(),
-            "use_token_latencies" => self.use_token_latencies = v.as_bool(),
-            "ttft_latency" => self.server_ttft_latency_ns = ms_to_ns(v, &err)?,
-            "tpot_latency" => self.server_tpot_latency_ns = ms_to_ns(v, &err)?,
-            "target_latency" => match sc {
-                Scenario::SingleStream => {
-                    self.single_stream_expected_latency_ns = ms_to_ns(v, &err)?
-                }
-                Scenario::Server => self.server_target_latency_ns = ms_to_ns(v, &err)?,
-                Scenario::Offline => {}
-            },
-            "target_latency_percentile" => {
-                let p = v.as_f64() * 0.01;
-                match sc {
-                    Scenario::Server => self.server_target_latency_percentile = p,
-                    _ => self.target_latency_percentile = p,
-                }
+            ("accuracy_sample_count_override", _) => {
+                self.accuracy_sample_count_override = v.as_u64()
             }
-            "target_qps" => match sc {
-                Scenario::Server => self.server_target_qps = v.as_f64(),
-                Scenario::Offline => self.offline_expected_qps = v.as_f64(),
-                Scenario::SingleStream => {}
-            },
-            "query_timeout" => self.query_timeout_ms = v.as_u64(),
-            "server_qps_tolerance" => self.server_qps_tolerance = v.as_f64() * 0.01,
+            ("sample_concatenate_permutation", _) => {
+                self.sample_concatenate_permutation = v.as_bool()
+            }
+            ("use_token_latencies", _) => self.use_token_latencies = v.as_bool(),
+            ("ttft_latency", _) => self.server_ttft_latency_ns = ms_to_ns(v, &err)?,
+            ("tpot_latency", _) => self.server_tpot_latency_ns = ms_to_ns(v, &err)?,
+            ("target_latency", Scope::Fixed(Scenario::SingleStream)) => {
+                self.single_stream_expected_latency_ns = ms_to_ns(v, &err)?
+            }
+            ("target_latency", Scope::Fixed(Scenario::Server)) => {
+                self.server_target_latency_ns = ms_to_ns(v, &err)?
+            }
+            ("target_latency_percentile", Scope::Fixed(Scenario::SingleStream)) => {
+                self.target_latency_percentile = v.as_f64() * 0.01
+            }
+            ("target_latency_percentile", Scope::Fixed(Scenario::Server)) => {
+                self.server_target_latency_percentile = v.as_f64() * 0.01
+            }
+            ("target_qps", Scope::Fixed(Scenario::Server)) => self.server_target_qps = v.as_f64(),
+            ("target_qps", Scope::Fixed(Scenario::Offline)) => {
+                self.offline_expected_qps = v.as_f64()
+            }
+            ("query_timeout", _) => self.query_timeout_ms = v.as_u64(),
+            ("server_qps_tolerance", _) => self.server_qps_tolerance = v.as_f64() * 0.01,
             // Known LoadGen keys with no effect on the scenarios PocketPerf runs.
             _ => {}
         }
@@ -386,6 +390,49 @@ enum Kind {
     /// Percent in [0, 100].
     Percent,
 }
+
+/// Which scenario name a key is looked up under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// The run's scenario (keys that apply to every scenario).
+    Run,
+    /// Always this scenario (LoadGen reads `*.Server.target_qps` even in an Offline run,
+    /// and `*.Offline.target_qps` even in a Server run, into different fields).
+    Fixed(Scenario),
+}
+
+/// Keys that change a setting, in the order LoadGen's `FromConfig` reads them, with the
+/// scenario each is looked up under. Every other key in [`KEYS`] is accepted and ignored.
+const APPLIED: &[(&str, Scope)] = &[
+    ("mode", Scope::Run),
+    ("min_duration", Scope::Run),
+    ("max_duration", Scope::Run),
+    ("min_query_count", Scope::Run),
+    ("max_query_count", Scope::Run),
+    ("qsl_rng_seed", Scope::Run),
+    ("sample_index_rng_seed", Scope::Run),
+    ("schedule_rng_seed", Scope::Run),
+    ("accuracy_log_rng_seed", Scope::Run),
+    ("accuracy_log_probability", Scope::Run),
+    ("accuracy_log_sampling_target", Scope::Run),
+    ("performance_sample_count_override", Scope::Run),
+    ("accuracy_sample_count_override", Scope::Run),
+    ("sample_concatenate_permutation", Scope::Run),
+    ("use_token_latencies", Scope::Run),
+    ("query_timeout", Scope::Run),
+    ("server_qps_tolerance", Scope::Run),
+    (
+        "target_latency_percentile",
+        Scope::Fixed(Scenario::SingleStream),
+    ),
+    ("target_latency", Scope::Fixed(Scenario::SingleStream)),
+    ("target_latency_percentile", Scope::Fixed(Scenario::Server)),
+    ("target_latency", Scope::Fixed(Scenario::Server)),
+    ("target_qps", Scope::Fixed(Scenario::Server)),
+    ("ttft_latency", Scope::Fixed(Scenario::Server)),
+    ("tpot_latency", Scope::Fixed(Scenario::Server)),
+    ("target_qps", Scope::Fixed(Scenario::Offline)),
+];
 
 #[derive(Debug, Clone, Copy)]
 struct KeySpec {
@@ -474,6 +521,16 @@ const KEYS: &[KeySpec] = &[
         name: "performance_sample_count_override",
         kind: Kind::U64,
         unit: "",
+    },
+    KeySpec {
+        name: "accuracy_sample_count_override",
+        kind: Kind::U64,
+        unit: "",
+    },
+    KeySpec {
+        name: "target_duration",
+        kind: Kind::U64,
+        unit: "ms",
     },
     KeySpec {
         name: "sample_concatenate_permutation",

@@ -48,6 +48,8 @@ pub trait SystemUnderTest {
 }
 
 const PENDING: u64 = u64::MAX;
+/// Completion slot of a query the SUT reported as failed: no longer pending, no latency.
+const FAILED: u64 = u64::MAX - 1;
 
 /// Per-query storage for one pass, column-wise so a 10M-sample Offline run stays small:
 /// only completion times are always kept; issue times are one value for Offline; token
@@ -65,6 +67,8 @@ pub(crate) struct Records {
     pub(crate) completed: u64,
     pub(crate) errors: Vec<String>,
     pub(crate) num_errors: u64,
+    pub(crate) failures: Vec<String>,
+    pub(crate) num_failed: u64,
 }
 
 impl Records {
@@ -96,7 +100,7 @@ impl Records {
         self.complete.get(id).is_some_and(|&c| c != PENDING)
     }
     pub(crate) fn completion(&self, id: usize) -> Option<u64> {
-        self.complete.get(id).copied().filter(|&c| c != PENDING)
+        self.complete.get(id).copied().filter(|&c| c < FAILED)
     }
     pub(crate) fn first_token_of(&self, id: usize) -> Option<u64> {
         self.first_token.get(id).copied().filter(|&c| c != PENDING)
@@ -216,7 +220,22 @@ impl Responder<'_> {
                 .outputs
                 .push((id, output.map(|o| o.to_vec()).unwrap_or_default()));
         }
-        self.rec.complete[i] = t_ns;
+        self.rec.complete[i] = t_ns.min(FAILED - 1);
+        self.rec.completed += 1;
+    }
+
+    /// Query `id` failed (the SUT could not produce it: a runtime error, a crashed worker).
+    /// It stops being outstanding, contributes no latency, and the run is INVALID with
+    /// `reason` among its causes.
+    pub fn fail(&mut self, id: u64, reason: &str) {
+        let Some(i) = self.rec.check_open(id, "failure") else {
+            return;
+        };
+        self.rec.num_failed += 1;
+        if self.rec.failures.len() < 100 {
+            self.rec.failures.push(format!("query {id}: {reason}"));
+        }
+        self.rec.complete[i] = FAILED;
         self.rec.completed += 1;
     }
 }

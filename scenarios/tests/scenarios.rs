@@ -20,7 +20,11 @@ fn ss(min_q: u64, min_ms: u64) -> TestSettings {
     s
 }
 
-fn run(sut: &mut SimSut, s: &TestSettings, qsl: &mut TestQsl) -> pocketperf_scenarios::TestResult {
+fn run(
+    sut: &mut dyn pocketperf_scenarios::SystemUnderTest,
+    s: &TestSettings,
+    qsl: &mut TestQsl,
+) -> pocketperf_scenarios::TestResult {
     let clock = VirtualClock::new();
     run_test(sut, qsl, s, &clock).expect("run succeeds")
 }
@@ -108,18 +112,19 @@ fn too_few_queries_is_invalid_with_all_causes() {
 
 #[test]
 fn too_short_is_invalid_min_duration_only() {
-    // 1 ms per query, max_duration 150 ms, min_duration 200 ms: the last issue lands at
-    // 150 ms, so 151 queries; early stopping at p90 needs 64; min queries 10.
+    // 1 ms per query, max_duration 150 ms, min_duration 200 ms: issuing stops after the
+    // first issue strictly past 150 ms, the one at 151 ms, so 152 queries; early stopping
+    // at p90 needs 64; min queries 10.
     let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(MS)));
     let mut s = ss(10, 200);
     s.max_duration_ms = 150;
     let r = run(&mut sut, &s, &mut TestQsl::new(100, 100));
-    assert_eq!(r.performance.as_ref().unwrap().queries_issued, 151);
+    assert_eq!(r.performance.as_ref().unwrap().queries_issued, 152);
     assert_eq!(
         r.invalid_causes,
         vec![InvalidCause::MinDurationNotMet {
             required_ns: 200 * MS,
-            actual_ns: 150 * MS
+            actual_ns: 151 * MS
         }]
     );
 }
@@ -532,4 +537,228 @@ fn accuracy_mode_runs_every_sample_once_and_logs_outputs() {
     assert!(json.ends_with(" }\n]\n"));
     let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(parsed[1]["data"], "0100000000000000");
+}
+
+/// A SUT on a shared virtual clock that, after finishing each query, keeps the engine's
+/// thread busy for `gap_ns` more (harness overhead between queries, as a slow callback
+/// or logging would cause).
+struct GappySut {
+    clock: std::rc::Rc<VirtualClock>,
+    ttft_ns: u64,
+    tokens: u64,
+    gap_ns: u64,
+    per_token_ns: u64,
+}
+
+impl pocketperf_scenarios::SystemUnderTest for GappySut {
+    fn name(&self) -> &str {
+        "GappySUT"
+    }
+    fn issue_queries(
+        &mut self,
+        queries: &[pocketperf_scenarios::Query],
+        r: &mut pocketperf_scenarios::Responder<'_>,
+    ) {
+        for q in queries {
+            let t0 = r.now_ns();
+            for k in 0..self.tokens {
+                r.token_at(q.id, t0 + self.ttft_ns + k * self.per_token_ns);
+            }
+            let done = t0 + self.ttft_ns + (self.tokens - 1) * self.per_token_ns;
+            r.complete_at(q.id, done, self.tokens, None);
+            self.clock.set(done + self.gap_ns);
+        }
+    }
+}
+
+#[test]
+fn tokens_per_second_is_free_of_harness_overhead() {
+    // 20 ms to the first token, 11 tokens 4 ms apart: 60 ms per query, then 40 ms of
+    // harness time before the next issue. 100 queries (min duration 1 s is met by the
+    // 100th issue at 99 × 100 ms).
+    let clock = std::rc::Rc::new(VirtualClock::new());
+    let mut sut = GappySut {
+        clock: clock.clone(),
+        ttft_ns: 20 * MS,
+        tokens: 11,
+        gap_ns: 40 * MS,
+        per_token_ns: 4 * MS,
+    };
+    let s = token_settings(Scenario::SingleStream);
+    let r = run_test(&mut sut, &mut TestQsl::new(100, 10), &s, &*clock).unwrap();
+    assert!(r.is_valid(), "{:?}", r.invalid_causes);
+    let p = r.performance.as_ref().unwrap();
+    let n = p.queries_issued;
+    assert_eq!(n, 100);
+    assert_eq!(p.total_tokens, 1100);
+    // Without overhead: 11 tokens per 60 ms of SUT time.
+    assert!((p.tokens_per_second - 11.0 / 0.060).abs() < 1e-9);
+    // LoadGen's "w/ loadgen overhead": 1100 tokens over the last issue at 99 × 100 ms.
+    assert!((p.tokens_per_second_with_overhead - 1100.0 / 9.9).abs() < 1e-9);
+    // Completed: 1100 tokens over the last completion at 99 × 100 ms + 60 ms.
+    assert!((p.completed_tokens_per_second - 1100.0 / 9.96).abs() < 1e-9);
+    // TPOT = (60 − 20) / 10 = 4 ms; every inter-token gap is 4 ms; the harness gap is no
+    // token's latency.
+    assert_eq!(p.tpot.as_ref().unwrap().max, 4 * MS);
+    let itl = p.inter_token.as_ref().unwrap();
+    assert_eq!(
+        (itl.count, itl.max, itl.at(0.99)),
+        (1000, 4 * MS, Some(4 * MS))
+    );
+    let text = r.summary_text(&Default::default());
+    assert!(
+        text.contains("TPS w/ loadgen overhead         : 111.11\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("TPS w/o loadgen overhead        : 183.33\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sut_failures_are_reported_and_excluded() {
+    struct Failing;
+    impl pocketperf_scenarios::SystemUnderTest for Failing {
+        fn name(&self) -> &str {
+            "Failing"
+        }
+        fn issue_queries(
+            &mut self,
+            queries: &[pocketperf_scenarios::Query],
+            r: &mut pocketperf_scenarios::Responder<'_>,
+        ) {
+            for q in queries {
+                if q.id % 10 == 9 {
+                    r.fail(q.id, "context overflow");
+                } else {
+                    let t = r.now_ns() + MS;
+                    r.complete_at(q.id, t, 0, None);
+                }
+            }
+        }
+    }
+    // Offline batch of 100: 10 fail, 90 complete at 1 ms.
+    let mut s = ss(100, 0);
+    s.scenario = Scenario::Offline;
+    let r = run(&mut Failing, &s, &mut TestQsl::new(100, 100));
+    let p = r.performance.as_ref().unwrap();
+    assert_eq!((p.queries_issued, p.queries_completed), (100, 90));
+    assert_eq!(p.num_failed, 10);
+    assert_eq!(p.latency.as_ref().unwrap().count, 90);
+    assert_eq!(
+        r.invalid_causes,
+        vec![
+            InvalidCause::MinQueriesNotMet {
+                required: 100,
+                completed: 90
+            },
+            InvalidCause::SutFailed {
+                count: 10,
+                first: "query 9: context overflow".into()
+            },
+        ]
+    );
+    let text = r.summary_text(&Default::default());
+    assert!(
+        text.contains("10 ERRORS encountered. See detailed log."),
+        "{text}"
+    );
+    assert!(
+        r.detail_text(&Default::default())
+            .contains("\"value\": \"query 19: context overflow\"")
+    );
+}
+
+#[test]
+fn offline_and_server_invalid_causes_closed_form() {
+    // Offline capped by max_query_count: 1.1 × 100/s × 2 s = 220 samples wanted, 150
+    // issued; one server at 10 ms each ends at 1.5 s.
+    let mut s = ss(1, 2000);
+    s.scenario = Scenario::Offline;
+    s.offline_expected_qps = 100.0;
+    s.max_query_count = 150;
+    let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(10 * MS)));
+    let r = run(&mut sut, &s, &mut TestQsl::new(1000, 256));
+    let p = r.performance.as_ref().unwrap();
+    assert_eq!(p.queries_issued, 150);
+    assert_eq!(p.end_reason, pocketperf_scenarios::EndReason::MaxQueries);
+    assert_eq!(
+        r.invalid_causes,
+        vec![
+            InvalidCause::MinDurationNotMet {
+                required_ns: 2000 * MS,
+                actual_ns: 1500 * MS
+            },
+            InvalidCause::MinQueriesNotMet {
+                required: 220,
+                completed: 150
+            },
+        ]
+    );
+    // Latency i = 10 ms × (i + 1); p90 = sorted[floor(150 × 0.9) = 135] = 1360 ms.
+    let lat = p.latency.as_ref().unwrap();
+    assert_eq!(lat.at(0.9), Some(1360 * MS));
+    assert_eq!(lat.at(0.5), Some(760 * MS));
+    assert_eq!(lat.mean, 755 * MS);
+    assert!((p.samples_per_second - 100.0).abs() < 1e-9);
+
+    // Server, too few queries: max_query_count 100 < min 500; every latency 1 ms under a
+    // 10 ms bound; p99 early stopping needs h(0) = 459 > 100 queries.
+    let mut s = server(100.0, 10, 500, 100);
+    s.max_query_count = 100;
+    let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(MS)));
+    sut.parallel = true;
+    let r = run(&mut sut, &s, &mut TestQsl::new(1000, 256));
+    let h0 = early_stopping::min_passing_queries(0.99, 0).unwrap();
+    assert_eq!(h0, 459, "0.99^459 < 0.01 <= 0.99^458");
+    assert_eq!(r.performance.as_ref().unwrap().queries_issued, 100);
+    assert!(r.invalid_causes.contains(&InvalidCause::MinQueriesNotMet {
+        required: 500,
+        completed: 100
+    }));
+    assert!(
+        r.invalid_causes
+            .contains(&InvalidCause::EarlyStoppingNotMet {
+                series: "latency".into()
+            })
+    );
+    let es = r
+        .performance
+        .as_ref()
+        .unwrap()
+        .early_stopping
+        .clone()
+        .unwrap();
+    assert!(
+        es.text
+            .contains("Would need to run at least 359 more queries"),
+        "{}",
+        es.text
+    );
+
+    // Server, too short: max_duration 2 s < min_duration 5 s. The last scheduled arrival
+    // is the first past 2 s, and the run is measured to it. At p90 the ~200
+    // queries, all under the bound, satisfy early stopping (h(0) = 44).
+    let mut s = server(100.0, 10, 10, 5000);
+    s.max_duration_ms = 2000;
+    s.server_target_latency_percentile = 0.9;
+    let mut sut = SimSut::new(Box::new(|_| SimQuery::plain(MS)));
+    sut.parallel = true;
+    let r = run(&mut sut, &s, &mut TestQsl::new(1000, 256));
+    let recs: Vec<_> = r.query_records().collect();
+    let last = recs.last().unwrap().issue_ns;
+    let before = recs[recs.len() - 2].issue_ns;
+    assert!(before <= 2000 * MS && last > 2000 * MS, "{before} {last}");
+    assert_eq!(
+        r.invalid_causes,
+        vec![InvalidCause::MinDurationNotMet {
+            required_ns: 5000 * MS,
+            actual_ns: last
+        }]
+    );
+    assert_eq!(
+        r.performance.as_ref().unwrap().end_reason,
+        pocketperf_scenarios::EndReason::MaxDuration
+    );
 }

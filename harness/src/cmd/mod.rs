@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod dialogue;
+pub mod early_stopping;
 pub mod farm;
 pub mod gate;
 pub mod governor;
@@ -9,3 +10,4 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod runtime;
+pub mod scenario_bench;

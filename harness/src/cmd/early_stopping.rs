@@ -1,0 +1,51 @@
+//! `pocketperf early-stopping --percentile P (--queries N | --over-bound T)`: plans a run
+//! before it is made. With `--queries N` it prints the rank LoadGen's SingleStream early
+//! stopping would report for N queries (the estimate is the t-th largest latency) and how
+//! many queries a Server run may have over the bound; with `--over-bound T`, the queries a
+//! run with T over the bound needs. Both print the minimum query count for the percentile.
+//! The answers come from the scenario engine's early-stopping code, which reproduces
+//! LoadGen's reference vectors exactly.
+
+use anyhow::{Result, bail};
+use clap::{ArgGroup, Args};
+use pocketperf_scenarios::early_stopping;
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("question").required(true).multiple(true).args(["queries", "over_bound"])))]
+pub struct EarlyStoppingArgs {
+    /// Target percentile, in percent as in LoadGen configs (90, 99, 99.9) or as a fraction
+    /// below 1 (0.9).
+    #[arg(long)]
+    pub percentile: f64,
+    /// Planned number of queries.
+    #[arg(long)]
+    pub queries: Option<u64>,
+    /// Number of queries over the latency bound.
+    #[arg(long)]
+    pub over_bound: Option<u64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The percentile as a fraction: values of 1 and above are percent.
+pub fn percentile_fraction(p: f64) -> Result<f64> {
+    if !p.is_finite() || p <= 0.0 || p >= 100.0 {
+        bail!(
+            "--percentile {p}: expected a percentile in (0, 100), in percent (90, 99.9) or as a \
+             fraction below 1 (0.9)"
+        );
+    }
+    Ok(if p >= 1.0 { p / 100.0 } else { p })
+}
+
+pub fn run(a: &EarlyStoppingArgs) -> Result<i32> {
+    let p = percentile_fraction(a.percentile)?;
+    let plan = early_stopping::plan(p, a.queries, a.over_bound)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", plan.text());
+    }
+    Ok(0)
+}

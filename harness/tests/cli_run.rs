@@ -1,0 +1,271 @@
+//! `pocketperf run` through the binary, with the reference model as the SUT: the summary
+//! parses with LoadGen's field names, result.json loads with the reports crate, tokens.csv
+//! has one row per generated token, and bad input is refused with the file and line.
+//! Runs are cut to three queries by a `--config` file (the binary's own parser), so the
+//! test stays in seconds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pocketperf_scenarios::parse_summary;
+
+fn shared_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+fn pocketperf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args(args)
+        .output()
+        .expect("pocketperf runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const THREE_QUERIES: &str = "\
+# three queries, no minimum duration
+llm.*.min_query_count = 3
+llm.*.max_query_count = 3
+*.*.min_duration = 0
+";
+
+fn run_scenario(scenario: &str, dir: &Path) -> Output {
+    let cfg = dir.join("user.conf");
+    std::fs::write(&cfg, THREE_QUERIES).unwrap();
+    let out = dir.join("out");
+    pocketperf(&[
+        "run",
+        "--scenario",
+        scenario,
+        "--preset",
+        "quick",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        // One worker each: the two runs of this file share the machine with other tests.
+        "--threads",
+        "1",
+    ])
+}
+
+fn keys(summary: &str) -> Vec<String> {
+    parse_summary(summary).into_iter().map(|(k, _)| k).collect()
+}
+
+#[test]
+fn single_stream_run_writes_loadgen_logs_result_json_and_tokens_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_scenario("single-stream", dir.path());
+    // Three queries are too few for early stopping (64 at p90): INVALID, exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = dir.path().join("out");
+
+    // The summary has every field LoadGen's token-mode SingleStream summary has, in order.
+    let ours = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap();
+    let theirs = std::fs::read_to_string(
+        shared_dir().join("reference/loadgen/samples/ss_tok/mlperf_log_summary.txt"),
+    )
+    .expect("LoadGen sample summary (set POCKETPERF_SHARED)");
+    let theirs_k = keys(&theirs);
+    let ours_k: Vec<String> = keys(&ours)
+        .into_iter()
+        .filter(|k| theirs_k.contains(k))
+        .collect();
+    assert_eq!(ours_k, theirs_k, "summary fields differ:\n{ours}");
+    let field = |k: &str| {
+        parse_summary(&ours)
+            .into_iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v)
+    };
+    assert_eq!(field("Scenario").as_deref(), Some("SingleStream"));
+    assert_eq!(field("Result is").as_deref(), Some("INVALID"));
+    assert_eq!(field("Early stopping satisfied").as_deref(), Some("NO"));
+    assert_eq!(field("min_query_count").as_deref(), Some("3"));
+    assert!(ours.contains(" * Only processed 3 queries.\n * Need to process at least 64"));
+
+    // Every detail line is an MLLOG JSON event.
+    let detail = std::fs::read_to_string(out.join("mlperf_log_detail.txt")).unwrap();
+    for l in detail.lines() {
+        let json = l.strip_prefix(":::MLLOG ").expect("MLLOG prefix");
+        let v: serde_json::Value = serde_json::from_str(json).expect("JSON event");
+        assert!(v.get("key").is_some() && v.get("value").is_some());
+    }
+    assert!(detail.contains("\"key\": \"result_validity\", \"value\": \"INVALID\""));
+
+    // result.json loads with the reports crate and agrees with itself.
+    let r = pocketperf_reports::load_result(&out).expect("result.json loads");
+    assert_eq!(r.schema_version, pocketperf_reports::SCHEMA_VERSION);
+    assert!(!r.meta.git_commit.is_empty() && r.meta.model.sha256.len() == 64);
+    let p = r.performance.as_ref().expect("performance section");
+    assert_eq!(p.scenario, "SingleStream");
+    assert!(!p.valid);
+    assert!(
+        p.invalid_reasons
+            .iter()
+            .any(|c| c.contains("early stopping")),
+        "{:?}",
+        p.invalid_reasons
+    );
+    assert_eq!(p.queries, 3);
+    assert_eq!(p.per_query.len(), 3);
+    let tokens: u64 = p.per_query.iter().map(|q| q.tokens as u64).sum();
+    let busy_ms: f64 = p.per_query.iter().map(|q| q.latency_ms).sum();
+    // Quick preset outputs are 16..=48 tokens, forced (EOS ignored).
+    for q in &p.per_query {
+        assert!((16..=48).contains(&q.tokens), "{q:?}");
+        assert!(q.tpot_ms.is_some() && q.ttft_ms.is_some());
+    }
+    // Tokens/s without overhead: tokens over the summed latencies.
+    assert!(
+        (p.tokens_per_s - tokens as f64 / (busy_ms / 1e3)).abs() / p.tokens_per_s < 1e-3,
+        "{} vs {}",
+        p.tokens_per_s,
+        tokens as f64 / (busy_ms / 1e3)
+    );
+    // One inter-token gap per token after the first of each query.
+    let itl = p.itl_ms.as_ref().expect("inter-token latencies");
+    assert_eq!(itl.n, tokens - 3);
+    assert!(itl.p99 >= itl.p50 && itl.p50 > 0.0);
+
+    // tokens.csv: provenance, then one row per token, indices 0.. per query, times rising.
+    let log = pocketperf_reports::datafiles::read_tokens(out.join("tokens.csv")).unwrap();
+    for k in [
+        "schema_version",
+        "tool",
+        "git_commit",
+        "device",
+        "model_sha256",
+        "settings",
+    ] {
+        assert!(log.meta.contains_key(k), "tokens.csv lacks # {k}=");
+    }
+    assert_eq!(log.events.len() as u64, tokens);
+    for q in &p.per_query {
+        let ev: Vec<_> = log.events.iter().filter(|e| e.query == q.id).collect();
+        assert_eq!(ev.len(), q.tokens as usize);
+        for (k, e) in ev.iter().enumerate() {
+            assert_eq!(e.token as usize, k);
+        }
+        assert!(ev.windows(2).all(|w| w[1].t_ms >= w[0].t_ms));
+        // The first token lands at issue + TTFT.
+        let first = q.start_s * 1e3 + q.ttft_ms.unwrap();
+        assert!(
+            (ev[0].t_ms - first).abs() < 0.01,
+            "{} vs {first}",
+            ev[0].t_ms
+        );
+    }
+}
+
+#[test]
+fn offline_run_is_valid_with_its_batch_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_scenario("offline", dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = dir.path().join("out");
+    let ours = std::fs::read_to_string(out.join("mlperf_log_summary.txt")).unwrap();
+    let theirs = std::fs::read_to_string(
+        shared_dir().join("reference/loadgen/samples/off_lognorm/mlperf_log_summary.txt"),
+    )
+    .unwrap();
+    // The sample is not in token mode; in token mode LoadGen lists the TTFT and TPOT bounds
+    // where it lists target_latency (as its token-mode SingleStream sample shows).
+    let theirs_k: Vec<String> = keys(&theirs)
+        .into_iter()
+        .filter(|k| k != "target_latency (ns)")
+        .collect();
+    let ours_all = keys(&ours);
+    let ours_k: Vec<String> = ours_all
+        .iter()
+        .filter(|k| theirs_k.contains(k))
+        .cloned()
+        .collect();
+    assert_eq!(ours_k, theirs_k, "summary fields differ:\n{ours}");
+    for k in [
+        "Tokens per second",
+        "ttft_latency (ns)",
+        "tpot_latency (ns)",
+    ] {
+        assert!(ours_all.iter().any(|o| o == k), "{k} missing:\n{ours}");
+    }
+    assert!(ours.contains("Result is : VALID\n"), "{ours}");
+    assert!(ours.contains("SUT name : pocketperf-runtime (in-process, sequential decode)"));
+    let r = pocketperf_reports::load_result(&out).unwrap();
+    let p = r.performance.unwrap();
+    assert!(p.valid, "{:?}", p.invalid_reasons);
+    assert_eq!(p.queries, 3);
+    // All three issued at once: every start time is 0.
+    assert!(p.per_query.iter().all(|q| q.start_s == 0.0));
+}
+
+#[test]
+fn config_typos_and_units_are_refused_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("user.conf");
+    let out = dir.path().join("out");
+    for (body, line, needle) in [
+        (
+            "# header\n*.*.min_duraton = 5\n",
+            2,
+            "unknown key `min_duraton`",
+        ),
+        ("*.*.min_duration = 5s\n", 1, "in ms"),
+        (
+            "*.SingleStream.target_latency_percentile = 0.9\n",
+            1,
+            "not a fraction",
+        ),
+    ] {
+        std::fs::write(&cfg, body).unwrap();
+        let o = pocketperf(&[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("user.conf:{line}: key")) && err.contains(needle),
+            "{err}"
+        );
+        assert!(
+            !out.join("result.json").exists(),
+            "nothing written on a config error"
+        );
+    }
+}
+
+#[test]
+fn a_prompt_set_smaller_than_the_performance_sample_count_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("user.conf");
+    std::fs::write(&cfg, "*.*.performance_sample_count_override = 100\n").unwrap();
+    let out = dir.path().join("out");
+    let o = pocketperf(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("has 64 samples but 100 performance samples are needed"),
+        "{err}"
+    );
+}
