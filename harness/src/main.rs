@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 a gate or validity failure, 2 an error.
 
 use clap::{Parser, Subcommand};
+use pocketperf::cmd::mmlu;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
 use std::process::ExitCode;
@@ -37,6 +38,11 @@ enum Cmd {
     Bench(rt::BenchArgs),
     /// Run an MLPerf-style scenario with the in-process runtime as the system under test.
     Run(runcmd::RunArgs),
+    /// MMLU-576 accuracy: check the subset, score a model, compare two runs.
+    Mmlu {
+        #[command(subcommand)]
+        cmd: mmlu::MmluCmd,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -48,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
         Cmd::Run(a) => runcmd::run(&a),
+        Cmd::Mmlu { cmd } => mmlu::mmlu_cmd(&cmd),
     }
 }
 
