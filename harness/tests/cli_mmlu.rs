@@ -254,18 +254,27 @@ fn logprob_result_files_hold_every_question_with_its_scores() {
     );
     assert_eq!(prompt, reused + prefilled);
 
-    // The accuracy log: every sample once; its bytes are the four f32 log-probabilities.
+    // The accuracy log: every sample once; its bytes are the four f32 log-probabilities of
+    // the question mmlu.json names for that sample.
     let log = read_json(&r.on.join("mlperf_log_accuracy.json"));
     let log = log.as_array().unwrap();
     assert_eq!(log.len(), 4);
-    for (i, e) in log.iter().enumerate() {
-        assert_eq!(e["qsl_idx"].as_u64(), Some(i as u64));
+    let mut samples: Vec<u64> = log.iter().map(|e| e["qsl_idx"].as_u64().unwrap()).collect();
+    samples.sort();
+    assert_eq!(samples, [0, 1, 2, 3]);
+    for e in log {
+        let q = pq.iter().find(|q| q["qsl_idx"] == e["qsl_idx"]).unwrap();
+        let rec = acc
+            .per_question
+            .iter()
+            .find(|r| q["subject"] == r.subject.as_str() && q["row"] == r.row)
+            .unwrap();
         let hex = e["data"].as_str().unwrap();
         assert_eq!(hex.len(), 32);
         let bytes: Vec<u8> = (0..16)
             .map(|k| u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).unwrap())
             .collect();
-        let lp = acc.per_question[i].logprobs.unwrap();
+        let lp = rec.logprobs.unwrap();
         for k in 0..4 {
             let x = f32::from_le_bytes(bytes[4 * k..4 * k + 4].try_into().unwrap());
             // result.json holds the f32 widened to f64; a JSON reader may be off in the last

@@ -129,9 +129,13 @@ pub struct MmluRunArgs {
     /// Reuse the KV cache of the common prompt prefix (the header and shots of a subject).
     #[arg(long, value_enum, default_value = "on")]
     pub prefix_reuse: OnOff,
-    /// Result directory (created).
+    /// Build and tokenize every prompt, print the prefill work with and without prefix
+    /// reuse, and stop (no model run, no files).
     #[arg(long)]
-    pub out: PathBuf,
+    pub dry_run: bool,
+    /// Result directory (created).
+    #[arg(long, required_unless_present = "dry_run")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -323,6 +327,20 @@ pub fn prepare_items(
     Ok(items)
 }
 
+/// The order questions are issued in (the QSL order): by subject, and within a subject the
+/// prompts with the most shots first, then by row. Prompts that share a subject and a shot
+/// count share their whole few-shot prefix, so each such group prefills it once; a prompt that
+/// had to drop shots no longer interrupts the 5-shot prompts around it.
+pub fn issue_order(items: &mut [Item]) {
+    items.sort_by(|a, b| {
+        a.question
+            .subject
+            .cmp(&b.question.subject)
+            .then(b.shots_used.cmp(&a.shots_used))
+            .then(a.question.row.cmp(&b.question.row))
+    });
+}
+
 /// The questions a run asks: the manifest's, filtered by subject and capped per subject.
 pub fn select_questions(
     all: Vec<Question>,
@@ -415,6 +433,23 @@ struct MmluSut<'e, 'i> {
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Prompt tokens the SUT can take from its cache for each question, in order, when each
+/// prompt follows the previous one: their longest common prefix, leaving at least one token to
+/// run. (In generate mode the cache also holds the previous answer's tokens, which can only
+/// lengthen the common prefix if the next prompt repeats them; the SUT measures what it
+/// actually reuses.)
+pub fn reuse_plan(items: &[Item]) -> Vec<usize> {
+    let mut prev: &[u32] = &[];
+    items
+        .iter()
+        .map(|i| {
+            let keep = common_prefix(prev, &i.tokens).min(i.tokens.len().saturating_sub(1));
+            prev = &i.tokens;
+            keep
+        })
+        .collect()
 }
 
 impl MmluSut<'_, '_> {
@@ -670,9 +705,6 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     let all = subset::load_subset(&dir)?;
     let questions = select_questions(all, &a.subjects, a.limit)?;
     let dev = ds_mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))?;
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("{}: cannot create", a.out.display()))?;
-
     let (engine, model_path) = a.engine.load()?;
     let letters = letter_tokens(&engine, a.chat)?;
     let reserve = match a.mode {
@@ -681,7 +713,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         ScoreMode::Generate => GENERATE_MAX_TOKENS - 1,
     };
     let t_prep = Instant::now();
-    let items = prepare_items(
+    let mut items = prepare_items(
         &engine,
         &questions,
         &dev,
@@ -690,7 +722,17 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         a.ctx,
         reserve,
     )?;
+    issue_order(&mut items);
     let prepare_s = t_prep.elapsed().as_secs_f64();
+    if a.dry_run {
+        print_plan(&items, a, prepare_s);
+        return Ok(0);
+    }
+    let Some(out_dir) = a.out.as_deref() else {
+        bail!("--out DIR is required (unless --dry-run)");
+    };
+    std::fs::create_dir_all(out_dir)
+        .with_context(|| format!("{}: cannot create", out_dir.display()))?;
 
     let mut settings = TestSettings::new(Scenario::Offline);
     settings.mode = TestMode::AccuracyOnly;
@@ -767,6 +809,10 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
             items.len()
         );
     }
+    // Report in manifest order (subject, row), whatever order the questions ran in.
+    per_question.sort_by(|x, y| {
+        (x.record.subject.as_str(), x.record.row).cmp(&(y.record.subject.as_str(), y.record.row))
+    });
     let summary = score::summarize(&records);
 
     let prompt_tokens: u64 = items.iter().map(|i| i.tokens.len() as u64).sum();
@@ -854,7 +900,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         errors: errors.clone(),
         per_question: per_question.clone(),
     };
-    let path = a.out.join(MMLU_JSON);
+    let path = out_dir.join(MMLU_JSON);
     std::fs::write(&path, serde_json::to_string_pretty(&mmlu_file)? + "\n")
         .with_context(|| format!("{}: cannot write", path.display()))?;
 
@@ -879,11 +925,11 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         robustness: None,
         warnings,
     };
-    schema::write_result(&a.out, &file)?;
-    result.write_logs(&a.out, &log_meta(&started, &finished))?;
+    schema::write_result(out_dir, &file)?;
+    result.write_logs(out_dir, &log_meta(&started, &finished))?;
 
     print_summary(&mmlu_file);
-    println!("results in {}", a.out.display());
+    println!("results in {}", out_dir.display());
     if !errors.is_empty() {
         bail!(
             "{} of {} questions failed in the runtime (scored as unanswered; first: {})",
@@ -893,6 +939,40 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+fn print_plan(items: &[Item], a: &MmluRunArgs, prepare_s: f64) {
+    let prompt: usize = items.iter().map(|i| i.tokens.len()).sum();
+    let reused: usize = reuse_plan(items).iter().sum();
+    let longest = items.iter().map(|i| i.tokens.len()).max().unwrap_or(0);
+    let dropped = items
+        .iter()
+        .filter(|i| i.shots_used < a.shots as usize)
+        .count();
+    println!(
+        "{} questions, {}-shot{}, --ctx {}: {prompt} prompt tokens (mean {:.0}, longest {longest}); \
+         {dropped} prompt(s) dropped shots; prepared in {prepare_s:.1} s",
+        items.len(),
+        a.shots,
+        if a.chat { " chat" } else { "" },
+        a.ctx,
+        prompt as f64 / items.len().max(1) as f64,
+    );
+    println!(
+        "prefill with prefix reuse: {} tokens ({reused} reused, {:.2}x less than the {prompt} without)",
+        prompt - reused,
+        prompt as f64 / (prompt - reused).max(1) as f64
+    );
+    for i in items.iter().filter(|i| i.shots_used < a.shots as usize) {
+        println!(
+            "  {} row {}: {} of {} shots ({} tokens)",
+            i.question.subject,
+            i.question.row,
+            i.shots_used,
+            a.shots,
+            i.tokens.len()
+        );
+    }
 }
 
 fn accuracy_section(
