@@ -29,7 +29,7 @@ use pocketperf_datasets::score::{self, Accuracy, Record, Response, Summary};
 use pocketperf_datasets::subset;
 use pocketperf_reports::schema::{self, GroupAccuracy, QuestionRecord, ResultFile};
 use pocketperf_runtime::model::SessionOptions;
-use pocketperf_runtime::session::{Engine, Session, argmax, log_prob};
+use pocketperf_runtime::session::{Engine, Session, argmax};
 use pocketperf_runtime::tokenizer::{self, ChatMessage};
 use pocketperf_scenarios::{
     AccuracyEntry, QslError, Query, QuerySampleLibrary, RealClock, Responder, Scenario,
@@ -431,6 +431,24 @@ struct MmluSut<'e, 'i> {
     progress: ProgressBar,
 }
 
+/// Log-probabilities of `ids` in one row of logits: the log-softmax in f64 (as
+/// [`pocketperf_runtime::session::log_prob`] computes it, same summation order), with the
+/// normalizer computed once for the four tokens; rounded to f32.
+pub fn letter_logprobs(logits: &[f32], ids: [u32; 4]) -> [f32; 4] {
+    let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&l| (l as f64 - mx).exp())
+        .sum::<f64>()
+        .ln()
+        + mx;
+    ids.map(|id| {
+        logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |&l| (l as f64 - lse) as f32)
+    })
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -488,7 +506,7 @@ impl MmluSut<'_, '_> {
         self.cached.extend_from_slice(&toks[keep..]);
         let bytes = match self.mode {
             ScoreMode::Logprob => {
-                let lp = self.letters.map(|id| log_prob(logits, id) as f32);
+                let lp = letter_logprobs(logits, self.letters);
                 lp.iter().flat_map(|x| x.to_le_bytes()).collect()
             }
             ScoreMode::Generate => {
@@ -560,39 +578,51 @@ impl SystemUnderTest for MmluSut<'_, '_> {
     }
 }
 
-/// Reads one accuracy-log entry back into a response. An empty entry (a question the SUT
-/// failed on) has no answer.
+/// The four log-probabilities of a logprob-mode accuracy-log entry (16 bytes, little-endian
+/// f32); an empty entry (a question the SUT failed on) reads as four NaNs: no answer.
+pub fn decode_logprobs(data: &[u8]) -> Result<[f32; 4]> {
+    match data.len() {
+        0 => Ok([f32::NAN; 4]),
+        16 => {
+            let mut lp = [0f32; 4];
+            for (x, c) in lp.iter_mut().zip(data.chunks_exact(4)) {
+                *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            Ok(lp)
+        }
+        n => bail!("accuracy log entry of {n} bytes; logprob entries hold 16 (4 × f32)"),
+    }
+}
+
+/// The token ids of a generate-mode accuracy-log entry (little-endian u32).
+pub fn decode_ids(data: &[u8]) -> Result<Vec<u32>> {
+    if !data.len().is_multiple_of(4) {
+        bail!(
+            "accuracy log entry of {} bytes; generate entries hold u32 token ids",
+            data.len()
+        );
+    }
+    Ok(data
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Reads one accuracy-log entry back into a response (and, in generate mode, the token ids).
 pub fn decode_response(
     mode: ScoreMode,
     data: &[u8],
     engine: &Engine,
 ) -> Result<(Response, Vec<u32>)> {
     match mode {
-        ScoreMode::Logprob => {
-            let logprobs: [f32; 4] = match data.len() {
-                0 => [f32::NAN; 4],
-                16 => {
-                    let mut lp = [0f32; 4];
-                    for (x, c) in lp.iter_mut().zip(data.chunks_exact(4)) {
-                        *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    }
-                    lp
-                }
-                n => bail!("accuracy log entry of {n} bytes; logprob entries hold 16 (4 × f32)"),
-            };
-            Ok((Response::Logprob { logprobs }, Vec::new()))
-        }
+        ScoreMode::Logprob => Ok((
+            Response::Logprob {
+                logprobs: decode_logprobs(data)?,
+            },
+            Vec::new(),
+        )),
         ScoreMode::Generate => {
-            if !data.len().is_multiple_of(4) {
-                bail!(
-                    "accuracy log entry of {} bytes; generate entries hold u32 token ids",
-                    data.len()
-                );
-            }
-            let ids: Vec<u32> = data
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
+            let ids = decode_ids(data)?;
             let visible: Vec<u32> = ids
                 .iter()
                 .copied()
@@ -1175,4 +1205,108 @@ fn compare(a: &CompareArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pocketperf_runtime::session::log_prob;
+
+    fn item(subject: &str, row: u64, shots_used: usize, tokens: &[u32]) -> Item {
+        Item {
+            question: Question {
+                subject: subject.into(),
+                row,
+                question: String::new(),
+                choices: Default::default(),
+                answer: Letter::A,
+            },
+            category: Category::Stem,
+            tokens: tokens.to_vec(),
+            shots_used,
+        }
+    }
+
+    #[test]
+    fn letter_logprobs_equal_the_runtime_log_softmax() {
+        let mut x = 0x9E37_79B9u32;
+        let logits: Vec<f32> = (0..5000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 20_000) as f32 / 1000.0 - 10.0
+            })
+            .collect();
+        let ids = [3u32, 4999, 17, 2500];
+        let got = letter_logprobs(&logits, ids);
+        for (g, id) in got.iter().zip(ids) {
+            assert_eq!(*g, log_prob(&logits, id) as f32);
+        }
+        // Outside the vocabulary: impossible, not a panic.
+        assert_eq!(
+            letter_logprobs(&logits, [0, 1, 2, 9999])[3],
+            f32::NEG_INFINITY
+        );
+    }
+
+    #[test]
+    fn reuse_plan_keeps_the_common_prefix_and_one_token_to_run() {
+        let items = [
+            item("a", 0, 5, &[1, 2, 3, 4, 5]),
+            item("a", 1, 5, &[1, 2, 3, 9]),
+            item("a", 2, 5, &[1, 2, 3, 9]),
+            item("b", 0, 5, &[1, 7, 8]),
+            item("b", 1, 5, &[6]),
+        ];
+        // 0 for the first; 3 shared; identical prompt keeps all but its last token; 1; 0.
+        assert_eq!(reuse_plan(&items), [0, 3, 3, 1, 0]);
+    }
+
+    #[test]
+    fn issue_order_groups_by_subject_then_shot_count() {
+        let mut items = vec![
+            item("b", 0, 5, &[1]),
+            item("a", 3, 4, &[1]),
+            item("a", 1, 5, &[1]),
+            item("a", 0, 3, &[1]),
+            item("a", 2, 5, &[1]),
+        ];
+        issue_order(&mut items);
+        let order: Vec<(&str, u64)> = items
+            .iter()
+            .map(|i| (i.question.subject.as_str(), i.question.row))
+            .collect();
+        assert_eq!(order, [("a", 1), ("a", 2), ("a", 3), ("a", 0), ("b", 0)]);
+    }
+
+    #[test]
+    fn accuracy_log_entries_decode_or_name_their_size() {
+        let lp = [-0.5f32, -1.25, -3.0, f32::NEG_INFINITY];
+        let bytes: Vec<u8> = lp.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(decode_logprobs(&bytes).unwrap(), lp);
+        assert!(decode_logprobs(&[]).unwrap().iter().all(|x| x.is_nan()));
+        let err = decode_logprobs(&bytes[..12]).unwrap_err().to_string();
+        assert!(err.contains("12 bytes"), "{err}");
+        assert_eq!(decode_ids(&[1, 0, 0, 0, 0, 1, 0, 0]).unwrap(), [1u32, 256]);
+        assert!(decode_ids(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn selection_filters_subjects_and_caps_each() {
+        let qs: Vec<Question> = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 5), ("c", 6)]
+            .iter()
+            .map(|&(s, r)| item(s, r, 0, &[]).question)
+            .collect();
+        let picked = select_questions(qs.clone(), &["c".into(), "a".into()], Some(2)).unwrap();
+        let rows: Vec<(&str, u64)> = picked.iter().map(|q| (q.subject.as_str(), q.row)).collect();
+        assert_eq!(rows, [("a", 0), ("a", 1), ("c", 5), ("c", 6)]);
+        let err = select_questions(qs, &["astrology".into()], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"astrology\" is not an MMLU subject"),
+            "{err}"
+        );
+    }
 }
