@@ -22,7 +22,8 @@ pub use mmlu::{
 pub use perf::{PerfPrompt, Preset, perf_prompts};
 pub use prompt::{ChatMessage, ChatPrompt, Prompt, Role, build_chat, build_prompt, zero_shot};
 pub use score::{
-    Accuracy, McNemar, Record, Response, Summary, compare_runs, mcnemar_exact, summarize,
+    Accuracy, McNemar, Record, Response, Summary, compare_runs, mcnemar_exact,
+    parse_generated_settled, summarize,
 };
 pub use subset::{
     Difference, SubsetEntry, VerifyReport, compute_subset, load_subset, manifest, verify,

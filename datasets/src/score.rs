@@ -58,6 +58,31 @@ pub fn parse_generated(text: &str) -> Option<Letter> {
     None
 }
 
+/// The choice [`parse_generated`] makes on `text`, returned only once no continuation of
+/// `text` can change it: the first standalone letter is followed by a character (so its
+/// right neighbour is known) and every earlier candidate letter is already ruled out. A
+/// generator may stop as soon as this returns `Some`; scoring the longer text gives the same
+/// letter.
+pub fn parse_generated_settled(text: &str) -> Option<Letter> {
+    let mut prev: Option<char> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let next = chars.peek().copied();
+        if let Some(letter) = Letter::from_char(c)
+            && !prev.is_some_and(is_word_char)
+        {
+            match next {
+                // The last character: whether it stands alone depends on what comes next.
+                None => return None,
+                Some(n) if !is_word_char(n) => return Some(letter),
+                Some(_) => {}
+            }
+        }
+        prev = Some(c);
+    }
+    None
+}
+
 /// What the model produced for one question.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]

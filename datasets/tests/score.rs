@@ -5,7 +5,9 @@ mod common;
 
 use approx::assert_abs_diff_eq;
 use pocketperf_datasets::mmlu::{Category, Letter, Question};
-use pocketperf_datasets::score::{WILSON_Z, choose_by_logprob, parse_generated, wilson_interval};
+use pocketperf_datasets::score::{
+    WILSON_Z, choose_by_logprob, parse_generated, parse_generated_settled, wilson_interval,
+};
 use pocketperf_datasets::{Accuracy, Error, Record, compare_runs, mcnemar_exact, summarize};
 
 fn q(subject: &str, row: u64, answer: Letter) -> Question {
@@ -65,6 +67,59 @@ fn generated_text_yields_the_first_standalone_letter() {
     for &(text, want) in cases {
         assert_eq!(parse_generated(text), want, "{text:?}");
     }
+}
+
+#[test]
+fn a_settled_generated_choice_never_changes_with_more_text() {
+    // Settles once the first standalone letter's right neighbour is known.
+    let cases: &[(&str, Option<Letter>)] = &[
+        (" B", None),
+        (" B.", Some(Letter::B)),
+        ("B2", None),
+        ("ABC", None),
+        ("ABC D", None),
+        ("ABC D ", Some(Letter::D)),
+        ("(D)", Some(Letter::D)),
+        ("The answer is C\n", Some(Letter::C)),
+        ("Answer: B", None),
+        ("Answer: B.", Some(Letter::B)),
+        ("A or B", Some(Letter::A)),
+        ("I think", None),
+        ("", None),
+    ];
+    for &(text, want) in cases {
+        assert_eq!(parse_generated_settled(text), want, "{text:?}");
+    }
+    // Whatever follows a settled prefix, the full text scores the same letter; and a text
+    // that never settles scores what parse_generated says of it.
+    let texts = [
+        " B.",
+        "The answer is C\n",
+        "(D)",
+        "ABC D ",
+        "B2 A!",
+        "Answer: B.",
+        "_A C,",
+        "a B c",
+    ];
+    let tails = ["", "x", "BC", " A", "1", ".", "_", "\u{e9}"];
+    let mut settled = 0;
+    for t in texts {
+        for (i, _) in t.char_indices().chain(std::iter::once((t.len(), ' '))) {
+            let prefix = &t[..i];
+            if let Some(l) = parse_generated_settled(prefix) {
+                settled += 1;
+                for tail in tails {
+                    assert_eq!(
+                        parse_generated(&format!("{prefix}{tail}")),
+                        Some(l),
+                        "{prefix:?} + {tail:?}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(settled >= texts.len(), "only {settled} settled prefixes");
 }
 
 #[test]

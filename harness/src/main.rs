@@ -8,6 +8,7 @@ use pocketperf::cmd::early_stopping as escmd;
 use pocketperf::cmd::farm as farmcmd;
 use pocketperf::cmd::gate as gatecmd;
 use pocketperf::cmd::governor as govcmd;
+use pocketperf::cmd::mmlu;
 use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
@@ -68,6 +69,11 @@ enum Cmd {
     EarlyStopping(escmd::EarlyStoppingArgs),
     /// Scenario-engine overhead with a null SUT (queries/s, added latency, peak memory).
     ScenarioBench(sbcmd::ScenarioBenchArgs),
+    /// MMLU-576 accuracy: check the subset, score a model, compare two runs.
+    Mmlu {
+        #[command(subcommand)]
+        cmd: mmlu::MmluCmd,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -87,6 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Farm { cmd } => farmcmd::farm_cmd(&cmd),
         Cmd::EarlyStopping(a) => escmd::run(&a),
         Cmd::ScenarioBench(a) => sbcmd::run(&a),
+        Cmd::Mmlu { cmd } => mmlu::mmlu_cmd(&cmd),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod early_stopping;
 pub mod farm;
 pub mod gate;
 pub mod governor;
+pub mod mmlu;
 pub mod probe;
 pub mod report;
 pub mod run;
