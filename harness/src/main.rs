@@ -5,6 +5,8 @@
 use clap::{Parser, Subcommand};
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
+use pocketperf::cmd::serve as servecmd;
+use pocketperf::cmd::soak as soakcmd;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -37,6 +39,10 @@ enum Cmd {
     Bench(rt::BenchArgs),
     /// Run an MLPerf-style scenario with the in-process runtime as the system under test.
     Run(runcmd::RunArgs),
+    /// Serve the runtime over stdin/stdout (newline-delimited JSON, docs/PROTOCOL.md).
+    Serve(servecmd::ServeArgs),
+    /// Robustness run: dialogues and probes through a child-process SUT for hours, resumable.
+    Soak(Box<soakcmd::SoakArgs>),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -48,6 +54,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
         Cmd::Run(a) => runcmd::run(&a),
+        Cmd::Serve(a) => servecmd::serve(&a),
+        Cmd::Soak(a) => soakcmd::soak(&a),
     }
 }
 

@@ -2,3 +2,5 @@
 
 pub mod run;
 pub mod runtime;
+pub mod serve;
+pub mod soak;
