@@ -20,10 +20,35 @@ fn soak(dir: &Path, extra: &[&str]) -> (Option<i32>, Value, Vec<Value>) {
         mmlu.display().to_string(),
     );
     let mut args = vec![
-        "soak", "--out", &out_s, "--model", &model, "--threads", "1", "--duration", "5s",
-        "--dialogues", "2", "--max-turn-tokens", "4", "--probe-prompts", "2",
-        "--probe-tokens", "4", "--probe-mmlu", "2", "--mmlu-dir", &mmlu, "--probe-every", "1s",
-        "--rss-every", "0s", "--checkpoint-every", "2s", "--warmup", "0s",
+        "soak",
+        "--out",
+        &out_s,
+        "--model",
+        &model,
+        "--threads",
+        "1",
+        "--duration",
+        "5s",
+        "--dialogues",
+        "2",
+        "--max-turn-tokens",
+        "4",
+        "--probe-prompts",
+        "2",
+        "--probe-tokens",
+        "4",
+        "--probe-mmlu",
+        "2",
+        "--mmlu-dir",
+        &mmlu,
+        "--probe-every",
+        "1s",
+        "--rss-every",
+        "0s",
+        "--checkpoint-every",
+        "2s",
+        "--warmup",
+        "0s",
     ];
     args.extend_from_slice(extra);
     let o = run(&args, &[]);
@@ -58,7 +83,11 @@ fn a_clean_soak_passes() {
     let (code, doc, j) = soak(dir.path(), &["--max-rss-growth", "200"]);
     assert_pass(&doc, &["crashes", "timeouts", "output_drift", "rss_growth"]);
     assert_eq!(doc["status"], "completed");
-    assert!(doc["counts"]["queries"].as_u64().unwrap() >= 6, "{}", doc["counts"]);
+    assert!(
+        doc["counts"]["queries"].as_u64().unwrap() >= 6,
+        "{}",
+        doc["counts"]
+    );
     assert!(doc["counts"]["probe_rounds"].as_u64().unwrap() >= 2);
     assert_eq!(doc["crashes"], 0);
     assert_eq!(doc["drift"], 0);
@@ -67,7 +96,13 @@ fn a_clean_soak_passes() {
     assert!(matches!(code, Some(0 | 1)));
     // Provenance of the run is in the report.
     assert_eq!(doc["schema"], "pocketperf-robustness");
-    for k in ["tool_version", "git_commit", "model_sha256", "timestamp_utc", "settings"] {
+    for k in [
+        "tool_version",
+        "git_commit",
+        "model_sha256",
+        "timestamp_utc",
+        "settings",
+    ] {
         assert!(!doc["provenance"][k].is_null(), "provenance.{k}");
     }
     let html = std::fs::read_to_string(dir.path().join("soak/robustness.html")).unwrap();
@@ -86,12 +121,24 @@ fn an_injected_crash_is_counted_and_the_soak_goes_on() {
     let c = crashes[0];
     assert_eq!(c["exit"]["signal"], libc::SIGABRT);
     assert!(c["last_query"].as_str().unwrap().len() > 5, "{c}");
-    let tail: Vec<&str> = c["stderr_tail"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(tail.iter().any(|l| l.contains("fault injection: crashing")), "{tail:?}");
+    let tail: Vec<&str> = c["stderr_tail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        tail.iter().any(|l| l.contains("fault injection: crashing")),
+        "{tail:?}"
+    );
     // A new server after each crash, and completed work after the first one.
     assert!(of_type(&j, "sut_start").len() > crashes.len());
     let t_crash = c["t_s"].as_f64().unwrap();
-    assert!(of_type(&j, "query").iter().any(|q| q["t_s"].as_f64().unwrap() > t_crash));
+    assert!(
+        of_type(&j, "query")
+            .iter()
+            .any(|q| q["t_s"].as_f64().unwrap() > t_crash)
+    );
     assert_eq!(doc["faults_injected"][0], "crash_after=7");
 }
 
@@ -119,8 +166,16 @@ fn an_injected_output_flip_is_drift() {
     let events = doc["drift_events"].as_array().unwrap();
     // Round 1 on: both greedy probes and both MMLU probes differ from round 0.
     assert!(events.len() >= 4, "{events:?}");
-    assert!(events.iter().any(|e| e["probe_id"].as_str().unwrap().starts_with("mmlu/")));
-    assert!(events.iter().all(|e| e["reference_round"] == 0 && e["round"].as_u64().unwrap() >= 1));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["probe_id"].as_str().unwrap().starts_with("mmlu/"))
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["reference_round"] == 0 && e["round"].as_u64().unwrap() >= 1)
+    );
     assert_pass(&doc, &["crashes", "timeouts"]);
 }
 
@@ -129,7 +184,12 @@ fn an_injected_stall_is_a_timeout_and_the_soak_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let (code, doc, j) = soak(
         dir.path(),
-        &["--fault", "stall_after=9,stall_ms=60000", "--query-timeout", "1s"],
+        &[
+            "--fault",
+            "stall_after=9,stall_ms=60000",
+            "--query-timeout",
+            "1s",
+        ],
     );
     assert_eq!(code, Some(1));
     assert_eq!(verdict(&doc, "timeouts"), "fail");
@@ -137,7 +197,15 @@ fn an_injected_stall_is_a_timeout_and_the_soak_goes_on() {
     let t = of_type(&j, "timeout");
     assert!(!t.is_empty());
     assert!(t[0]["waited_s"].as_f64().unwrap() >= 1.0);
-    assert_eq!(t[0]["exit"]["signal"], libc::SIGKILL, "the harness killed the stalled server");
+    assert_eq!(
+        t[0]["exit"]["signal"],
+        libc::SIGKILL,
+        "the harness killed the stalled server"
+    );
     let t0 = t[0]["t_s"].as_f64().unwrap();
-    assert!(of_type(&j, "query").iter().any(|q| q["t_s"].as_f64().unwrap() > t0));
+    assert!(
+        of_type(&j, "query")
+            .iter()
+            .any(|q| q["t_s"].as_f64().unwrap() > t0)
+    );
 }

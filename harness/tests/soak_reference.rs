@@ -20,10 +20,33 @@ fn a_short_soak_of_the_reference_model() {
     );
     let o = run(
         &[
-            "soak", "--out", &out_s, "--model", &model, "--threads", "1", "--duration", "20s",
-            "--dialogues", "2", "--max-turn-tokens", "4", "--probe-prompts", "1",
-            "--probe-tokens", "4", "--probe-mmlu", "1", "--mmlu-dir", &mmlu, "--probe-every",
-            "10s", "--rss-every", "0s", "--checkpoint-every", "10s",
+            "soak",
+            "--out",
+            &out_s,
+            "--model",
+            &model,
+            "--threads",
+            "1",
+            "--duration",
+            "20s",
+            "--dialogues",
+            "2",
+            "--max-turn-tokens",
+            "4",
+            "--probe-prompts",
+            "1",
+            "--probe-tokens",
+            "4",
+            "--probe-mmlu",
+            "1",
+            "--mmlu-dir",
+            &mmlu,
+            "--probe-every",
+            "10s",
+            "--rss-every",
+            "0s",
+            "--checkpoint-every",
+            "10s",
         ],
         &[],
     );
@@ -33,7 +56,12 @@ fn a_short_soak_of_the_reference_model() {
     let doc = robustness(&out);
     assert_eq!(doc["status"], "completed", "{stdout}");
     for name in ["crashes", "timeouts", "output_drift"] {
-        assert_eq!(check(&doc, name)["verdict"], "pass", "{name}: {}", check(&doc, name));
+        assert_eq!(
+            check(&doc, name)["verdict"],
+            "pass",
+            "{name}: {}",
+            check(&doc, name)
+        );
     }
     let j = journal(&out);
     assert_eq!(of_type(&j, "sut_start").len(), 1);
@@ -59,7 +87,12 @@ fn a_short_soak_of_the_reference_model() {
     // The mapped model is resident in the server: tens of MiB.
     let rss = of_type(&j, "rss");
     assert!(!rss.is_empty());
-    assert!(rss.iter().all(|r| r["rss_file_kib"].as_u64().unwrap() > 20 * 1024), "{:?}", rss[0]);
+    assert!(
+        rss.iter()
+            .all(|r| r["rss_file_kib"].as_u64().unwrap() > 20 * 1024),
+        "{:?}",
+        rss[0]
+    );
     let html = std::fs::read_to_string(out.join("robustness.html")).unwrap();
     assert!(html.contains("<svg"));
 }

@@ -21,10 +21,24 @@ fn start(dir: &Path, duration: &str) -> Child {
         .arg("--model")
         .arg(&model)
         .args(["--threads", "1", "--duration", duration, "--dialogues", "2"])
-        .args(["--max-turn-tokens", "3", "--probe-prompts", "2", "--probe-tokens", "3"])
+        .args([
+            "--max-turn-tokens",
+            "3",
+            "--probe-prompts",
+            "2",
+            "--probe-tokens",
+            "3",
+        ])
         .args(["--probe-mmlu", "1", "--mmlu-dir"])
         .arg(mmlu_dir())
-        .args(["--probe-every", "1s", "--rss-every", "0s", "--checkpoint-every", "1s"])
+        .args([
+            "--probe-every",
+            "1s",
+            "--rss-every",
+            "0s",
+            "--checkpoint-every",
+            "1s",
+        ])
         .env_remove("POCKETPERF_FAULT")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -58,7 +72,10 @@ fn alive(pid: u64) -> bool {
 fn wait_gone(pid: u64) {
     let t0 = Instant::now();
     while alive(pid) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "server {pid} outlived its harness");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server {pid} outlived its harness"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -101,11 +118,18 @@ fn assert_schedule_unbroken(j: &[Value]) -> usize {
                 if let Some((r, items, next)) = round_items {
                     assert_eq!(next, items, "round {r} left unfinished");
                 }
-                round_items = Some((e["round"].as_u64().unwrap(), e["items"].as_u64().unwrap(), 0));
+                round_items = Some((
+                    e["round"].as_u64().unwrap(),
+                    e["items"].as_u64().unwrap(),
+                    0,
+                ));
             }
             "probe" => {
                 let (r, items, next) = round_items.expect("probe outside a round");
-                assert_eq!((e["round"].as_u64().unwrap(), e["index"].as_u64().unwrap()), (r, next));
+                assert_eq!(
+                    (e["round"].as_u64().unwrap(), e["index"].as_u64().unwrap()),
+                    (r, next)
+                );
                 round_items = Some((r, items, next + 1));
             }
             _ => {}
@@ -148,16 +172,35 @@ fn sigkill_then_resume_loses_no_completed_request() {
 
     let t_last = before.last().unwrap()["t_s"].as_f64().unwrap();
     let total = format!("{}ms", ((t_last + 2.0) * 1000.0) as u64);
-    let o = run(&["soak", "--resume", soak.to_str().unwrap(), "--duration", &total], &[]);
+    let o = run(
+        &[
+            "soak",
+            "--resume",
+            soak.to_str().unwrap(),
+            "--duration",
+            &total,
+        ],
+        &[],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{err}");
-    assert!(err.contains("resuming the soak") && err.contains("torn"), "{err}");
+    assert!(
+        err.contains("resuming the soak") && err.contains("torn"),
+        "{err}"
+    );
 
     let after_bytes = std::fs::read(soak.join("journal.jsonl")).unwrap();
-    assert_eq!(&after_bytes[..whole], &before_bytes[..whole], "journal rewritten");
+    assert_eq!(
+        &after_bytes[..whole],
+        &before_bytes[..whole],
+        "journal rewritten"
+    );
     let j = journal(&soak);
     let seg = &j[before.len()];
-    assert_eq!((seg["type"].as_str(), seg["resumed"].as_bool()), (Some("segment"), Some(true)));
+    assert_eq!(
+        (seg["type"].as_str(), seg["resumed"].as_bool()),
+        (Some("segment"), Some(true))
+    );
     assert_eq!(seg["dropped_tail_bytes"].as_u64(), Some(torn_len));
     for (i, e) in j.iter().enumerate() {
         assert_eq!(e["seq"].as_u64(), Some(i as u64));
@@ -179,13 +222,19 @@ fn sigint_ends_cleanly_with_a_report_and_resume_continues() {
     let mut child = start(dir.path(), "10m");
     wait_for_queries(dir.path(), 5, &mut child);
     // SAFETY: sends SIGINT to the child we started.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no exit after SIGINT");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no exit after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let out = child.wait_with_output().unwrap();
@@ -194,7 +243,10 @@ fn sigint_ends_cleanly_with_a_report_and_resume_continues() {
     assert!(stdout.contains("soak Interrupted"), "{stdout}");
     let j = journal(&soak);
     let end = j.last().unwrap();
-    assert_eq!((end["type"].as_str(), end["reason"].as_str()), (Some("end"), Some("interrupted")));
+    assert_eq!(
+        (end["type"].as_str(), end["reason"].as_str()),
+        (Some("end"), Some("interrupted"))
+    );
     let doc = robustness(&soak);
     assert_eq!(doc["status"], "interrupted");
     for s in of_type(&j, "sut_start") {
@@ -202,8 +254,21 @@ fn sigint_ends_cleanly_with_a_report_and_resume_continues() {
     }
     let t_last = end["t_s"].as_f64().unwrap();
     let total = format!("{}ms", ((t_last + 1.0) * 1000.0) as u64);
-    let o = run(&["soak", "--resume", soak.to_str().unwrap(), "--duration", &total], &[]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        &[
+            "soak",
+            "--resume",
+            soak.to_str().unwrap(),
+            "--duration",
+            &total,
+        ],
+        &[],
+    );
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let j = journal(&soak);
     assert_schedule_unbroken(&j);
     assert_eq!(robustness(&soak)["status"], "completed");

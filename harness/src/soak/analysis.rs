@@ -795,3 +795,273 @@ fn thermal_check(t: &ThermalAnalysis, th: &Thresholds) -> Check {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::Windows;
+    use super::super::journal::{ProbeRecord, QueryRecord, RssRecord, ThermalRecord};
+    use super::*;
+    use std::path::PathBuf;
+
+    fn cfg(duration_s: f64) -> SoakConfig {
+        SoakConfig {
+            duration_s,
+            checkpoint_every_s: 600.0,
+            probe_every_s: 600.0,
+            rss_every_s: 60.0,
+            telemetry_every_s: 10.0,
+            query_timeout_s: 120.0,
+            model: PathBuf::from("m.gguf"),
+            threads: 1,
+            isa: None,
+            ctx: 2048,
+            dialogues: 8,
+            max_turn_tokens: None,
+            probe_prompts: 1,
+            probe_tokens: 4,
+            probe_mmlu: 0,
+            mmlu_dir: None,
+            device: "local".into(),
+            sysfs_root: PathBuf::from("/"),
+            serve_cmd: None,
+            fault: None,
+            thresholds: Thresholds::default(),
+            windows: Windows {
+                latency_s: Some(100.0),
+                warmup_s: Some(100.0),
+                stability_s: Some(100.0),
+            },
+        }
+    }
+
+    fn e(seq: u64, t_s: f64, record: Record) -> Entry {
+        Entry { seq, t_s, record }
+    }
+
+    /// A turn with `n` tokens decoded from `t_first` to `t_end` (TTFT 0.1 s).
+    fn turn(t_first: f64, t_end: f64, n: usize) -> Record {
+        let tpot_ms = (t_end - t_first) * 1e3 / (n - 1) as f64;
+        Record::Query(QueryRecord {
+            cycle: 0,
+            dialogue: 0,
+            dialogue_id: "d".into(),
+            turn: 0,
+            incarnation: 1,
+            prompt_tokens: 10,
+            reused_tokens: 0,
+            generated: n,
+            text: String::new(),
+            ttft_ms: Some(100.0),
+            tpot_ms: Some(tpot_ms),
+            latency_ms: 100.0 + (t_end - t_first) * 1e3,
+            t_start_s: t_first - 0.1,
+            t_first_s: Some(t_first),
+            t_end_s: t_end,
+        })
+    }
+
+    fn find<'a>(a: &'a Analysis, name: &str) -> &'a Check {
+        a.checks.iter().find(|c| c.name == name).unwrap()
+    }
+
+    #[test]
+    fn latency_drift_compares_loadgen_p99s_of_the_two_windows() {
+        // 500 s soak, windows of 100 s: first steady 100–200 s, last 400–500 s.
+        // First window: 10 turns with TPOT 10..=19 ms → P99 = sorted[floor(10·0.99)] = 19 ms.
+        // Last window: 10 turns with TPOT 20..=29 ms → P99 = 29 ms; drift = 29/19 − 1.
+        let mut entries = Vec::new();
+        for i in 0..10 {
+            let t = 110.0 + 5.0 * i as f64;
+            let tpot = 0.010 + 0.001 * i as f64;
+            entries.push(e(0, t, turn(t - 10.0 * tpot, t, 11)));
+        }
+        for i in 0..10 {
+            let t = 410.0 + 5.0 * i as f64;
+            let tpot = 0.020 + 0.001 * i as f64;
+            entries.push(e(0, t, turn(t - 10.0 * tpot, t, 11)));
+        }
+        entries.push(e(
+            0,
+            500.0,
+            Record::Checkpoint {
+                queries: 0,
+                probes: 0,
+                crashes: 0,
+                timeouts: 0,
+            },
+        ));
+        let a = analyze(&entries, &cfg(500.0), 0);
+        assert_eq!((a.latency.first_n, a.latency.last_n), (10, 10));
+        let first = a.latency.first_p99_tpot_ms.unwrap();
+        let last = a.latency.last_p99_tpot_ms.unwrap();
+        assert!(
+            (first - 19.0).abs() < 1e-3 && (last - 29.0).abs() < 1e-3,
+            "{first} {last}"
+        );
+        let c = find(&a, "latency_drift");
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!((c.value.unwrap() - (29.0 / 19.0 - 1.0)).abs() < 1e-4);
+    }
+
+    #[test]
+    fn stability_is_worst_over_best_decode_rate_per_window() {
+        // Windows 100–200, 200–300, 300–400 s. Each holds 40 s of decoding: at 10, 10 and
+        // 8 tokens/s. A turn straddling 195–205 s splits its tokens by overlap.
+        let mut entries = vec![
+            e(0, 140.0, turn(100.0, 140.0, 401)),
+            e(0, 240.0, turn(200.0, 240.0, 401)),
+            e(0, 340.0, turn(300.0, 340.0, 321)),
+        ];
+        entries.push(e(
+            0,
+            400.0,
+            Record::Checkpoint {
+                queries: 0,
+                probes: 0,
+                crashes: 0,
+                timeouts: 0,
+            },
+        ));
+        let a = analyze(&entries, &cfg(400.0), 0);
+        let w = &a.stability.windows;
+        assert_eq!(w.len(), 3);
+        assert!((w[0].tokens_per_s - 10.0).abs() < 1e-9 && (w[2].tokens_per_s - 8.0).abs() < 1e-9);
+        assert!((w[0].coverage - 0.4).abs() < 1e-9);
+        let c = find(&a, "stability");
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!((c.value.unwrap() - 0.8).abs() < 1e-9);
+        // A window that barely decodes (10% < 25%) is left out rather than called slow.
+        let entries = vec![
+            e(0, 140.0, turn(100.0, 140.0, 401)),
+            e(0, 210.0, turn(200.0, 210.0, 11)),
+            e(0, 340.0, turn(300.0, 340.0, 401)),
+            e(
+                0,
+                400.0,
+                Record::Checkpoint {
+                    queries: 0,
+                    probes: 0,
+                    crashes: 0,
+                    timeouts: 0,
+                },
+            ),
+        ];
+        let a = analyze(&entries, &cfg(400.0), 0);
+        assert_eq!(
+            (a.stability.windows.len(), a.stability.windows_skipped),
+            (2, 1)
+        );
+        assert_eq!(find(&a, "stability").verdict, Verdict::Pass);
+    }
+
+    fn probe(round: u32, id: &str, tokens: Vec<u32>) -> Record {
+        Record::Probe(ProbeRecord {
+            round,
+            index: 0,
+            probe_id: id.into(),
+            kind: ProbeKind::Greedy,
+            incarnation: 1,
+            tokens: Some(tokens),
+            text: None,
+            logprobs: None,
+            logprob_bits: None,
+            answer: None,
+            choice: None,
+            latency_ms: 1.0,
+        })
+    }
+
+    #[test]
+    fn drift_counts_results_that_differ_from_the_first_round() {
+        let entries = vec![
+            e(0, 1.0, probe(0, "greedy/0", vec![1, 2, 3])),
+            e(0, 2.0, probe(1, "greedy/0", vec![1, 2, 3])),
+            e(0, 3.0, probe(2, "greedy/0", vec![1, 2, 4])),
+            e(0, 4.0, probe(3, "greedy/0", vec![1, 2, 4])),
+        ];
+        let a = analyze(&entries, &cfg(10.0), 0);
+        assert_eq!(a.counts.output_drift, 2);
+        assert_eq!(
+            (
+                a.drift[0].round,
+                a.drift[0].expected.as_str(),
+                a.drift[0].got.as_str()
+            ),
+            (2, "1,2,3", "1,2,4")
+        );
+        assert_eq!(find(&a, "output_drift").verdict, Verdict::Fail);
+        let one = analyze(&entries[..1], &cfg(10.0), 0);
+        assert_eq!(find(&one, "output_drift").verdict, Verdict::Skipped);
+    }
+
+    fn rss(t: f64, inc: u32, served: u64, kib: u64) -> Entry {
+        e(
+            0,
+            t,
+            Record::Rss(RssRecord {
+                incarnation: inc,
+                pid: 1,
+                served,
+                rss_kib: kib,
+                rss_anon_kib: 0,
+                rss_file_kib: 0,
+                vm_hwm_kib: kib,
+            }),
+        )
+    }
+
+    #[test]
+    fn rss_fit_skips_warm_up_and_restarts() {
+        // 2 MiB/h after warm-up: 1024 KiB per half hour. Warm-up samples (t < 100 s or a server
+        // with fewer than 5 requests done) rise steeply and must not count; the second server
+        // starts lower.
+        let mut entries = vec![
+            rss(10.0, 1, 10, 50_000),
+            rss(50.0, 1, 10, 90_000),
+            rss(200.0, 1, 2, 99_000),
+        ];
+        for k in 0..6 {
+            entries.push(rss(200.0 + 1800.0 * k as f64, 1, 10, 100_000 + 1024 * k));
+        }
+        for k in 0..6 {
+            entries.push(rss(12_000.0 + 1800.0 * k as f64, 2, 10, 80_000 + 1024 * k));
+        }
+        let a = analyze(&entries, &cfg(30_000.0), 5);
+        assert_eq!(a.rss.samples_in_fit, 12);
+        let f = a.rss.fit.unwrap();
+        assert!((f.slope - 2.0).abs() < 1e-9, "{f:?}");
+        assert_eq!(find(&a, "rss_growth").verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn time_above_limit_sums_intervals_that_start_above() {
+        let th = |t: f64, skin: f64| {
+            e(
+                0,
+                t,
+                Record::Thermal(ThermalRecord {
+                    soc_c: Some(50.0),
+                    skin_c: Some(skin),
+                    max_c: Some(50.0),
+                    max_zone: Some("cpu".into()),
+                    power_mw: None,
+                }),
+            )
+        };
+        // Skin limit 43 °C: above during [10, 20) and [20, 30): 20 s.
+        let entries = vec![
+            th(0.0, 40.0),
+            th(10.0, 44.0),
+            th(20.0, 45.0),
+            th(30.0, 42.0),
+            th(40.0, 41.0),
+        ];
+        let a = analyze(&entries, &cfg(40.0), 0);
+        assert_eq!(a.thermal.skin_above_limit_s, 20.0);
+        assert_eq!(a.thermal.skin_max_c, Some(45.0));
+        let c = find(&a, "thermal");
+        assert_eq!((c.verdict, c.value), (Verdict::Fail, Some(20.0)));
+        let none = analyze(&[], &cfg(40.0), 0);
+        assert_eq!(find(&none, "thermal").verdict, Verdict::Skipped);
+    }
+}

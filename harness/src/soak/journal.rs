@@ -488,3 +488,97 @@ pub fn read_journal(path: &Path) -> Result<JournalContents, JournalError> {
         torn_tail_bytes: (bytes.len() - valid) as u64,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Record {
+        let cfg: SoakConfig = serde_json::from_value(serde_json::json!({
+            "duration_s": 10.0, "checkpoint_every_s": 5.0, "probe_every_s": 5.0,
+            "rss_every_s": 1.0, "telemetry_every_s": 1.0, "query_timeout_s": 5.0,
+            "model": "m.gguf", "threads": 1, "isa": null, "ctx": 64, "dialogues": 1,
+            "max_turn_tokens": null, "probe_prompts": 1, "probe_tokens": 1, "probe_mmlu": 0,
+            "mmlu_dir": null, "device": "local", "sysfs_root": "/", "serve_cmd": null,
+            "fault": null,
+            "thresholds": serde_json::to_value(super::super::config::Thresholds::default()).unwrap(),
+            "windows": {"latency_s": null, "warmup_s": null, "stability_s": null}
+        }))
+        .unwrap();
+        Record::Header {
+            schema: JOURNAL_SCHEMA.into(),
+            schema_version: JOURNAL_SCHEMA_VERSION,
+            provenance: serde_json::json!({}),
+            config: Box::new(cfg),
+        }
+    }
+
+    #[test]
+    fn appended_records_read_back_and_a_torn_tail_is_dropped_on_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::create(dir.path()).unwrap();
+        j.append(0.0, header()).unwrap();
+        j.append(1.5, Record::ProbeRound { round: 0, items: 1 })
+            .unwrap();
+        assert!(
+            Journal::create(dir.path()).is_err(),
+            "a second soak in the same directory"
+        );
+        drop(j);
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(br#"{"seq":2,"t_s":2.0,"type":"pro"#).unwrap();
+        drop(f);
+        let r = read_journal(&path).unwrap();
+        assert_eq!(r.entries.len(), 2);
+        assert_eq!(r.torn_tail_bytes, 30);
+        assert_eq!(r.last_t_s(), 1.5);
+        assert_eq!(r.config().unwrap().duration_s, 10.0);
+        let mut j = Journal::reopen(dir.path(), &r).unwrap();
+        assert_eq!(
+            j.append(
+                3.0,
+                Record::Checkpoint {
+                    queries: 1,
+                    probes: 2,
+                    crashes: 0,
+                    timeouts: 0
+                }
+            )
+            .unwrap(),
+            2
+        );
+        let r = read_journal(&path).unwrap();
+        assert_eq!((r.entries.len(), r.torn_tail_bytes), (3, 0));
+        assert_eq!(r.entries[2].seq, 2);
+    }
+
+    #[test]
+    fn a_gap_or_a_bad_line_is_corruption_with_its_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut j = Journal::create(dir.path()).unwrap();
+        j.append(0.0, header()).unwrap();
+        drop(j);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"seq\":5,\"t_s\":1.0,\"type\":\"probe_round\",\"round\":0,\"items\":1}\n")
+            .unwrap();
+        drop(f);
+        let e = read_journal(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("seq 5"), "{e}");
+        std::fs::write(
+            &path,
+            "{\"seq\":0,\"t_s\":0.0,\"type\":\"end\",\"reason\":\"completed\",\"detail\":\"\"}\n",
+        )
+        .unwrap();
+        let e = read_journal(&path).unwrap_err().to_string();
+        assert!(e.contains("header"), "{e}");
+        std::fs::write(&path, "").unwrap();
+        assert!(
+            read_journal(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("no complete record")
+        );
+    }
+}

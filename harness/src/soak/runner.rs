@@ -785,3 +785,98 @@ impl Runner {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(cycle: u64, dialogue: usize, turn: usize, text: &str) -> Entry {
+        Entry {
+            seq: 0,
+            t_s: 1.0,
+            record: Record::Query(QueryRecord {
+                cycle,
+                dialogue,
+                dialogue_id: String::new(),
+                turn,
+                incarnation: 1,
+                prompt_tokens: 1,
+                reused_tokens: 0,
+                generated: 1,
+                text: text.into(),
+                ttft_ms: None,
+                tpot_ms: None,
+                latency_ms: 1.0,
+                t_start_s: 0.0,
+                t_first_s: None,
+                t_end_s: 1.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn position_follows_turns_dialogues_cycles_and_rounds() {
+        let d: Vec<Dialogue> = pocketperf_datasets::dialogues()[..2].to_vec();
+        let mut p = Position::default();
+        p.apply(&q(0, 0, 0, "r0"), &d);
+        p.apply(&q(0, 0, 1, "r1"), &d);
+        assert_eq!((p.cycle, p.dialogue, p.turn), (0, 0, 2));
+        // The conversation so far: user, reply, user, reply.
+        assert_eq!(p.conversation.len(), 4);
+        assert_eq!(p.conversation[0].content, d[0].turns[0].user);
+        assert_eq!(p.conversation[3].content, "r1");
+        p.apply(&q(0, 0, 2, "r2"), &d);
+        assert_eq!(
+            (p.cycle, p.dialogue, p.turn, p.conversation.len()),
+            (0, 1, 0, 0)
+        );
+        assert_eq!(p.dialogues_since_round, 1);
+        // A skipped turn gives up the rest of its dialogue; the cycle wraps.
+        p.apply(
+            &Entry {
+                seq: 0,
+                t_s: 2.0,
+                record: Record::Skipped {
+                    item: ItemKey::Turn {
+                        cycle: 0,
+                        dialogue: 1,
+                        turn: 0,
+                    },
+                    reason: String::new(),
+                },
+            },
+            &d,
+        );
+        assert_eq!((p.cycle, p.dialogue, p.turn), (1, 0, 0));
+        let round = |round, items| Entry {
+            seq: 0,
+            t_s: 5.0,
+            record: Record::ProbeRound { round, items },
+        };
+        p.apply(&round(0, 2), &d);
+        assert_eq!(
+            (p.round, p.round_items, p.last_round_start_s),
+            (0, Some((0, 2)), Some(5.0))
+        );
+        assert_eq!(p.dialogues_since_round, 0);
+        let probe_skip = Entry {
+            seq: 0,
+            t_s: 6.0,
+            record: Record::Skipped {
+                item: ItemKey::Probe { round: 0, index: 0 },
+                reason: String::new(),
+            },
+        };
+        p.apply(&probe_skip, &d);
+        assert_eq!(p.round_items, Some((1, 2)));
+        let probe_skip = Entry {
+            record: Record::Skipped {
+                item: ItemKey::Probe { round: 0, index: 1 },
+                reason: String::new(),
+            },
+            ..probe_skip
+        };
+        p.apply(&probe_skip, &d);
+        assert_eq!((p.round, p.round_items), (1, None));
+    }
+}
