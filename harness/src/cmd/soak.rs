@@ -173,7 +173,12 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
             bail!("{flag} {v}: must be a finite number");
         }
     }
-    let model = absolute(&model_store::resolve_model(a.engine.model.as_deref())?);
+    let model = match (&a.serve_cmd, &a.engine.model) {
+        // A remote server opens the model on its side: the path is taken as given.
+        (Some(_), Some(m)) => m.clone(),
+        (Some(_), None) => bail!("--serve-cmd needs --model: the model's path on the serving side"),
+        (None, m) => absolute(&model_store::resolve_model(m.as_deref())?),
+    };
     let mmlu_dir = if a.probe_mmlu > 0 {
         let d = pocketperf_datasets::resolve_mmlu_dir(a.mmlu_dir.as_deref())
             .context("MMLU probes (or pass --probe-mmlu 0)")?;
