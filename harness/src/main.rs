@@ -14,6 +14,8 @@ use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
 use pocketperf::cmd::runtime as rt;
 use pocketperf::cmd::scenario_bench as sbcmd;
+use pocketperf::cmd::serve as servecmd;
+use pocketperf::cmd::soak as soakcmd;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -74,6 +76,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: mmlu::MmluCmd,
     },
+    /// Serve the runtime over stdin/stdout (newline-delimited JSON, docs/PROTOCOL.md).
+    Serve(servecmd::ServeArgs),
+    /// Robustness run: dialogues and probes through a child-process SUT for hours, resumable.
+    Soak(Box<soakcmd::SoakArgs>),
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -94,6 +100,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::EarlyStopping(a) => escmd::run(&a),
         Cmd::ScenarioBench(a) => sbcmd::run(&a),
         Cmd::Mmlu { cmd } => mmlu::mmlu_cmd(&cmd),
+        Cmd::Serve(a) => servecmd::serve(&a),
+        Cmd::Soak(a) => soakcmd::soak(&a),
     }
 }
 

@@ -12,3 +12,5 @@ pub mod report;
 pub mod run;
 pub mod runtime;
 pub mod scenario_bench;
+pub mod serve;
+pub mod soak;

@@ -1,0 +1,20 @@
+//! `pocketperf serve`: the runtime as a child-process system under test, speaking
+//! newline-delimited JSON on stdin/stdout (`docs/PROTOCOL.md`). Running the model in another
+//! process isolates crashes (a soak records them and restarts the server), and the same
+//! protocol carries a run to a remote device (`adb shell pocketperf serve`).
+//!
+//! - [`protocol`]: requests, events and error codes, shared with the client
+//!   ([`crate::sut_process`]);
+//! - [`server`]: the serving loop;
+//! - [`fault`]: fault injection for robustness tests (`POCKETPERF_FAULT`).
+
+pub mod fault;
+pub mod protocol;
+pub mod server;
+
+pub use fault::{FAULT_ENV, FaultSpec, Faults};
+pub use protocol::{
+    ErrorCode, Event, LoadRequest, Message, PROTOCOL, PROTOCOL_VERSION, PromptSpec, QueryRequest,
+    Request, ScoreRequest, ScoredContinuation,
+};
+pub use server::{Server, memory_stats};

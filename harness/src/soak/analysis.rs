@@ -1,0 +1,1067 @@
+//! The checks of a soak, computed from its journal alone (so a live checkpoint, a resumed run
+//! and the final report agree): crashes, timeouts, RSS growth (grouped Theil–Sen), output
+//! drift, latency drift (P99 TPOT), stability (worst/best window throughput) and thermal
+//! limits. Rules and defaults: `docs/SOAK.md`.
+
+use std::collections::BTreeMap;
+
+use pocketperf_scenarios::stats::percentile;
+use serde::Serialize;
+
+use super::config::{ResolvedWindows, SoakConfig, Thresholds, format_duration};
+use super::fit::{TheilSen, theil_sen_grouped};
+use super::journal::{EndReason, Entry, FailureRecord, ProbeKind, Record};
+
+/// Least dialogue turns a latency window needs.
+pub const MIN_WINDOW_QUERIES: usize = 5;
+/// Least share of a stability window spent decoding for the window to count.
+pub const MIN_WINDOW_COVERAGE: f64 = 0.25;
+/// Least RSS samples for a fit.
+pub const MIN_RSS_SAMPLES: usize = 3;
+
+/// Outcome of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// Not enough data to judge (said why in the detail); does not fail the run.
+    Skipped,
+}
+
+/// One check with its figure, threshold and interval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub verdict: Verdict,
+    pub value: Option<f64>,
+    pub threshold: Option<f64>,
+    pub unit: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<[f64; 2]>,
+    pub detail: String,
+}
+
+/// State of the run the journal describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// No end record (live checkpoint, or a harness that was killed).
+    Running,
+    Completed,
+    Interrupted,
+    Aborted,
+}
+
+/// Counters over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Counts {
+    pub queries: u64,
+    pub tokens: u64,
+    pub probes: u64,
+    pub probe_rounds: u64,
+    pub crashes: u64,
+    pub timeouts: u64,
+    pub refused: u64,
+    pub skipped: u64,
+    pub output_drift: u64,
+    pub sut_starts: u64,
+    pub segments: u64,
+}
+
+/// RSS figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RssAnalysis {
+    pub samples: usize,
+    pub samples_in_fit: usize,
+    /// Slope in MiB/hour.
+    pub fit: Option<TheilSen>,
+    pub first_mib: Option<f64>,
+    pub last_mib: Option<f64>,
+    pub peak_mib: Option<f64>,
+    /// (t_s, incarnation, RSS MiB, in fit).
+    #[serde(skip)]
+    pub series: Vec<(f64, u32, f64, bool)>,
+}
+
+/// P99 TPOT of the first steady and the last window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyAnalysis {
+    pub first_window_s: [f64; 2],
+    pub last_window_s: [f64; 2],
+    pub first_n: usize,
+    pub last_n: usize,
+    pub first_p99_tpot_ms: Option<f64>,
+    pub last_p99_tpot_ms: Option<f64>,
+    pub drift: Option<f64>,
+    pub all_p50_tpot_ms: Option<f64>,
+    pub all_p99_tpot_ms: Option<f64>,
+    pub all_p99_ttft_ms: Option<f64>,
+    /// (t_end_s, TPOT ms).
+    #[serde(skip)]
+    pub tpot_series: Vec<(f64, f64)>,
+}
+
+/// Decode throughput of one stability window.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct WindowRate {
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Tokens per second while decoding.
+    pub tokens_per_s: f64,
+    /// Share of the window spent decoding.
+    pub coverage: f64,
+}
+
+/// Stability windows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StabilityAnalysis {
+    pub windows: Vec<WindowRate>,
+    pub windows_skipped: usize,
+    pub worst: Option<f64>,
+    pub best: Option<f64>,
+    pub ratio: Option<f64>,
+}
+
+/// Temperatures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ThermalAnalysis {
+    pub samples: usize,
+    pub soc_max_c: Option<f64>,
+    pub skin_max_c: Option<f64>,
+    pub max_c: Option<f64>,
+    pub max_zone: Option<String>,
+    pub soc_above_limit_s: f64,
+    pub skin_above_limit_s: f64,
+    #[serde(skip)]
+    pub series: Vec<ThermalPoint>,
+}
+
+/// One telemetry sample on the soak clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThermalPoint {
+    pub t_s: f64,
+    pub soc_c: Option<f64>,
+    pub skin_c: Option<f64>,
+    pub max_c: Option<f64>,
+}
+
+/// A probe result that differs from its first round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DriftEvent {
+    pub round: u32,
+    pub reference_round: u32,
+    pub probe_id: String,
+    pub t_s: f64,
+    pub expected: String,
+    pub got: String,
+}
+
+/// MMLU probe accuracy of one round.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RoundAccuracy {
+    pub round: u32,
+    pub correct: u64,
+    pub total: u64,
+}
+
+/// A failure with its time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailureAt {
+    pub t_s: f64,
+    #[serde(flatten)]
+    pub failure: FailureRecord,
+}
+
+/// Everything the report shows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Analysis {
+    pub status: RunStatus,
+    pub planned_s: f64,
+    pub soak_time_s: f64,
+    pub windows: ResolvedWindows,
+    pub counts: Counts,
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub rss: RssAnalysis,
+    pub latency: LatencyAnalysis,
+    pub stability: StabilityAnalysis,
+    pub thermal: ThermalAnalysis,
+    pub mmlu: Vec<RoundAccuracy>,
+    pub crashes: Vec<FailureAt>,
+    pub timeouts: Vec<FailureAt>,
+    pub drift: Vec<DriftEvent>,
+}
+
+fn check(
+    name: &'static str,
+    verdict: Verdict,
+    value: Option<f64>,
+    threshold: f64,
+    unit: &'static str,
+    detail: String,
+) -> Check {
+    Check {
+        name,
+        verdict,
+        value,
+        threshold: Some(threshold),
+        unit,
+        interval: None,
+        detail,
+    }
+}
+
+fn p99_ms(ns: &mut [u64]) -> Option<f64> {
+    ns.sort_unstable();
+    percentile(ns, 0.99).map(|v| v as f64 / 1e6)
+}
+
+fn ms_to_ns(ms: f64) -> u64 {
+    (ms * 1e6).round().max(0.0) as u64
+}
+
+/// Analyses a journal. `warm_served`: requests a server process must have completed before
+/// its memory samples enter the RSS fit (one cycle of dialogues and one probe round, so the
+/// KV pages and allocator pools have reached their working size).
+pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysis {
+    let th = &cfg.thresholds;
+    let windows = cfg.windows();
+    let soak_time_s = entries.last().map_or(0.0, |e| e.t_s);
+    let mut counts = Counts::default();
+    let mut status = RunStatus::Running;
+    let mut queries = Vec::new();
+    let mut probes = Vec::new();
+    let mut rss_points = Vec::new();
+    let mut thermal = Vec::new();
+    let mut crashes = Vec::new();
+    let mut timeouts = Vec::new();
+    for e in entries {
+        match &e.record {
+            Record::Query(q) => {
+                counts.queries += 1;
+                counts.tokens += q.generated as u64;
+                queries.push(q);
+            }
+            Record::Probe(p) => {
+                counts.probes += 1;
+                probes.push((e.t_s, p));
+            }
+            Record::ProbeRound { .. } => counts.probe_rounds += 1,
+            Record::Rss(r) => rss_points.push((e.t_s, r)),
+            Record::Thermal(t) => thermal.push((e.t_s, t)),
+            Record::Crash(f) => crashes.push(FailureAt {
+                t_s: e.t_s,
+                failure: f.clone(),
+            }),
+            Record::Timeout(f) => timeouts.push(FailureAt {
+                t_s: e.t_s,
+                failure: f.clone(),
+            }),
+            Record::Refused { .. } => counts.refused += 1,
+            Record::Skipped { .. } => counts.skipped += 1,
+            Record::SutStart { .. } => counts.sut_starts += 1,
+            Record::Segment { .. } => counts.segments += 1,
+            Record::End { reason, .. } => {
+                status = match reason {
+                    EndReason::Completed => RunStatus::Completed,
+                    EndReason::Interrupted => RunStatus::Interrupted,
+                    EndReason::Aborted => RunStatus::Aborted,
+                }
+            }
+            Record::Header { .. } | Record::SutStartFailed { .. } | Record::Checkpoint { .. } => {}
+        }
+    }
+    counts.crashes = crashes.len() as u64;
+    counts.timeouts = timeouts.len() as u64;
+    let mut checks = vec![
+        check(
+            "crashes",
+            if counts.crashes <= th.max_crashes {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            Some(counts.crashes as f64),
+            th.max_crashes as f64,
+            "count",
+            match crashes.first() {
+                None => format!("no SUT crash in {} SUT start(s)", counts.sut_starts),
+                Some(c) => format!(
+                    "{} crash(es); first at {:.1} s during {} ({})",
+                    counts.crashes,
+                    c.t_s,
+                    c.failure.last_query,
+                    c.failure
+                        .exit
+                        .as_ref()
+                        .map_or("no exit status", |x| x.description.as_str())
+                ),
+            },
+        ),
+        check(
+            "timeouts",
+            if counts.timeouts <= th.max_timeouts {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            Some(counts.timeouts as f64),
+            th.max_timeouts as f64,
+            "count",
+            match timeouts.first() {
+                None => format!(
+                    "no request went {} without an answer",
+                    format_duration(cfg.query_timeout_s)
+                ),
+                Some(t) => format!(
+                    "{} stalled request(s); first at {:.1} s during {}",
+                    counts.timeouts, t.t_s, t.failure.last_query
+                ),
+            },
+        ),
+    ];
+
+    let rss = rss_analysis(&rss_points, windows.warmup_s, warm_served);
+    checks.push(rss_check(&rss, th, windows.warmup_s));
+
+    let (drift, mmlu, rounds) = drift_analysis(&probes);
+    counts.output_drift = drift.len() as u64;
+    checks.push(if rounds < 2 {
+        Check {
+            name: "output_drift",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(th.max_output_drift as f64),
+            unit: "count",
+            interval: None,
+            detail: format!("{rounds} probe round(s): drift needs two"),
+        }
+    } else {
+        check(
+            "output_drift",
+            if counts.output_drift <= th.max_output_drift {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            Some(counts.output_drift as f64),
+            th.max_output_drift as f64,
+            "count",
+            match drift.first() {
+                None => format!(
+                    "{} probe results over {rounds} rounds, all bit-identical to their first round",
+                    counts.probes
+                ),
+                Some(d) => format!(
+                    "{} probe result(s) differ; first: {} in round {} at {:.1} s",
+                    counts.output_drift, d.probe_id, d.round, d.t_s
+                ),
+            },
+        )
+    });
+
+    let latency = latency_analysis(&queries, windows, soak_time_s);
+    checks.push(latency_check(&latency, th));
+
+    let stability = stability_analysis(&queries, windows, soak_time_s);
+    checks.push(match stability.ratio {
+        None => Check {
+            name: "stability",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(th.min_stability),
+            unit: "ratio",
+            interval: None,
+            detail: format!(
+                "{} usable window(s) of {} after the warm-up: stability needs two",
+                stability.windows.len(),
+                format_duration(windows.stability_s)
+            ),
+        },
+        Some(r) => check(
+            "stability",
+            if r >= th.min_stability {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            Some(r),
+            th.min_stability,
+            "ratio",
+            format!(
+                "worst {:.2} / best {:.2} tokens/s (while decoding) over {} windows of {}",
+                stability.worst.unwrap_or(0.0),
+                stability.best.unwrap_or(0.0),
+                stability.windows.len(),
+                format_duration(windows.stability_s)
+            ),
+        ),
+    });
+
+    let thermal = thermal_analysis(&thermal, th);
+    checks.push(thermal_check(&thermal, th));
+
+    let passed = !checks.iter().any(|c| c.verdict == Verdict::Fail);
+    Analysis {
+        status,
+        planned_s: cfg.duration_s,
+        soak_time_s,
+        windows,
+        counts,
+        checks,
+        passed,
+        rss,
+        latency,
+        stability,
+        thermal,
+        mmlu,
+        crashes,
+        timeouts,
+        drift,
+    }
+}
+
+fn rss_analysis(
+    points: &[(f64, &super::journal::RssRecord)],
+    warmup_s: f64,
+    warm_served: u64,
+) -> RssAnalysis {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let series: Vec<(f64, u32, f64, bool)> = points
+        .iter()
+        .map(|(t, r)| {
+            (
+                *t,
+                r.incarnation,
+                mib(r.rss_kib),
+                *t >= warmup_s && r.served >= warm_served,
+            )
+        })
+        .collect();
+    let fit_pts: Vec<(u32, f64, f64)> = series
+        .iter()
+        .filter(|p| p.3)
+        .map(|&(t, g, y, _)| (g, t / 3600.0, y))
+        .collect();
+    RssAnalysis {
+        samples: series.len(),
+        samples_in_fit: fit_pts.len(),
+        fit: if fit_pts.len() >= MIN_RSS_SAMPLES {
+            theil_sen_grouped(&fit_pts)
+        } else {
+            None
+        },
+        first_mib: series.first().map(|p| p.2),
+        last_mib: series.last().map(|p| p.2),
+        peak_mib: series.iter().map(|p| p.2).reduce(f64::max),
+        series,
+    }
+}
+
+fn rss_check(rss: &RssAnalysis, th: &Thresholds, warmup_s: f64) -> Check {
+    match &rss.fit {
+        None => Check {
+            name: "rss_growth",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(th.max_rss_growth_mib_per_h),
+            unit: "MiB/h",
+            interval: None,
+            detail: format!(
+                "{} of {} memory samples after the warm-up ({} and one cycle per server): a fit needs {MIN_RSS_SAMPLES} at distinct times",
+                rss.samples_in_fit,
+                rss.samples,
+                format_duration(warmup_s)
+            ),
+        },
+        Some(f) => Check {
+            name: "rss_growth",
+            verdict: if f.slope <= th.max_rss_growth_mib_per_h {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            value: Some(f.slope),
+            threshold: Some(th.max_rss_growth_mib_per_h),
+            unit: "MiB/h",
+            interval: Some([f.lo, f.hi]),
+            detail: format!(
+                "Theil–Sen slope {:.3} MiB/h (95% interval {:.3} to {:.3}) over {} samples, {} pairs; RSS {:.1} → {:.1} MiB",
+                f.slope,
+                f.lo,
+                f.hi,
+                f.points,
+                f.pairs,
+                rss.first_mib.unwrap_or(0.0),
+                rss.last_mib.unwrap_or(0.0)
+            ),
+        },
+    }
+}
+
+fn drift_analysis(
+    probes: &[(f64, &super::journal::ProbeRecord)],
+) -> (Vec<DriftEvent>, Vec<RoundAccuracy>, usize) {
+    let mut reference: BTreeMap<&str, (u32, String)> = BTreeMap::new();
+    let mut drift = Vec::new();
+    let mut rounds: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut sorted: Vec<_> = probes.to_vec();
+    sorted.sort_by_key(|(_, p)| (p.round, p.index));
+    for (t, p) in &sorted {
+        let fp = p.fingerprint();
+        match reference.get(p.probe_id.as_str()) {
+            None => {
+                reference.insert(&p.probe_id, (p.round, fp));
+            }
+            Some((r0, expected)) if *expected != fp => drift.push(DriftEvent {
+                round: p.round,
+                reference_round: *r0,
+                probe_id: p.probe_id.clone(),
+                t_s: *t,
+                expected: clip(expected),
+                got: clip(&fp),
+            }),
+            Some(_) => {}
+        }
+        let slot = rounds.entry(p.round).or_default();
+        if p.kind == ProbeKind::Mmlu {
+            slot.1 += 1;
+            if p.choice.is_some() && p.choice == p.answer {
+                slot.0 += 1;
+            }
+        }
+    }
+    let n_rounds = rounds.len();
+    let mmlu = rounds
+        .into_iter()
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(round, (correct, total))| RoundAccuracy {
+            round,
+            correct,
+            total,
+        })
+        .collect();
+    (drift, mmlu, n_rounds)
+}
+
+fn clip(s: &str) -> String {
+    let c: String = s.chars().take(160).collect();
+    if c.len() < s.len() { c + "…" } else { c }
+}
+
+fn latency_analysis(
+    queries: &[&super::journal::QueryRecord],
+    w: ResolvedWindows,
+    end_s: f64,
+) -> LatencyAnalysis {
+    let first = [w.warmup_s, w.warmup_s + w.latency_s];
+    let last = [(end_s - w.latency_s).max(0.0), end_s];
+    let mut in_first = Vec::new();
+    let mut in_last = Vec::new();
+    let mut all_tpot = Vec::new();
+    let mut all_ttft = Vec::new();
+    let mut tpot_series = Vec::new();
+    for q in queries {
+        if let Some(ttft) = q.ttft_ms {
+            all_ttft.push(ms_to_ns(ttft));
+        }
+        let Some(tpot) = q.tpot_ms else { continue };
+        let ns = ms_to_ns(tpot);
+        all_tpot.push(ns);
+        tpot_series.push((q.t_end_s, tpot));
+        if q.t_end_s >= first[0] && q.t_end_s < first[1] {
+            in_first.push(ns);
+        }
+        if q.t_end_s >= last[0] && q.t_end_s <= last[1] {
+            in_last.push(ns);
+        }
+    }
+    let (first_n, last_n) = (in_first.len(), in_last.len());
+    let first_p99 = p99_ms(&mut in_first);
+    let last_p99 = p99_ms(&mut in_last);
+    let disjoint = last[0] >= first[1];
+    let drift = match (first_p99, last_p99) {
+        (Some(a), Some(b))
+            if disjoint
+                && a > 0.0
+                && first_n >= MIN_WINDOW_QUERIES
+                && last_n >= MIN_WINDOW_QUERIES =>
+        {
+            Some(b / a - 1.0)
+        }
+        _ => None,
+    };
+    let mut sorted = all_tpot.clone();
+    sorted.sort_unstable();
+    LatencyAnalysis {
+        first_window_s: first,
+        last_window_s: last,
+        first_n,
+        last_n,
+        first_p99_tpot_ms: first_p99,
+        last_p99_tpot_ms: last_p99,
+        drift,
+        all_p50_tpot_ms: percentile(&sorted, 0.5).map(|v| v as f64 / 1e6),
+        all_p99_tpot_ms: percentile(&sorted, 0.99).map(|v| v as f64 / 1e6),
+        all_p99_ttft_ms: p99_ms(&mut all_ttft),
+        tpot_series,
+    }
+}
+
+fn latency_check(l: &LatencyAnalysis, th: &Thresholds) -> Check {
+    match l.drift {
+        None => Check {
+            name: "latency_drift",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(th.max_tpot_drift),
+            unit: "fraction",
+            interval: None,
+            detail: format!(
+                "first steady window {:.0}–{:.0} s has {} turns, last window {:.0}–{:.0} s has {}: the windows must be disjoint with {MIN_WINDOW_QUERIES} turns each",
+                l.first_window_s[0],
+                l.first_window_s[1],
+                l.first_n,
+                l.last_window_s[0],
+                l.last_window_s[1],
+                l.last_n
+            ),
+        },
+        Some(d) => check(
+            "latency_drift",
+            if d <= th.max_tpot_drift {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            Some(d),
+            th.max_tpot_drift,
+            "fraction",
+            format!(
+                "P99 TPOT {:.2} ms in {:.0}–{:.0} s ({} turns) vs {:.2} ms in {:.0}–{:.0} s ({} turns): {:+.1}%",
+                l.last_p99_tpot_ms.unwrap_or(0.0),
+                l.last_window_s[0],
+                l.last_window_s[1],
+                l.last_n,
+                l.first_p99_tpot_ms.unwrap_or(0.0),
+                l.first_window_s[0],
+                l.first_window_s[1],
+                l.first_n,
+                d * 100.0
+            ),
+        ),
+    }
+}
+
+fn stability_analysis(
+    queries: &[&super::journal::QueryRecord],
+    w: ResolvedWindows,
+    end_s: f64,
+) -> StabilityAnalysis {
+    let mut out = StabilityAnalysis::default();
+    if w.stability_s <= 0.0 {
+        return out;
+    }
+    // Decode segments: first → last token, generated − 1 tokens.
+    let segs: Vec<(f64, f64, f64)> = queries
+        .iter()
+        .filter_map(|q| {
+            let a = q.t_first_s?;
+            (q.generated >= 2 && q.t_end_s > a).then_some((a, q.t_end_s, (q.generated - 1) as f64))
+        })
+        .collect();
+    let mut start = w.warmup_s;
+    while start + w.stability_s <= end_s + 1e-9 {
+        let end = start + w.stability_s;
+        let (mut tokens, mut busy) = (0.0, 0.0);
+        for &(a, b, n) in &segs {
+            let overlap = b.min(end) - a.max(start);
+            if overlap > 0.0 {
+                tokens += n * overlap / (b - a);
+                busy += overlap;
+            }
+        }
+        let coverage = busy / w.stability_s;
+        if coverage >= MIN_WINDOW_COVERAGE && busy > 0.0 {
+            out.windows.push(WindowRate {
+                start_s: start,
+                end_s: end,
+                tokens_per_s: tokens / busy,
+                coverage,
+            });
+        } else {
+            out.windows_skipped += 1;
+        }
+        start = end;
+    }
+    if out.windows.len() >= 2 {
+        let rates = out.windows.iter().map(|r| r.tokens_per_s);
+        let worst = rates.clone().fold(f64::INFINITY, f64::min);
+        let best = rates.fold(f64::NEG_INFINITY, f64::max);
+        out.worst = Some(worst);
+        out.best = Some(best);
+        out.ratio = (best > 0.0).then(|| worst / best);
+    }
+    out
+}
+
+fn time_above(points: &[(f64, Option<f64>)], limit: f64) -> f64 {
+    let mut total = 0.0;
+    for w in points.windows(2) {
+        if let (t0, Some(v)) = w[0]
+            && v > limit
+        {
+            total += (w[1].0 - t0).max(0.0);
+        }
+    }
+    total
+}
+
+fn thermal_analysis(
+    samples: &[(f64, &super::journal::ThermalRecord)],
+    th: &Thresholds,
+) -> ThermalAnalysis {
+    let mut a = ThermalAnalysis {
+        series: samples
+            .iter()
+            .map(|(t, r)| ThermalPoint {
+                t_s: *t,
+                soc_c: r.soc_c,
+                skin_c: r.skin_c,
+                max_c: r.max_c,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    a.samples = samples
+        .iter()
+        .filter(|(_, r)| r.max_c.is_some() || r.soc_c.is_some() || r.skin_c.is_some())
+        .count();
+    let fold = |f: &dyn Fn(&super::journal::ThermalRecord) -> Option<f64>| {
+        samples.iter().filter_map(|(_, r)| f(r)).reduce(f64::max)
+    };
+    a.soc_max_c = fold(&|r| r.soc_c);
+    a.skin_max_c = fold(&|r| r.skin_c);
+    a.max_c = fold(&|r| r.max_c);
+    a.max_zone = samples
+        .iter()
+        .filter(|(_, r)| r.max_c.is_some() && r.max_c == a.max_c)
+        .find_map(|(_, r)| r.max_zone.clone());
+    let soc: Vec<(f64, Option<f64>)> = samples.iter().map(|(t, r)| (*t, r.soc_c)).collect();
+    let skin: Vec<(f64, Option<f64>)> = samples.iter().map(|(t, r)| (*t, r.skin_c)).collect();
+    a.soc_above_limit_s = time_above(&soc, th.soc_limit_c);
+    a.skin_above_limit_s = time_above(&skin, th.skin_limit_c);
+    a
+}
+
+fn thermal_check(t: &ThermalAnalysis, th: &Thresholds) -> Check {
+    if t.samples == 0 {
+        return Check {
+            name: "thermal",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(th.max_time_above_limit_s),
+            unit: "s",
+            interval: None,
+            detail: "no temperature sensor was read (none on this device; `--device sim:PROFILE` \
+                     simulates a handset)"
+                .into(),
+        };
+    }
+    let above = t.soc_above_limit_s + t.skin_above_limit_s;
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} °C"));
+    check(
+        "thermal",
+        if above <= th.max_time_above_limit_s {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        Some(above),
+        th.max_time_above_limit_s,
+        "s",
+        format!(
+            "max SoC {} (limit {} °C, {:.0} s above), max skin {} (limit {} °C, {:.0} s above), hottest zone {} {} over {} samples",
+            f(t.soc_max_c),
+            th.soc_limit_c,
+            t.soc_above_limit_s,
+            f(t.skin_max_c),
+            th.skin_limit_c,
+            t.skin_above_limit_s,
+            t.max_zone.as_deref().unwrap_or("-"),
+            f(t.max_c),
+            t.samples
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::Windows;
+    use super::super::journal::{ProbeRecord, QueryRecord, RssRecord, ThermalRecord};
+    use super::*;
+    use std::path::PathBuf;
+
+    fn cfg(duration_s: f64) -> SoakConfig {
+        SoakConfig {
+            duration_s,
+            checkpoint_every_s: 600.0,
+            probe_every_s: 600.0,
+            rss_every_s: 60.0,
+            telemetry_every_s: 10.0,
+            query_timeout_s: 120.0,
+            model: PathBuf::from("m.gguf"),
+            threads: 1,
+            isa: None,
+            ctx: 2048,
+            dialogues: 8,
+            max_turn_tokens: None,
+            probe_prompts: 1,
+            probe_tokens: 4,
+            probe_mmlu: 0,
+            mmlu_dir: None,
+            device: "local".into(),
+            sysfs_root: PathBuf::from("/"),
+            serve_cmd: None,
+            fault: None,
+            thresholds: Thresholds::default(),
+            windows: Windows {
+                latency_s: Some(100.0),
+                warmup_s: Some(100.0),
+                stability_s: Some(100.0),
+            },
+        }
+    }
+
+    fn e(seq: u64, t_s: f64, record: Record) -> Entry {
+        Entry { seq, t_s, record }
+    }
+
+    /// A turn with `n` tokens decoded from `t_first` to `t_end` (TTFT 0.1 s).
+    fn turn(t_first: f64, t_end: f64, n: usize) -> Record {
+        let tpot_ms = (t_end - t_first) * 1e3 / (n - 1) as f64;
+        Record::Query(QueryRecord {
+            cycle: 0,
+            dialogue: 0,
+            dialogue_id: "d".into(),
+            turn: 0,
+            incarnation: 1,
+            prompt_tokens: 10,
+            reused_tokens: 0,
+            generated: n,
+            text: String::new(),
+            ttft_ms: Some(100.0),
+            tpot_ms: Some(tpot_ms),
+            latency_ms: 100.0 + (t_end - t_first) * 1e3,
+            t_start_s: t_first - 0.1,
+            t_first_s: Some(t_first),
+            t_end_s: t_end,
+        })
+    }
+
+    fn find<'a>(a: &'a Analysis, name: &str) -> &'a Check {
+        a.checks.iter().find(|c| c.name == name).unwrap()
+    }
+
+    #[test]
+    fn latency_drift_compares_loadgen_p99s_of_the_two_windows() {
+        // 500 s soak, windows of 100 s: first steady 100–200 s, last 400–500 s.
+        // First window: 10 turns with TPOT 10..=19 ms → P99 = sorted[floor(10·0.99)] = 19 ms.
+        // Last window: 10 turns with TPOT 20..=29 ms → P99 = 29 ms; drift = 29/19 − 1.
+        let mut entries = Vec::new();
+        for i in 0..10 {
+            let t = 110.0 + 5.0 * i as f64;
+            let tpot = 0.010 + 0.001 * i as f64;
+            entries.push(e(0, t, turn(t - 10.0 * tpot, t, 11)));
+        }
+        for i in 0..10 {
+            let t = 410.0 + 5.0 * i as f64;
+            let tpot = 0.020 + 0.001 * i as f64;
+            entries.push(e(0, t, turn(t - 10.0 * tpot, t, 11)));
+        }
+        entries.push(e(
+            0,
+            500.0,
+            Record::Checkpoint {
+                queries: 0,
+                probes: 0,
+                crashes: 0,
+                timeouts: 0,
+            },
+        ));
+        let a = analyze(&entries, &cfg(500.0), 0);
+        assert_eq!((a.latency.first_n, a.latency.last_n), (10, 10));
+        let first = a.latency.first_p99_tpot_ms.unwrap();
+        let last = a.latency.last_p99_tpot_ms.unwrap();
+        assert!(
+            (first - 19.0).abs() < 1e-3 && (last - 29.0).abs() < 1e-3,
+            "{first} {last}"
+        );
+        let c = find(&a, "latency_drift");
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!((c.value.unwrap() - (29.0 / 19.0 - 1.0)).abs() < 1e-4);
+    }
+
+    #[test]
+    fn stability_is_worst_over_best_decode_rate_per_window() {
+        // Windows 100–200, 200–300, 300–400 s. Each holds 40 s of decoding: at 10, 10 and
+        // 8 tokens/s. A turn straddling 195–205 s splits its tokens by overlap.
+        let mut entries = vec![
+            e(0, 140.0, turn(100.0, 140.0, 401)),
+            e(0, 240.0, turn(200.0, 240.0, 401)),
+            e(0, 340.0, turn(300.0, 340.0, 321)),
+        ];
+        entries.push(e(
+            0,
+            400.0,
+            Record::Checkpoint {
+                queries: 0,
+                probes: 0,
+                crashes: 0,
+                timeouts: 0,
+            },
+        ));
+        let a = analyze(&entries, &cfg(400.0), 0);
+        let w = &a.stability.windows;
+        assert_eq!(w.len(), 3);
+        assert!((w[0].tokens_per_s - 10.0).abs() < 1e-9 && (w[2].tokens_per_s - 8.0).abs() < 1e-9);
+        assert!((w[0].coverage - 0.4).abs() < 1e-9);
+        let c = find(&a, "stability");
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!((c.value.unwrap() - 0.8).abs() < 1e-9);
+        // A window that barely decodes (10% < 25%) is left out rather than called slow.
+        let entries = vec![
+            e(0, 140.0, turn(100.0, 140.0, 401)),
+            e(0, 210.0, turn(200.0, 210.0, 11)),
+            e(0, 340.0, turn(300.0, 340.0, 401)),
+            e(
+                0,
+                400.0,
+                Record::Checkpoint {
+                    queries: 0,
+                    probes: 0,
+                    crashes: 0,
+                    timeouts: 0,
+                },
+            ),
+        ];
+        let a = analyze(&entries, &cfg(400.0), 0);
+        assert_eq!(
+            (a.stability.windows.len(), a.stability.windows_skipped),
+            (2, 1)
+        );
+        assert_eq!(find(&a, "stability").verdict, Verdict::Pass);
+    }
+
+    fn probe(round: u32, id: &str, tokens: Vec<u32>) -> Record {
+        Record::Probe(ProbeRecord {
+            round,
+            index: 0,
+            probe_id: id.into(),
+            kind: ProbeKind::Greedy,
+            incarnation: 1,
+            tokens: Some(tokens),
+            text: None,
+            logprobs: None,
+            logprob_bits: None,
+            answer: None,
+            choice: None,
+            latency_ms: 1.0,
+        })
+    }
+
+    #[test]
+    fn drift_counts_results_that_differ_from_the_first_round() {
+        let entries = vec![
+            e(0, 1.0, probe(0, "greedy/0", vec![1, 2, 3])),
+            e(0, 2.0, probe(1, "greedy/0", vec![1, 2, 3])),
+            e(0, 3.0, probe(2, "greedy/0", vec![1, 2, 4])),
+            e(0, 4.0, probe(3, "greedy/0", vec![1, 2, 4])),
+        ];
+        let a = analyze(&entries, &cfg(10.0), 0);
+        assert_eq!(a.counts.output_drift, 2);
+        assert_eq!(
+            (
+                a.drift[0].round,
+                a.drift[0].expected.as_str(),
+                a.drift[0].got.as_str()
+            ),
+            (2, "1,2,3", "1,2,4")
+        );
+        assert_eq!(find(&a, "output_drift").verdict, Verdict::Fail);
+        let one = analyze(&entries[..1], &cfg(10.0), 0);
+        assert_eq!(find(&one, "output_drift").verdict, Verdict::Skipped);
+    }
+
+    fn rss(t: f64, inc: u32, served: u64, kib: u64) -> Entry {
+        e(
+            0,
+            t,
+            Record::Rss(RssRecord {
+                incarnation: inc,
+                pid: 1,
+                served,
+                rss_kib: kib,
+                rss_anon_kib: 0,
+                rss_file_kib: 0,
+                vm_hwm_kib: kib,
+            }),
+        )
+    }
+
+    #[test]
+    fn rss_fit_skips_warm_up_and_restarts() {
+        // 2 MiB/h after warm-up: 1024 KiB per half hour. Warm-up samples (t < 100 s or a server
+        // with fewer than 5 requests done) rise steeply and must not count; the second server
+        // starts lower.
+        let mut entries = vec![
+            rss(10.0, 1, 10, 50_000),
+            rss(50.0, 1, 10, 90_000),
+            rss(200.0, 1, 2, 99_000),
+        ];
+        for k in 0..6 {
+            entries.push(rss(200.0 + 1800.0 * k as f64, 1, 10, 100_000 + 1024 * k));
+        }
+        for k in 0..6 {
+            entries.push(rss(12_000.0 + 1800.0 * k as f64, 2, 10, 80_000 + 1024 * k));
+        }
+        let a = analyze(&entries, &cfg(30_000.0), 5);
+        assert_eq!(a.rss.samples_in_fit, 12);
+        let f = a.rss.fit.unwrap();
+        assert!((f.slope - 2.0).abs() < 1e-9, "{f:?}");
+        assert_eq!(find(&a, "rss_growth").verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn time_above_limit_sums_intervals_that_start_above() {
+        let th = |t: f64, skin: f64| {
+            e(
+                0,
+                t,
+                Record::Thermal(ThermalRecord {
+                    soc_c: Some(50.0),
+                    skin_c: Some(skin),
+                    max_c: Some(50.0),
+                    max_zone: Some("cpu".into()),
+                    power_mw: None,
+                }),
+            )
+        };
+        // Skin limit 43 °C: above during [10, 20) and [20, 30): 20 s.
+        let entries = vec![
+            th(0.0, 40.0),
+            th(10.0, 44.0),
+            th(20.0, 45.0),
+            th(30.0, 42.0),
+            th(40.0, 41.0),
+        ];
+        let a = analyze(&entries, &cfg(40.0), 0);
+        assert_eq!(a.thermal.skin_above_limit_s, 20.0);
+        assert_eq!(a.thermal.skin_max_c, Some(45.0));
+        let c = find(&a, "thermal");
+        assert_eq!((c.verdict, c.value), (Verdict::Fail, Some(20.0)));
+        let none = analyze(&[], &cfg(40.0), 0);
+        assert_eq!(find(&none, "thermal").verdict, Verdict::Skipped);
+    }
+}
