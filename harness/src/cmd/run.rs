@@ -270,6 +270,7 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
         itl_ms: p.inter_token.as_ref().map(percentiles_ms),
         early_stopping: serde_json::to_value(&p.early_stopping).ok(),
         per_query,
+        backend_counters: None,
     })
 }
 
@@ -357,7 +358,7 @@ pub fn run_meta(
                 .map(|t| t.to_string())
                 .unwrap_or_default(),
         },
-        backend: "cpu".into(),
+        backend: engine.backend().name().into(),
         isa: engine.isa().name().into(),
         threads: engine.threads() as u32,
         settings,
@@ -433,6 +434,11 @@ pub fn run(a: &RunArgs) -> Result<i32> {
 
     let settings_json = serde_json::json!({ "cli": a, "test_settings": &settings });
     let mut meta = run_meta(&engine, &model_path, &a.device, settings_json, started);
+    let mut performance = performance_section(&result);
+    if let (Some(p), Some(c)) = (performance.as_mut(), sut.session.device_counters()) {
+        p.backend_counters = crate::cmd::backend::backend_counters(&engine, &c)
+            .and_then(|c| serde_json::to_value(c).ok());
+    }
     meta.finished_utc = finished;
     let mut warnings: Vec<String> = sut.errors.iter().take(20).cloned().collect();
     if sut.errors.len() > 20 {
@@ -441,7 +447,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
         meta,
-        performance: performance_section(&result),
+        performance,
         accuracy: None,
         energy: None,
         thermal: None,
