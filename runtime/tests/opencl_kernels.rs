@@ -321,7 +321,7 @@ fn a_kernel_writing_out_of_bounds_trips_the_canary() {
     let prog =
         opencl3::program::Program::create_and_build_from_source(cl.context(), src, "").unwrap();
     let k = opencl3::kernel::Kernel::create(&prog, "oob").unwrap();
-    for (at, ok) in [(15, true), (16, false), (-1, false), (300, false)] {
+    for (at, ok) in [(15i32, true), (16, false), (-1, false), (300, false)] {
         let mut b = DevBuf::new(cl.context(), cl.queue(), "y", 16 * 4, cl.guard_size()).unwrap();
         assert!(b.guarded());
         // SAFETY (test): the kernel's arguments match its signature; out-of-bounds writes land
@@ -331,7 +331,7 @@ fn a_kernel_writing_out_of_bounds_trips_the_canary() {
             opencl3::kernel::ExecuteKernel::new(&k)
                 .set_arg(&opencl3::memory::ClMem::get(b.buffer()))
                 .set_arg(&16i32)
-                .set_arg(&(at as i32))
+                .set_arg(&at)
                 .set_global_work_size(16)
                 .enqueue_nd_range(cl.queue())
                 .unwrap();

@@ -101,8 +101,26 @@ pub struct ClForward {
 }
 
 fn kernel(inner: &Inner, name: &str) -> Result<Kernel> {
-    Kernel::create(&inner.program, name)
-        .map_err(|e| Error::OpenCl(format!("creating kernel `{name}`: {e}")))
+    let k = Kernel::create(&inner.program, name)
+        .map_err(|e| Error::OpenCl(format!("creating kernel `{name}`: {e}")))?;
+    // The work-group size each kernel requires (reqd_work_group_size) must fit what the
+    // compiled kernel allows on this device (register pressure can lower it below the
+    // device maximum).
+    let need = match name {
+        "embed" => 1,
+        "attn_qkv" | "attention" | "attention_exact" => inner.config.head_dim,
+        _ => WG,
+    };
+    let can = k
+        .get_work_group_size(inner.dev.id())
+        .map_err(|e| Error::OpenCl(format!("querying kernel `{name}`: {e}")))?;
+    if can < need {
+        return Err(Error::OpenCl(format!(
+            "kernel `{name}` needs work-groups of {need} on device `{}`, which allows {can}",
+            inner.device.name
+        )));
+    }
+    Ok(k)
 }
 
 /// Sets argument `i` of `k`. `T` must be the exact C type of the parameter.

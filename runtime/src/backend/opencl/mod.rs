@@ -106,6 +106,7 @@ pub struct ClSummary {
 /// Engine-wide OpenCL state shared by its sessions.
 pub(crate) struct Inner {
     pub ctx: Context,
+    pub dev: Device,
     pub queue: CommandQueue,
     pub program: Program,
     pub device: ClDeviceInfo,
@@ -169,6 +170,7 @@ impl ClEngine {
         Ok(ClEngine {
             inner: Arc::new(Inner {
                 ctx,
+                dev,
                 queue,
                 program,
                 device: info,
