@@ -341,6 +341,7 @@ fn a_kernel_writing_out_of_bounds_trips_the_canary() {
             (true, Ok(())) => {}
             (false, Err(e)) => {
                 let msg = e.to_string();
+                eprintln!("write at {at}: {msg}");
                 assert!(msg.contains("`oob`") && msg.contains("`y`"), "{msg}");
             }
             (ok, r) => panic!("write at {at}: expected ok={ok}, got {r:?}"),

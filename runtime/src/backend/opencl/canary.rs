@@ -123,14 +123,14 @@ impl DevBuf {
             }
             .map_err(cl(format!("reading the guards of `{}`", self.name)))?;
             if let Some(i) = g.scratch.iter().position(|&b| b != GUARD_BYTE) {
-                let off = if region == "before" {
-                    format!("{} bytes before its start", g.size - i)
+                let at = if region == "before" {
+                    format!("start-{}", g.size - i)
                 } else {
-                    format!("{} bytes past its end", i)
+                    format!("end+{i}")
                 };
                 return Err(Error::OpenCl(format!(
-                    "buffer canary: kernel `{after}` wrote outside buffer `{}` ({} bytes): guard \
-                     byte {off} is {:#04x}",
+                    "buffer canary: kernel `{after}` wrote outside buffer `{}` ({} bytes): the \
+                     byte at {at} is {:#04x}, not the guard's {GUARD_BYTE:#04x}",
                     self.name, self.len, g.scratch[i]
                 )));
             }
