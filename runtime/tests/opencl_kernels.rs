@@ -188,12 +188,21 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn engine(m: &Model, attention: ClAttention) -> ClEngine {
+    engine_with(
+        m,
+        ClOptions {
+            attention,
+            ..Default::default()
+        },
+    )
+}
+
+fn engine_with(m: &Model, o: ClOptions) -> ClEngine {
     ClEngine::new(
         m,
         &ClOptions {
-            attention,
             canaries: true,
-            ..Default::default()
+            ..o
         },
     )
     .unwrap()
@@ -215,7 +224,10 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
 
 /// Prefill (batched, one tile and a partial one), then decode steps; every logit row compared.
 fn run_against_cpu(m: &Model, attention: ClAttention, opts: SessionOptions, tol: f32) -> f32 {
-    let cl = engine(m, attention);
+    run_on(&engine(m, attention), m, opts, tol)
+}
+
+fn run_on(cl: &ClEngine, m: &Model, opts: SessionOptions, tol: f32) -> f32 {
     assert!(cl.summary().canaries);
     let mut ours = cl.session(opts.clone()).unwrap();
     let mut want = cpu(m, opts);
@@ -247,8 +259,19 @@ fn quantized_llama_equals_the_cpu_scalar_reference_bit_for_bit() {
         max_batch: 16,
         ..Default::default()
     };
-    let e = run_against_cpu(&m, ClAttention::Exact, opts, 1e-5);
+    let e = run_against_cpu(&m, ClAttention::Exact, opts.clone(), 1e-5);
     eprintln!("llama Q4_0, exact attention: max relative error {e:e}");
+    // the RMSNorm of devices without fp64 (compensated f32) lands on the same scales
+    let no_fp64 = engine_with(
+        &m,
+        ClOptions {
+            no_fp64: true,
+            ..Default::default()
+        },
+    );
+    assert!(no_fp64.build_options().contains("-DNO_FP64"));
+    let e = run_on(&no_fp64, &m, opts, 1e-5);
+    eprintln!("llama Q4_0, compensated-f32 RMSNorm: max relative error {e:e}");
 }
 
 #[test]

@@ -49,6 +49,7 @@ impl BackendArgs {
                 canaries: self.cl_canaries,
                 attention: self.cl_attention,
                 no_profiling: false,
+                no_fp64: false,
             }),
         }
     }

@@ -49,6 +49,9 @@ pub struct ClOptions {
     pub no_profiling: bool,
     /// How attention is computed.
     pub attention: ClAttention,
+    /// Sum RMSNorm squares in compensated f32 even where the device has fp64 (the path of
+    /// devices without it, e.g. Adreno; lets PoCL test it).
+    pub no_fp64: bool,
 }
 
 /// The attention kernel a session uses.
@@ -162,7 +165,10 @@ impl ClEngine {
             )));
         }
         let plan = program::BuildPlan::new(&c, &forms, &info)?;
-        let build_options = program::build_options(&c, &plan, &info);
+        let mut build_options = program::build_options(&c, &plan, &info);
+        if opts.no_fp64 {
+            build_options += " -DNO_FP64=1";
+        }
         let program = program::build(&ctx, &build_options)?;
         let dummy = const_buffer(&ctx, &[0u8; 4], "dummy")?;
         let canaries = opts.canaries || std::env::var(CANARY_ENV).is_ok_and(|v| v == "1");

@@ -26,8 +26,9 @@ attention(__global const float *q, __global const half *kc, __global const half 
     qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    __global const half *kb = kc + ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
-    __global const half *vb = vc + ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
+    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
+    // lack cl_khr_fp16)
+    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
     int begin = split * chunk;
     int end = min(used, begin + chunk);
 
@@ -37,7 +38,7 @@ attention(__global const float *q, __global const half *kc, __global const half 
         float own = -INFINITY;
         if (s < end && slot_pos[s] <= p) {
             float d = 0.0f;
-            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half((ulong)s * HEAD_DIM + i, kb);
+            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
             own = d * scale;
         }
         sc[lid] = own;
@@ -53,7 +54,7 @@ attention(__global const float *q, __global const half *kc, __global const half 
             float wgt = pr[i];
             if (wgt != 0.0f) {
                 ts += wgt;
-                tv += wgt * vload_half((ulong)(base + i) * HEAD_DIM + lid, vb);
+                tv += wgt * vload_half(hb + (ulong)(base + i) * HEAD_DIM + lid, vc);
             }
         }
         l = l * corr + ts;
@@ -91,8 +92,9 @@ attention_exact(__global const float *q, __global const half *kc, __global const
     qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    __global const half *kb = kc + ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
-    __global const half *vb = vc + ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
+    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
+    // lack cl_khr_fp16)
+    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
     __global float *sc = scores + ((ulong)t * N_HEADS + h) * cap;
 
     float mx = -INFINITY;
@@ -100,7 +102,7 @@ attention_exact(__global const float *q, __global const half *kc, __global const
         float v = -INFINITY;
         if (slot_pos[s] <= p) {
             float d = 0.0f;
-            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half((ulong)s * HEAD_DIM + i, kb);
+            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
             v = d * scale;
             mx = fmax(mx, v);
         }
@@ -121,7 +123,7 @@ attention_exact(__global const float *q, __global const half *kc, __global const
     float o = 0.0f;
     for (int s = 0; s < used; s++) {
         float w = sc[s] * inv;
-        if (w != 0.0f) o += w * vload_half((ulong)s * HEAD_DIM + lid, vb);
+        if (w != 0.0f) o += w * vload_half(hb + (ulong)s * HEAD_DIM + lid, vc);
     }
     out[(ulong)t * Q_DIM + h * HEAD_DIM + lid] = o;
 }

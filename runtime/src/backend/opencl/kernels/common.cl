@@ -128,14 +128,15 @@ inline void stage_block(__local float *st, int cols, int t, int b, const float *
 // squares in f64 where the device has it (as the CPU backend does; each square of an f32 is
 // exact in f64, so the order of the sum does not show in the f32 result), else in
 // compensated f32. `red` holds 2 * TT * get_local_size(0) floats. Ends with a barrier.
-#ifdef cl_khr_fp64
+#if defined(cl_khr_fp64) && !defined(NO_FP64)
+#define NORM_F64 1
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
 inline void norm_scales(__global const float *x, int cols, int t0, int nt, float eps,
                         __local float *red, __local float *scl) {
     int lid = get_local_id(0), ls = get_local_size(0);
-#ifdef cl_khr_fp64
+#ifdef NORM_F64
     __local double *r = (__local double *)red;
     for (int t = 0; t < TT; t++) {
         double s = 0.0;
@@ -285,7 +286,7 @@ inline void row_dot_tile(__global const uchar *w, int wtype, ulong row, int cols
         break;
     case T_F16:
         for (int i = 0; i < cols; i += 4) {
-            float4 wv = vload_half4(0, (__global const half *)r + i);
+            float4 wv = vload_half4(i / 4, (__global const half *)r);
             for (int t = 0; t < TT; t++) {
                 if (t < nt) {
                     float4 av = vload4(0, st + t * cols + i);
