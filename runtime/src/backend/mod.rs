@@ -177,6 +177,49 @@ pub struct PhaseCounters {
     /// Device time of the profiled launches, nanoseconds.
     pub kernel_ns: u64,
     pub profiled_launches: u64,
+    /// `kernel_ns` split by kernel.
+    pub per_kernel_ns: KernelTimes,
+}
+
+/// Device time by kernel, nanoseconds (the seven kernels of the OpenCL backend).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelTimes {
+    pub embed: u64,
+    pub attn_qkv: u64,
+    pub attention: u64,
+    pub attn_out: u64,
+    pub ffn_gate_up: u64,
+    pub ffn_down: u64,
+    pub head: u64,
+}
+
+impl KernelTimes {
+    /// Adds `ns` to the kernel called `name` (unknown names are ignored).
+    pub fn add(&mut self, name: &str, ns: u64) {
+        let slot = match name {
+            "embed" => &mut self.embed,
+            "attn_qkv" => &mut self.attn_qkv,
+            "attention" | "attention_exact" => &mut self.attention,
+            "attn_out" => &mut self.attn_out,
+            "ffn_gate_up" => &mut self.ffn_gate_up,
+            "ffn_down" => &mut self.ffn_down,
+            "head" => &mut self.head,
+            _ => return,
+        };
+        *slot += ns;
+    }
+
+    fn zip(&self, o: &KernelTimes, f: impl Fn(u64, u64) -> u64) -> KernelTimes {
+        KernelTimes {
+            embed: f(self.embed, o.embed),
+            attn_qkv: f(self.attn_qkv, o.attn_qkv),
+            attention: f(self.attention, o.attention),
+            attn_out: f(self.attn_out, o.attn_out),
+            ffn_gate_up: f(self.ffn_gate_up, o.ffn_gate_up),
+            ffn_down: f(self.ffn_down, o.ffn_down),
+            head: f(self.head, o.head),
+        }
+    }
 }
 
 impl PhaseCounters {
@@ -188,6 +231,7 @@ impl PhaseCounters {
         self.d2h_bytes += o.d2h_bytes;
         self.kernel_ns += o.kernel_ns;
         self.profiled_launches += o.profiled_launches;
+        self.per_kernel_ns = self.per_kernel_ns.zip(&o.per_kernel_ns, |a, b| a + b);
     }
 
     /// `self - earlier` (counters only grow).
@@ -202,6 +246,9 @@ impl PhaseCounters {
             profiled_launches: self
                 .profiled_launches
                 .saturating_sub(earlier.profiled_launches),
+            per_kernel_ns: self
+                .per_kernel_ns
+                .zip(&earlier.per_kernel_ns, u64::saturating_sub),
         }
     }
 
@@ -263,6 +310,10 @@ mod tests {
             d2h_bytes: 2 * 196_608,
             kernel_ns: 4_000_000,
             profiled_launches: 304,
+            per_kernel_ns: KernelTimes {
+                head: 1_000_000,
+                ..Default::default()
+            },
         };
         let p = a.per_token().unwrap();
         assert_eq!(p.launches, 152.0);

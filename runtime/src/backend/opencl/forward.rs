@@ -641,6 +641,7 @@ impl ClForward {
                 (Ok(s), Ok(t)) if t >= s => {
                     phase.kernel_ns += t - s;
                     phase.profiled_launches += 1;
+                    phase.per_kernel_ns.add(name, t - s);
                 }
                 _ => {
                     return Err(Error::OpenCl(format!(
