@@ -40,23 +40,33 @@ llm.*.max_query_count = 3
 ";
 
 fn run_scenario(scenario: &str, dir: &Path) -> Output {
+    run_scenario_with(scenario, dir, &[])
+}
+
+fn run_scenario_with(scenario: &str, dir: &Path, extra: &[&str]) -> Output {
     let cfg = dir.join("user.conf");
     std::fs::write(&cfg, THREE_QUERIES).unwrap();
     let out = dir.join("out");
-    pocketperf(&[
-        "run",
-        "--scenario",
-        scenario,
-        "--preset",
-        "quick",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        // One worker each: the two runs of this file share the machine with other tests.
-        "--threads",
-        "1",
-    ])
+    pocketperf(
+        &[
+            "run",
+            "--scenario",
+            scenario,
+            "--preset",
+            "quick",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            // One worker each: the two runs of this file share the machine with other tests.
+            "--threads",
+            "1",
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
+    )
 }
 
 fn keys(summary: &str) -> Vec<String> {
@@ -267,5 +277,61 @@ fn a_prompt_set_smaller_than_the_performance_sample_count_is_an_error() {
     assert!(
         err.contains("has 64 samples but 100 performance samples are needed"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_child_process_sut_runs_the_same_queries_as_the_in_process_one() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let o = run_scenario("offline", a.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run_scenario_with("offline", b.path(), &["--sut", "process"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let summary = std::fs::read_to_string(b.path().join("out/mlperf_log_summary.txt")).unwrap();
+    assert!(summary.contains("Result is : VALID\n"), "{summary}");
+    assert!(
+        summary.contains("SUT name : pocketperf serve (child process: "),
+        "{summary}"
+    );
+    let load = |d: &Path| {
+        pocketperf_reports::load_result(d.join("out"))
+            .unwrap()
+            .performance
+            .unwrap()
+    };
+    let (inproc, child) = (load(a.path()), load(b.path()));
+    // Same seeds, same samples, same forced output lengths; the child's token times arrive
+    // from its own clock, so every query still has a TTFT and a TPOT.
+    let shape = |p: &pocketperf_reports::schema::Performance| {
+        p.per_query
+            .iter()
+            .map(|q| (q.sample_index, q.tokens))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&child), shape(&inproc));
+    assert_eq!(child.queries, 3);
+    assert!(
+        child
+            .per_query
+            .iter()
+            .all(|q| q.ttft_ms.is_some() && q.tokens > 1)
+    );
+    assert!(child.per_query.iter().all(|q| q.tpot_ms.is_some()));
+}
+
+#[test]
+fn a_child_process_sut_refuses_the_governor() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_scenario_with(
+        "single-stream",
+        dir.path(),
+        &["--sut", "process", "--governor", "pid"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--governor needs --sut in-process"),
+        "{}",
+        text(&o)
     );
 }

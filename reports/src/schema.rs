@@ -170,6 +170,10 @@ pub struct Performance {
     /// Every query, for distribution tests.
     #[serde(default)]
     pub per_query: Vec<QuerySample>,
+    /// Per-token counters of the runtime backend (OpenCL: kernel launches, bytes moved
+    /// host↔device, kernel time), free-form, owned by the runtime (docs/OPENCL.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_counters: Option<Value>,
 }
 
 /// One query's measurements.

@@ -5,6 +5,7 @@
 //! preallocated ring KV cache (`kv`), the prefill/decode API with per-token timing
 //! (`session`) and the PID thermal governor (`governor`).
 
+pub mod backend;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

@@ -4,6 +4,7 @@
 //! temperature/top-p with a seeded generator. After the first token nothing on the decode
 //! path allocates (proven by a counting-allocator test).
 
+use crate::backend::{Backend, BackendChoice, DeviceCounters, Exec};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Counters, Forward, Model, SessionOptions};
@@ -19,6 +20,7 @@ pub struct Engine {
     pub tokenizer: Tokenizer,
     pool: Arc<ThreadPool>,
     isa: Isa,
+    backend: Backend,
 }
 
 impl Engine {
@@ -47,7 +49,18 @@ impl Engine {
             tokenizer,
             pool: Arc::new(ThreadPool::new(threads)),
             isa,
+            backend: Backend::Cpu,
         })
+    }
+
+    /// Runs this engine's sessions on `choice` (the CPU by default).
+    pub fn with_backend(mut self, choice: &BackendChoice) -> Result<Self> {
+        self.backend = Backend::open(&self.model, choice)?;
+        Ok(self)
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     pub fn isa(&self) -> Isa {
@@ -70,9 +83,18 @@ impl Engine {
     }
 
     pub fn session(&self, opts: SessionOptions) -> Result<Session<'_>> {
+        let fwd = match &self.backend {
+            Backend::Cpu => Exec::Cpu(Forward::new(
+                &self.model,
+                opts,
+                self.pool.clone(),
+                self.isa,
+            )?),
+            Backend::OpenCl(cl) => Exec::OpenCl(Box::new(cl.session(opts)?)),
+        };
         Ok(Session {
             engine: self,
-            fwd: Forward::new(&self.model, opts, self.pool.clone(), self.isa)?,
+            fwd,
             sampler: Sampler::new(self.model.config().vocab_size),
         })
     }
@@ -209,7 +231,7 @@ pub struct GenerationStats {
 /// One sequence: KV ring, scratch, sampler.
 pub struct Session<'e> {
     engine: &'e Engine,
-    fwd: Forward,
+    fwd: Exec,
     sampler: Sampler,
 }
 
@@ -223,11 +245,17 @@ impl<'e> Session<'e> {
     }
 
     pub fn counters(&self) -> Counters {
-        self.fwd.counters
+        self.fwd.counters()
     }
 
-    pub fn forward_state(&self) -> &Forward {
-        &self.fwd
+    /// Kernel launches, host↔device bytes and kernel time (OpenCL sessions only).
+    pub fn device_counters(&self) -> Option<DeviceCounters> {
+        self.fwd.device_counters()
+    }
+
+    /// The CPU forward state (`None` on other backends).
+    pub fn forward_state(&self) -> Option<&Forward> {
+        self.fwd.cpu()
     }
 
     pub fn reset(&mut self) {

@@ -89,7 +89,12 @@ fn sliding_window_sees_exactly_its_sinks_and_last_window() {
     for &t in &toks {
         last = s.decode(t).unwrap().to_vec();
     }
-    let mut pos = s.forward_state().kv().positions().to_vec();
+    let mut pos = s
+        .forward_state()
+        .expect("CPU backend")
+        .kv()
+        .positions()
+        .to_vec();
     pos.sort_unstable();
     let want_pos: Vec<u32> = (0..sinks as u32)
         .chain((n - (cap - sinks)) as u32..n as u32)
@@ -196,7 +201,7 @@ fn error_policy_fills_the_ring_then_refuses() {
     let e = tiny(1, false);
     let mut s = e.session(opts(6, KvPolicy::Error, 4, false)).unwrap();
     s.prefill(&tokens(6, 2)).unwrap();
-    assert_eq!(s.forward_state().kv().used(), 6);
+    assert_eq!(s.forward_state().expect("CPU backend").kv().used(), 6);
     let err = s.decode(1).unwrap_err();
     assert!(
         matches!(err, Error::ContextOverflow { tokens: 7, ctx: 6 }),

@@ -515,6 +515,7 @@ pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Opt
         itl_ms: percentiles(itl),
         early_stopping: None,
         per_query,
+        backend_counters: None,
     })
 }
 

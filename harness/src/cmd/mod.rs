@@ -1,5 +1,6 @@
 //! Command implementations behind the `pocketperf` CLI.
 
+pub mod backend;
 pub mod compare;
 pub mod dialogue;
 pub mod early_stopping;

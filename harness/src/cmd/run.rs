@@ -20,6 +20,7 @@ use pocketperf_datasets::perf::{PerfPrompt, Preset, perf_prompts};
 use pocketperf_reports::schema::{
     DeviceInfo, ModelInfo, Percentiles, Performance, QuerySample, ResultFile, RunMeta,
 };
+use pocketperf_runtime::backend::DeviceCounters;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
 use pocketperf_scenarios::{
@@ -53,6 +54,15 @@ impl ScenarioArg {
             ScenarioArg::Dialogue => None,
         }
     }
+}
+
+/// Where the system under test runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+pub enum SutArg {
+    /// The runtime in this process.
+    InProcess,
+    /// `pocketperf serve` as a child process (crash-isolated; timestamps from its clock).
+    Process,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -98,6 +108,10 @@ pub struct RunArgs {
     pub device: String,
     #[command(flatten)]
     pub governor: GovernorArgs,
+    /// System under test: the runtime in this process, or `pocketperf serve` as a child
+    /// process (docs/PROTOCOL.md); a crashed child is recorded and restarted.
+    #[arg(long, value_enum, default_value = "in-process")]
+    pub sut: SutArg,
 }
 
 /// Settings shared by every scenario of a preset: token mode, performance only, a query
@@ -303,6 +317,10 @@ pub trait Decoder {
     fn name(&self) -> &str;
     /// Decodes `jobs`; a batched implementation may interleave them.
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>);
+    /// The accelerator's counters since the decoder was made (`None` on the CPU backend).
+    fn device_counters(&self) -> Option<DeviceCounters> {
+        None
+    }
 }
 
 /// One sequence at a time: reset, prefill, then exactly `max_new_tokens` greedy tokens
@@ -335,6 +353,10 @@ impl<'e> SequentialDecoder<'e> {
 impl Decoder for SequentialDecoder<'_> {
     fn name(&self) -> &str {
         "sequential"
+    }
+
+    fn device_counters(&self) -> Option<DeviceCounters> {
+        self.session.device_counters()
     }
 
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
@@ -414,6 +436,11 @@ impl<'e, 'l> InProcessSut<'e, 'l> {
             pending: Vec::new(),
             name,
         }
+    }
+
+    /// The decoder's accelerator counters (`None` on the CPU backend).
+    pub fn device_counters(&self) -> Option<DeviceCounters> {
+        self.decoder.device_counters()
     }
 
     fn decode(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
@@ -569,6 +596,7 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
             "tpot": p.early_stopping_tpot,
         })),
         per_query,
+        backend_counters: None,
     })
 }
 
@@ -674,7 +702,7 @@ pub fn run_meta(
                 .map(|t| t.to_string())
                 .unwrap_or_default(),
         },
-        backend: "cpu".into(),
+        backend: engine.backend().name().into(),
         isa: engine.isa().name().into(),
         threads: engine.threads() as u32,
         settings,
@@ -704,10 +732,29 @@ pub fn write_outputs_with(
     Ok(())
 }
 
+/// The run's system under test, kept concrete so its own record (accelerator counters,
+/// server failures) is read after the run.
+enum RunSut<'e, 'l> {
+    InProcess(Box<InProcessSut<'e, 'l>>),
+    Process(Box<crate::sut_process::ProcessSut>),
+}
+
+impl RunSut<'_, '_> {
+    fn as_dyn(&mut self) -> &mut dyn SystemUnderTest {
+        match self {
+            RunSut::InProcess(s) => s.as_mut(),
+            RunSut::Process(s) => s.as_mut(),
+        }
+    }
+}
+
 pub fn run(a: &RunArgs) -> Result<i32> {
     crate::telemetry::DeviceSpec::parse(&a.device)?;
     if a.scenario == ScenarioArg::Dialogue {
         return crate::cmd::dialogue::run(a);
+    }
+    if a.sut == SutArg::Process && a.governor.governor != crate::cmd::governor::GovernorKind::Off {
+        bail!("--governor needs --sut in-process (the governor acts on this process)");
     }
     let settings = resolve_settings(a)?;
     std::fs::create_dir_all(&a.out)
@@ -725,7 +772,38 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         .map(GovernorHook::gauges)
         .unwrap_or_default();
     let governor = governor.map(|g| Rc::new(RefCell::new(g)));
-    let mut sut = make_sut(&engine, &library, &settings, governor.clone())?;
+    let mut sut = match a.sut {
+        SutArg::InProcess => RunSut::InProcess(Box::new(InProcessSut::new(
+            make_decoder(&engine, settings.scenario, &library, governor.clone())?,
+            &library,
+            settings.scenario,
+        ))),
+        SutArg::Process => {
+            if a.engine.backend.backend != pocketperf_runtime::backend::BackendKind::Cpu {
+                bail!(
+                    "--backend {}: --sut process serves the CPU backend only",
+                    a.engine.backend.backend.name()
+                );
+            }
+            let prompts = library
+                .prompts
+                .iter()
+                .map(|p| crate::sut_process::SutPrompt {
+                    text: p.text.clone(),
+                    chat: true,
+                    max_new_tokens: p.max_new_tokens as usize,
+                })
+                .collect();
+            let mut cfg =
+                crate::sut_process::ProcessSutConfig::for_model(&model_path, a.engine.threads)
+                    .context("--sut process: locating this executable")?;
+            cfg.load.ctx = library.longest_sequence().max(1);
+            let p = crate::sut_process::ProcessSut::start(cfg, prompts)
+                .context("--sut process: starting pocketperf serve")?;
+            eprintln!("system under test: {}", p.name());
+            RunSut::Process(Box::new(p))
+        }
+    };
     let clock = RealClock::new();
     let telemetry = crate::telemetry::recorder::ScenarioTelemetry::start(
         &a.device,
@@ -737,8 +815,37 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         gauges,
     )?;
     let started = chrono::Utc::now();
-    let result = run_scenario(sut.as_mut(), &mut qsl, &settings, &clock)?;
+    let result = run_scenario(sut.as_dyn(), &mut qsl, &settings, &clock)?;
     let finished = chrono::Utc::now();
+    let counters = match &sut {
+        RunSut::InProcess(s) => s.device_counters(),
+        RunSut::Process(_) => None,
+    };
+    let sut_warnings = match &mut sut {
+        RunSut::InProcess(_) => Vec::new(),
+        RunSut::Process(p) => {
+            p.shutdown();
+            let mut w: Vec<String> = p.errors.iter().take(20).cloned().collect();
+            if p.errors.len() > 20 {
+                w.push(format!("{} more SUT errors", p.errors.len() - 20));
+            }
+            w.extend(p.failures.iter().map(|f| {
+                format!(
+                    "server failure at query {}: {}{}",
+                    f.query_id,
+                    f.error,
+                    f.stderr_tail
+                        .last()
+                        .map(|l| format!(" (stderr: {l})"))
+                        .unwrap_or_default()
+                )
+            }));
+            if p.starts > 1 {
+                w.push(format!("the server was restarted {} times", p.starts - 1));
+            }
+            w
+        }
+    };
     drop(sut);
     let telemetry = telemetry.finish(&result)?;
     let governor = governor.as_ref().map(|g| g.borrow());
@@ -749,11 +856,16 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         "test_settings": &settings,
     });
     let mut meta = run_meta(&engine, &model_path, &a.device, settings_json, started);
+    let mut performance = performance_section(&result);
+    if let (Some(p), Some(c)) = (performance.as_mut(), counters) {
+        p.backend_counters = crate::cmd::backend::backend_counters(&engine, &c)
+            .and_then(|c| serde_json::to_value(c).ok());
+    }
     meta.finished_utc = finished;
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
         meta,
-        performance: performance_section(&result),
+        performance,
         accuracy: None,
         energy: None,
         thermal: telemetry.thermal,
@@ -765,6 +877,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             .performance
             .iter()
             .flat_map(|p| p.failures.iter().chain(&p.errors).cloned())
+            .chain(sut_warnings)
             .chain(governor.iter().flat_map(|g| g.warnings().iter().cloned()))
             .chain(telemetry.warnings)
             .collect(),

@@ -1,6 +1,7 @@
 //! Runtime commands: `model fetch|info|align`, `tokenize`, `generate`, `logits`,
 //! `perplexity`, `bench`.
 
+use crate::cmd::backend::{BackendArgs, BackendCounters, backend_counters};
 use crate::meta::{self, OutputHeader};
 use crate::model_store;
 use anyhow::{Context, Result, bail};
@@ -23,6 +24,8 @@ pub struct EngineArgs {
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    #[command(flatten)]
+    pub backend: BackendArgs,
 }
 
 impl EngineArgs {
@@ -30,6 +33,7 @@ impl EngineArgs {
         let path = model_store::resolve_model(self.model.as_deref())?;
         let isa = quant::isa_from_env()?;
         let engine = naming_file(Engine::load(&path, self.threads, isa), &path)?;
+        let engine = self.backend.apply(engine)?;
         Ok((engine, path))
     }
 }
@@ -366,7 +370,7 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         0.0
     };
     eprintln!(
-        "prompt {} tokens, generated {} tokens{}; TTFT {:.1} ms; decode {:.1} tokens/s ({} threads, {:?})",
+        "prompt {} tokens, generated {} tokens{}; TTFT {:.1} ms; decode {:.1} tokens/s ({} threads, {:?}, {})",
         stats.prompt_tokens,
         stats.generated,
         if stats.stopped_at_eog {
@@ -377,7 +381,8 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         ttft.as_secs_f64() * 1e3,
         tps,
         engine.threads(),
-        engine.isa()
+        engine.isa(),
+        engine.backend().name()
     );
     if let Some(g) = &gov {
         eprintln!("governor: {}", g.summary_line());
@@ -575,6 +580,8 @@ pub struct BenchArgs {
     /// Also write the JSON to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub backend: BackendArgs,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -590,6 +597,10 @@ pub struct BenchRow {
     pub samples: Vec<f64>,
     pub weight_bytes_per_token: u64,
     pub gb_per_s_median: f64,
+    /// `cpu` or `opencl`.
+    pub backend: String,
+    /// Launches, host↔device bytes and kernel time per token over the repetitions (OpenCL).
+    pub counters: Option<BackendCounters>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -624,10 +635,16 @@ pub fn bench_rows(
     tg: usize,
     reps: usize,
     isa: Isa,
+    backend: &BackendArgs,
 ) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
+    // The OpenCL backend does not use the CPU threads: measure it once.
+    let threads = match backend.choice() {
+        pocketperf_runtime::backend::BackendChoice::Cpu => threads,
+        _ => &threads[..threads.len().min(1)],
+    };
     for &t in threads {
-        let engine = Engine::load(path, t, isa)?;
+        let engine = backend.apply(Engine::load(path, t, isa)?)?;
         let vocab = engine.model.config().vocab_size;
         let bpt = engine.model.bytes_per_token();
         let mut s = engine.session(SessionOptions {
@@ -643,6 +660,7 @@ pub fn bench_rows(
             }
             let toks = bench_tokens(n, vocab);
             let mut samples = Vec::with_capacity(reps);
+            let before = s.device_counters();
             for _ in 0..reps {
                 s.reset();
                 let t0 = Instant::now();
@@ -655,6 +673,10 @@ pub fn bench_rows(
                 }
                 samples.push(n as f64 / t0.elapsed().as_secs_f64());
             }
+            let counters = match (before, s.device_counters()) {
+                (Some(b), Some(a)) => backend_counters(&engine, &a.since(&b)),
+                _ => None,
+            };
             let mut sorted = samples.clone();
             let med = median(&mut sorted);
             rows.push(BenchRow {
@@ -673,6 +695,8 @@ pub fn bench_rows(
                 } else {
                     0.0
                 },
+                backend: engine.backend().name().into(),
+                counters,
             });
         }
     }
@@ -694,13 +718,14 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         bail!("--reps must be at least 1");
     }
     let isa = quant::isa_from_env()?;
-    let rows = bench_rows(&path, &threads, a.pp, a.tg, a.reps, isa)?;
+    let rows = bench_rows(&path, &threads, a.pp, a.tg, a.reps, isa, &a.backend)?;
     let header = OutputHeader::new(
         1,
         &path,
         &meta::model_sha256(&path),
         serde_json::json!({
             "threads": threads, "pp": a.pp, "tg": a.tg, "reps": a.reps, "isa": format!("{isa:?}").to_lowercase(),
+            "backend": &a.backend,
         }),
     );
     let doc = serde_json::json!({ "header": header, "rows": rows });
@@ -711,12 +736,26 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!("| test | threads | isa | t/s median | min | max | reps | weights GB/s |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!(
+            "| test | backend | threads | isa | t/s median | min | max | reps | weights GB/s | launches/token | H2D B/token | D2H B/token | kernel ms/token |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &rows {
+            let per = r.counters.as_ref().and_then(|c| c.decode.or(c.prefill));
+            let cols = match per {
+                Some(p) => format!(
+                    "{:.1} | {:.0} | {:.0} | {}",
+                    p.launches,
+                    p.h2d_bytes,
+                    p.d2h_bytes,
+                    p.kernel_ms.map_or("-".into(), |k| format!("{k:.3}"))
+                ),
+                None => "- | - | - | -".into(),
+            };
             println!(
-                "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {cols} |",
                 r.test,
+                r.backend,
                 r.threads,
                 r.isa,
                 r.tokens_per_s_median,

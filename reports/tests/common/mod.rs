@@ -80,6 +80,7 @@ pub fn performance_from(per_query: Vec<QuerySample>) -> Performance {
         itl_ms: Percentiles::from_samples(&tpot),
         early_stopping: None,
         per_query,
+        backend_counters: None,
     }
 }
 

@@ -1,0 +1,673 @@
+//! One sequence on the OpenCL device: the device-side KV ring, activation buffers, the kernel
+//! objects of every layer (static arguments set once) and the launch sequence of a forward
+//! call.
+//!
+//! The ring's bookkeeping (slot claims, `error`/`sliding` policy, truncate) is the CPU's
+//! [`KvCache`] with a 1×1×1 geometry: the same code decides every slot, while K and V live in
+//! device buffers laid out `[layer][kv_head][slot][head_dim]` in f16 like the CPU ring.
+
+use super::canary::DevBuf;
+use super::program::{NSPLIT_MAX, SPLIT_MIN_SLOTS, WG};
+use super::{ClAttention, Inner};
+use crate::backend::{DeviceCounters, PhaseCounters};
+use crate::error::{Error, Result};
+use crate::kv::{KvCache, KvShape};
+use crate::model::{Counters, SessionOptions};
+use opencl3::event::Event;
+use opencl3::kernel::Kernel;
+use opencl3::memory::ClMem;
+use opencl3::types::{CL_BLOCKING, cl_int, cl_mem};
+use std::ptr;
+use std::sync::Arc;
+
+const K_QKV: usize = 0;
+const K_ATT: usize = 1;
+const K_OUT: usize = 2;
+const K_FFN: usize = 3;
+const K_DOWN: usize = 4;
+const LAYER_KERNELS: [&str; 5] = [
+    "attn_qkv",
+    "attention",
+    "attn_out",
+    "ffn_gate_up",
+    "ffn_down",
+];
+
+/// Index of the dynamic arguments of each kernel (see layer.cl / attention.cl).
+mod arg {
+    pub const EMBED_N: u32 = 4;
+    pub const QKV_N: u32 = 20;
+    pub const ATT_USED: u32 = 8;
+    pub const ATT_NSPLIT: u32 = 9;
+    pub const ATT_CHUNK: u32 = 10;
+    pub const EXACT_USED: u32 = 9;
+    pub const OUT_NSPLIT: u32 = 1;
+    pub const OUT_N: u32 = 5;
+    pub const FFN_N: u32 = 7;
+    pub const DOWN_N: u32 = 4;
+    pub const HEAD_FIRST: u32 = 6;
+    pub const HEAD_ROWS: u32 = 7;
+}
+
+struct Bufs {
+    x: DevBuf,
+    q: DevBuf,
+    part: DevBuf,
+    g: DevBuf,
+    logits: DevBuf,
+    kc: DevBuf,
+    vc: DevBuf,
+    slot_pos: DevBuf,
+    step: DevBuf,
+    rope: DevBuf,
+    scores: DevBuf,
+}
+
+impl Bufs {
+    fn all_mut(&mut self) -> [&mut DevBuf; 11] {
+        [
+            &mut self.x,
+            &mut self.q,
+            &mut self.part,
+            &mut self.g,
+            &mut self.logits,
+            &mut self.kc,
+            &mut self.vc,
+            &mut self.slot_pos,
+            &mut self.step,
+            &mut self.rope,
+            &mut self.scores,
+        ]
+    }
+}
+
+/// Forward-pass state of one sequence on the device.
+pub struct ClForward {
+    inner: Arc<Inner>,
+    opts: SessionOptions,
+    kv: KvCache,
+    n_past: u32,
+    counters: Counters,
+    dev: DeviceCounters,
+    bufs: Bufs,
+    embed: Kernel,
+    layers: Vec<[Kernel; 5]>,
+    head: Kernel,
+    step_host: Vec<u32>,
+    rope_host: Vec<f32>,
+    inv_freq: Vec<f32>,
+    logits: Vec<f32>,
+    events: Vec<(Event, &'static str)>,
+}
+
+fn kernel(inner: &Inner, name: &str) -> Result<Kernel> {
+    let k = Kernel::create(&inner.program, name)
+        .map_err(|e| Error::OpenCl(format!("creating kernel `{name}`: {e}")))?;
+    // The work-group size each kernel requires (reqd_work_group_size) must fit what the
+    // compiled kernel allows on this device (register pressure can lower it below the
+    // device maximum).
+    let need = match name {
+        "embed" => 1,
+        "attn_qkv" | "attention" | "attention_exact" => inner.config.head_dim,
+        _ => WG,
+    };
+    let can = k
+        .get_work_group_size(inner.dev.id())
+        .map_err(|e| Error::OpenCl(format!("querying kernel `{name}`: {e}")))?;
+    if can < need {
+        return Err(Error::OpenCl(format!(
+            "kernel `{name}` needs work-groups of {need} on device `{}`, which allows {can}",
+            inner.device.name
+        )));
+    }
+    Ok(k)
+}
+
+/// Sets argument `i` of `k`. `T` must be the exact C type of the parameter.
+fn set<T>(k: &Kernel, name: &str, i: u32, v: &T) -> Result<()> {
+    // SAFETY: the caller passes the value whose size and type match parameter `i` of the
+    // kernel (the indices follow the .cl signatures; a mismatch in size is reported by the
+    // driver as CL_INVALID_ARG_SIZE, which becomes an error here).
+    unsafe { k.set_arg(i, v) }
+        .map_err(|e| Error::OpenCl(format!("kernel `{name}` argument {i}: {e}")))
+}
+
+fn mem(b: &DevBuf) -> cl_mem {
+    b.buffer().get()
+}
+
+fn int(v: usize, what: &str) -> Result<cl_int> {
+    cl_int::try_from(v).map_err(|_| Error::InvalidArgument {
+        what: what.into(),
+        reason: format!("{v} does not fit a 32-bit kernel argument"),
+    })
+}
+
+fn ceil_div(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+impl ClForward {
+    pub(crate) fn new(inner: Arc<Inner>, opts: SessionOptions) -> Result<Self> {
+        let c = inner.config.clone();
+        let mut opts = opts;
+        if opts.max_seq_len == 0 {
+            opts.max_seq_len = c.context_length;
+        }
+        if opts.max_batch == 0 {
+            return Err(Error::InvalidArgument {
+                what: "max_batch".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let kv = KvCache::new(
+            KvShape {
+                n_layers: 1,
+                n_kv_heads: 1,
+                head_dim: 1,
+                capacity: opts.max_seq_len,
+            },
+            opts.kv_policy,
+        )?;
+        let (b, cap) = (opts.max_batch, opts.max_seq_len);
+        let rows = if opts.logits_all { b } else { 1 };
+        let kv_bytes = c.n_layers * c.n_kv_heads * cap * c.head_dim * 2;
+        if kv_bytes as u64 > inner.device.max_alloc_bytes {
+            return Err(Error::OpenCl(format!(
+                "a KV ring of {cap} tokens needs {kv_bytes} bytes per buffer; device `{}` \
+                 allocates at most {}",
+                inner.device.name, inner.device.max_alloc_bytes
+            )));
+        }
+        let guard = if inner.canaries { inner.guard_size } else { 0 };
+        let exact = inner.attention == ClAttention::Exact;
+        let nb = |name, len| DevBuf::new(&inner.ctx, &inner.queue, name, len, guard);
+        let bufs = Bufs {
+            x: nb("x", b * c.n_embd * 4)?,
+            q: nb("q", b * c.q_dim() * 4)?,
+            part: nb("attn", b * c.n_heads * NSPLIT_MAX * (c.head_dim + 2) * 4)?,
+            g: nb("ffn_act", b * c.n_ff * 4)?,
+            logits: nb("logits", rows * c.vocab_size * 4)?,
+            kc: nb("k_cache", kv_bytes)?,
+            vc: nb("v_cache", kv_bytes)?,
+            slot_pos: nb("slot_pos", cap * 4)?,
+            step: nb("step", b * 3 * 4)?,
+            rope: nb("rope", b * (c.rope_dims / 2).max(1) * 2 * 4)?,
+            scores: nb(
+                "attn_scores",
+                if exact { b * c.n_heads * cap * 4 } else { 4 },
+            )?,
+        };
+        let embed = kernel(&inner, "embed")?;
+        let head = kernel(&inner, "head")?;
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for _ in 0..c.n_layers {
+            layers.push([
+                kernel(&inner, LAYER_KERNELS[0])?,
+                kernel(
+                    &inner,
+                    if exact {
+                        "attention_exact"
+                    } else {
+                        "attention"
+                    },
+                )?,
+                kernel(&inner, LAYER_KERNELS[2])?,
+                kernel(&inner, LAYER_KERNELS[3])?,
+                kernel(&inner, LAYER_KERNELS[4])?,
+            ]);
+        }
+        let mut f = ClForward {
+            opts,
+            kv,
+            n_past: 0,
+            counters: Counters::default(),
+            dev: DeviceCounters::default(),
+            bufs,
+            embed,
+            layers,
+            head,
+            step_host: vec![0; b * 3],
+            rope_host: vec![0.0; b * (c.rope_dims / 2).max(1) * 2],
+            inv_freq: (0..c.rope_dims / 2)
+                .map(|i| (c.rope_base as f64).powf(-2.0 * i as f64 / c.rope_dims as f64) as f32)
+                .collect(),
+            logits: vec![0.0; rows * c.vocab_size],
+            events: Vec::with_capacity(5 * c.n_layers + 2),
+            inner,
+        };
+        f.set_static_args()?;
+        Ok(f)
+    }
+
+    /// Arguments that never change for this session: buffers, weights, types, layer indices.
+    fn set_static_args(&mut self) -> Result<()> {
+        let inner = &*self.inner;
+        let c = &inner.config;
+        let w = &inner.weights;
+        let b = &self.bufs;
+        let cap = int(self.opts.max_seq_len, "max_seq_len")?;
+        let eps = c.rms_eps;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let wbuf = |i: usize| w.get(i).buf.get();
+        let wty = |i: usize| w.get(i).ty.id() as cl_int;
+
+        let k = &self.embed;
+        let n = "embed";
+        set(k, n, 0, &wbuf(w.embd))?;
+        set(k, n, 1, &wty(w.embd))?;
+        set(k, n, 2, &mem(&b.step))?;
+        set(k, n, 3, &mem(&b.x))?;
+
+        for (li, (lw, ks)) in w.layers.iter().zip(&self.layers).enumerate() {
+            let layer = li as cl_int;
+            let (k, n) = (&ks[K_QKV], LAYER_KERNELS[K_QKV]);
+            set(k, n, 0, &mem(&b.x))?;
+            set(k, n, 1, &wbuf(lw.attn_norm))?;
+            set(k, n, 2, &wbuf(lw.wq))?;
+            set(k, n, 3, &wbuf(lw.wk))?;
+            set(k, n, 4, &wbuf(lw.wv))?;
+            set(k, n, 5, &wty(lw.wq))?;
+            set(k, n, 6, &wty(lw.wk))?;
+            set(k, n, 7, &wty(lw.wv))?;
+            let dummy = inner.dummy.get();
+            let [bq, bk, bv] = match lw.bias {
+                Some([q, k, v]) => [wbuf(q), wbuf(k), wbuf(v)],
+                None => [dummy, dummy, dummy],
+            };
+            set(k, n, 8, &bq)?;
+            set(k, n, 9, &bk)?;
+            set(k, n, 10, &bv)?;
+            set(k, n, 11, &cl_int::from(lw.bias.is_some()))?;
+            set(k, n, 12, &mem(&b.step))?;
+            set(k, n, 13, &mem(&b.rope))?;
+            set(k, n, 14, &mem(&b.q))?;
+            set(k, n, 15, &mem(&b.kc))?;
+            set(k, n, 16, &mem(&b.vc))?;
+            set(k, n, 17, &mem(&b.slot_pos))?;
+            set(k, n, 18, &layer)?;
+            set(k, n, 19, &cap)?;
+            set(k, n, 21, &eps)?;
+
+            let (k, n) = (&ks[K_ATT], LAYER_KERNELS[K_ATT]);
+            set(k, n, 0, &mem(&b.q))?;
+            set(k, n, 1, &mem(&b.kc))?;
+            set(k, n, 2, &mem(&b.vc))?;
+            set(k, n, 3, &mem(&b.slot_pos))?;
+            set(k, n, 4, &mem(&b.step))?;
+            if inner.attention == ClAttention::Exact {
+                set(k, n, 5, &mem(&b.scores))?;
+                set(k, n, 6, &mem(&b.part))?;
+                set(k, n, 7, &layer)?;
+                set(k, n, 8, &cap)?;
+                set(k, n, 10, &scale)?;
+            } else {
+                set(k, n, 5, &mem(&b.part))?;
+                set(k, n, 6, &layer)?;
+                set(k, n, 7, &cap)?;
+                set(k, n, 11, &scale)?;
+            }
+
+            let (k, n) = (&ks[K_OUT], LAYER_KERNELS[K_OUT]);
+            set(k, n, 0, &mem(&b.part))?;
+            set(k, n, 2, &wbuf(lw.wo))?;
+            set(k, n, 3, &wty(lw.wo))?;
+            set(k, n, 4, &mem(&b.x))?;
+
+            let (k, n) = (&ks[K_FFN], LAYER_KERNELS[K_FFN]);
+            set(k, n, 0, &mem(&b.x))?;
+            set(k, n, 1, &wbuf(lw.ffn_norm))?;
+            set(k, n, 2, &wbuf(lw.w_gate))?;
+            set(k, n, 3, &wbuf(lw.w_up))?;
+            set(k, n, 4, &wty(lw.w_gate))?;
+            set(k, n, 5, &wty(lw.w_up))?;
+            set(k, n, 6, &mem(&b.g))?;
+            set(k, n, 8, &eps)?;
+
+            let (k, n) = (&ks[K_DOWN], LAYER_KERNELS[K_DOWN]);
+            set(k, n, 0, &mem(&b.g))?;
+            set(k, n, 1, &wbuf(lw.w_down))?;
+            set(k, n, 2, &wty(lw.w_down))?;
+            set(k, n, 3, &mem(&b.x))?;
+        }
+
+        let k = &self.head;
+        let n = "head";
+        set(k, n, 0, &mem(&b.x))?;
+        set(k, n, 1, &wbuf(w.output_norm))?;
+        set(k, n, 2, &wbuf(w.output))?;
+        set(k, n, 3, &wty(w.output))?;
+        set(k, n, 4, &mem(&b.logits))?;
+        set(k, n, 5, &int(c.vocab_size, "vocab")?)?;
+        set(k, n, 8, &eps)?;
+        Ok(())
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past as usize
+    }
+
+    /// Slot bookkeeping of the ring (its capacity and policy are the session's).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn options(&self) -> &SessionOptions {
+        &self.opts
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn device_counters(&self) -> DeviceCounters {
+        self.dev
+    }
+
+    pub fn reset(&mut self) {
+        self.kv.reset();
+        self.n_past = 0;
+    }
+
+    /// Rewinds to the first `n` tokens (their K/V stay on the device).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.kv.truncate(n)?;
+        self.n_past = n as u32;
+        Ok(())
+    }
+
+    /// Logits of the last forward call: one row of `vocab` (or one per token with `logits_all`).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Runs `tokens` through the model in chunks of `max_batch`; same contract as
+    /// [`crate::model::Forward::forward`].
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: "tokens".into(),
+                reason: "empty input".into(),
+            });
+        }
+        if !self.kv.can_take(tokens.len()) {
+            return Err(Error::ContextOverflow {
+                tokens: self.kv.used() + tokens.len(),
+                ctx: self.kv.shape().capacity,
+            });
+        }
+        let vocab = self.inner.config.vocab_size as u32;
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+            return Err(Error::InvalidArgument {
+                what: "token id".into(),
+                reason: format!("{bad} is outside the vocabulary of {vocab}"),
+            });
+        }
+        let mb = self.opts.max_batch;
+        for chunk in tokens.chunks(mb) {
+            self.forward_chunk(chunk)?;
+        }
+        let v = vocab as usize;
+        Ok(if self.opts.logits_all {
+            let n = ((tokens.len() - 1) % mb) + 1;
+            &self.logits[(n - 1) * v..n * v]
+        } else {
+            &self.logits[..v]
+        })
+    }
+
+    /// Enqueues one kernel; in canary mode waits for it and checks every guard.
+    fn launch(
+        &mut self,
+        which: Launch,
+        name: &'static str,
+        global: &[usize],
+        local: Option<&[usize]>,
+        phase: &mut PhaseCounters,
+    ) -> Result<()> {
+        let k = match which {
+            Launch::Embed => &self.embed,
+            Launch::Head => &self.head,
+            Launch::Layer(l, i) => &self.layers[l][i],
+        };
+        // SAFETY: every argument of `k` was set (static ones at creation, dynamic ones just
+        // before); the global sizes cover exactly the index space the kernel guards against,
+        // and the local sizes are those the kernel requires (reqd_work_group_size).
+        let ev = unsafe {
+            self.inner.queue.enqueue_nd_range_kernel(
+                k.get(),
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                &[],
+            )
+        }
+        .map_err(|e| Error::OpenCl(format!("launching `{name}`: {e}")))?;
+        phase.launches += 1;
+        if self.inner.profiling {
+            self.events.push((ev, name));
+        }
+        if self.inner.canaries {
+            let q = &self.inner.queue;
+            q.finish()
+                .map_err(|e| Error::OpenCl(format!("running `{name}`: {e}")))?;
+            for b in self.bufs.all_mut() {
+                b.check(q, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn forward_chunk(&mut self, tokens: &[u32]) -> Result<()> {
+        let inner = self.inner.clone();
+        let c = &inner.config;
+        let n = tokens.len();
+        let tt = inner.plan.tt;
+        // events of a call that failed half-way are not this call's
+        self.events.clear();
+        let mut phase = PhaseCounters {
+            calls: 1,
+            tokens: n as u64,
+            ..Default::default()
+        };
+
+        for (i, &t) in tokens.iter().enumerate() {
+            let pos = self.n_past + i as u32;
+            let slot = self.kv.claim(pos)?;
+            self.step_host[3 * i..3 * i + 3].copy_from_slice(&[t, pos, slot as u32]);
+            // cos/sin exactly as the CPU forward pass computes them (f32 product, f32 trig)
+            let half = self.inv_freq.len();
+            for (j, f) in self.inv_freq.iter().enumerate() {
+                let theta = pos as f32 * f;
+                self.rope_host[2 * (i * half + j)] = theta.cos();
+                self.rope_host[2 * (i * half + j) + 1] = theta.sin();
+            }
+        }
+        let half = self.inv_freq.len();
+        let rope = &self.rope_host[..2 * n * half];
+        if !rope.is_empty() {
+            // SAFETY: blocking write of `2 n half` f32 from a live host slice into the rope
+            // buffer of `2 max_batch half` f32.
+            unsafe {
+                self.inner.queue.enqueue_write_buffer(
+                    self.bufs.rope.buffer_mut(),
+                    CL_BLOCKING,
+                    0,
+                    bytemuck::cast_slice(rope),
+                    &[],
+                )
+            }
+            .map_err(|e| Error::OpenCl(format!("writing the rotary table: {e}")))?;
+            phase.h2d_bytes += (rope.len() * 4) as u64;
+        }
+        let step = &self.step_host[..3 * n];
+        // SAFETY: blocking write of `3n` u32 from a live host slice into the step buffer of
+        // `3 * max_batch` u32 (n <= max_batch).
+        unsafe {
+            self.inner.queue.enqueue_write_buffer(
+                self.bufs.step.buffer_mut(),
+                CL_BLOCKING,
+                0,
+                bytemuck::cast_slice(step),
+                &[],
+            )
+        }
+        .map_err(|e| Error::OpenCl(format!("writing the step buffer: {e}")))?;
+        phase.h2d_bytes += (step.len() * 4) as u64;
+
+        let used = self.kv.used();
+        let exact = inner.attention == ClAttention::Exact;
+        let nsplit = ceil_div(used, SPLIT_MIN_SLOTS).clamp(1, NSPLIT_MAX);
+        let chunk = ceil_div(used, nsplit);
+        let ni = int(n, "tokens")?;
+        let tiles = ceil_div(n, tt);
+        let hd = c.head_dim;
+
+        set(&self.embed, "embed", arg::EMBED_N, &ni)?;
+        self.launch(Launch::Embed, "embed", &[c.n_embd, n], None, &mut phase)?;
+        for l in 0..c.n_layers {
+            let ks = &self.layers[l];
+            set(&ks[K_QKV], "attn_qkv", arg::QKV_N, &ni)?;
+            if exact {
+                set(
+                    &ks[K_ATT],
+                    "attention",
+                    arg::EXACT_USED,
+                    &int(used, "used")?,
+                )?;
+            } else {
+                set(&ks[K_ATT], "attention", arg::ATT_USED, &int(used, "used")?)?;
+                set(
+                    &ks[K_ATT],
+                    "attention",
+                    arg::ATT_NSPLIT,
+                    &int(nsplit, "nsplit")?,
+                )?;
+                set(
+                    &ks[K_ATT],
+                    "attention",
+                    arg::ATT_CHUNK,
+                    &int(chunk, "chunk")?,
+                )?;
+            }
+            let merge = if exact { 0 } else { nsplit };
+            set(
+                &ks[K_OUT],
+                "attn_out",
+                arg::OUT_NSPLIT,
+                &int(merge, "nsplit")?,
+            )?;
+            set(&ks[K_OUT], "attn_out", arg::OUT_N, &ni)?;
+            set(&ks[K_FFN], "ffn_gate_up", arg::FFN_N, &ni)?;
+            set(&ks[K_DOWN], "ffn_down", arg::DOWN_N, &ni)?;
+            let groups = c.n_heads + 2 * c.n_kv_heads;
+            self.launch(
+                Launch::Layer(l, K_QKV),
+                "attn_qkv",
+                &[hd * groups, tiles],
+                Some(&[hd, 1]),
+                &mut phase,
+            )?;
+            let att_groups = if exact { 1 } else { nsplit };
+            self.launch(
+                Launch::Layer(l, K_ATT),
+                "attention",
+                &[hd * att_groups, c.n_heads, n],
+                Some(&[hd, 1, 1]),
+                &mut phase,
+            )?;
+            let rows_e = ceil_div(c.n_embd, WG) * WG;
+            self.launch(
+                Launch::Layer(l, K_OUT),
+                "attn_out",
+                &[rows_e, tiles],
+                Some(&[WG, 1]),
+                &mut phase,
+            )?;
+            self.launch(
+                Launch::Layer(l, K_FFN),
+                "ffn_gate_up",
+                &[ceil_div(c.n_ff, WG) * WG, tiles],
+                Some(&[WG, 1]),
+                &mut phase,
+            )?;
+            self.launch(
+                Launch::Layer(l, K_DOWN),
+                "ffn_down",
+                &[rows_e, tiles],
+                Some(&[WG, 1]),
+                &mut phase,
+            )?;
+        }
+        let (first, rows) = if self.opts.logits_all {
+            (0, n)
+        } else {
+            (n - 1, 1)
+        };
+        set(&self.head, "head", arg::HEAD_FIRST, &int(first, "first")?)?;
+        set(&self.head, "head", arg::HEAD_ROWS, &int(rows, "rows")?)?;
+        self.launch(
+            Launch::Head,
+            "head",
+            &[ceil_div(c.vocab_size, WG) * WG, ceil_div(rows, tt)],
+            Some(&[WG, 1]),
+            &mut phase,
+        )?;
+        let out = &mut self.logits[..rows * c.vocab_size];
+        // SAFETY: blocking read of `rows * vocab` f32 into a host slice of that length; the
+        // logits buffer holds at least that many.
+        unsafe {
+            self.inner.queue.enqueue_read_buffer(
+                self.bufs.logits.buffer(),
+                CL_BLOCKING,
+                0,
+                bytemuck::cast_slice_mut(out),
+                &[],
+            )
+        }
+        .map_err(|e| Error::OpenCl(format!("reading the logits: {e}")))?;
+        phase.d2h_bytes += (out.len() * 4) as u64;
+        if let Some((_, bad)) = self
+            .events
+            .iter()
+            .find(|(e, _)| e.command_execution_status().is_ok_and(|s| s.0 < 0))
+        {
+            return Err(Error::OpenCl(format!(
+                "kernel `{bad}` failed on the device"
+            )));
+        }
+        for (e, name) in self.events.drain(..) {
+            // A launch without profiling data leaves `kernel_ms` unreported (not an error).
+            if let (Ok(s), Ok(t)) = (e.profiling_command_start(), e.profiling_command_end())
+                && t >= s
+            {
+                phase.kernel_ns += t - s;
+                phase.profiled_launches += 1;
+                phase.per_kernel_ns.add(name, t - s);
+            }
+        }
+
+        // CPU-side counters, as the CPU backend keeps them.
+        let per_layer = 7u64;
+        self.counters.matmuls += per_layer * c.n_layers as u64 + 1;
+        self.counters.weight_bytes_read += inner.weights.bytes;
+        self.counters.forward_calls += 1;
+        if n == 1 {
+            self.counters.tokens_decoded += 1;
+            self.dev.decode.add(&phase);
+        } else {
+            self.counters.tokens_prefilled += n as u64;
+            self.dev.prefill.add(&phase);
+        }
+        self.n_past += n as u32;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Launch {
+    Embed,
+    Head,
+    Layer(usize, usize),
+}

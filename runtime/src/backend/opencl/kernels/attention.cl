@@ -1,0 +1,129 @@
+// Causal attention over the ring KV cache, split over the sequence (flash-decoding style).
+//
+// Grid: (HEAD_DIM * nsplit, N_HEADS, n tokens); one work-group per (split, head, token).
+// A split scans slots [split * chunk, min(used, (split + 1) * chunk)) in tiles of HEAD_DIM
+// slots: work-item i scores slot (tile + i) against the query (masked when the slot's
+// position is after the query's), then, as dimension i, accumulates the values with the
+// online-softmax recurrence (running max m, running sum l, rescaled accumulator). Each
+// group writes the record {m, l, acc[HEAD_DIM]}; attn_out merges the records of the splits.
+// Slot order does not matter (positions mask), so the ring may have wrapped.
+
+__kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
+attention(__global const float *q, __global const half *kc, __global const half *vc,
+          __global const uint *slot_pos, __global const uint *step, __global float *part,
+          int layer, int cap, int used, int nsplit, int chunk, float scale) {
+    __local float qv[HEAD_DIM];
+    __local float sc[HEAD_DIM];
+    __local float pr[HEAD_DIM];
+
+    int lid = get_local_id(0);
+    int split = get_group_id(0);
+    int h = get_group_id(1);
+    int t = get_group_id(2);
+    int kvh = h / (N_HEADS / N_KV_HEADS);
+    uint p = step[t * 3 + 1];
+
+    qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
+    // lack cl_khr_fp16)
+    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
+    int begin = split * chunk;
+    int end = min(used, begin + chunk);
+
+    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    for (int base = begin; base < end; base += HEAD_DIM) {
+        int s = base + lid;
+        float own = -INFINITY;
+        if (s < end && slot_pos[s] <= p) {
+            float d = 0.0f;
+            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
+            own = d * scale;
+        }
+        sc[lid] = own;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float mt = -INFINITY;
+        for (int i = 0; i < HEAD_DIM; i++) mt = fmax(mt, sc[i]);
+        float mn = fmax(m, mt);
+        float corr = (m == -INFINITY) ? 0.0f : exp(m - mn);
+        pr[lid] = (own == -INFINITY) ? 0.0f : exp(own - mn);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float ts = 0.0f, tv = 0.0f;
+        for (int i = 0; i < HEAD_DIM; i++) {
+            float wgt = pr[i];
+            if (wgt != 0.0f) {
+                ts += wgt;
+                tv += wgt * vload_half(hb + (ulong)(base + i) * HEAD_DIM + lid, vc);
+            }
+        }
+        l = l * corr + ts;
+        acc = acc * corr + tv;
+        m = mn;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    __global float *rec = part + (((ulong)t * N_HEADS + h) * NSPLIT_MAX + split) * (HEAD_DIM + 2);
+    rec[2 + lid] = acc;
+    if (lid == 0) {
+        rec[0] = m;
+        rec[1] = l;
+    }
+}
+
+// The same attention in the CPU backend's exact order of operations (one work-group per
+// (head, token)): scores in slot order, the maximum, exp(score - max) summed in slot order,
+// then each work-item (a dimension) accumulates weight * value over the slots in order. Its
+// result equals the CPU's up to the device's exp(); it is the conformance mode.
+// `scores` is scratch of [n][N_HEADS][cap] floats; the output goes to out[t][Q_DIM].
+__kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
+attention_exact(__global const float *q, __global const half *kc, __global const half *vc,
+                __global const uint *slot_pos, __global const uint *step,
+                __global float *scores, __global float *out, int layer, int cap, int used,
+                float scale) {
+    __local float qv[HEAD_DIM];
+    __local float red[HEAD_DIM];
+
+    int lid = get_local_id(0);
+    int h = get_group_id(1);
+    int t = get_group_id(2);
+    int kvh = h / (N_HEADS / N_KV_HEADS);
+    uint p = step[t * 3 + 1];
+
+    qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
+    // lack cl_khr_fp16)
+    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
+    __global float *sc = scores + ((ulong)t * N_HEADS + h) * cap;
+
+    float mx = -INFINITY;
+    for (int s = lid; s < used; s += HEAD_DIM) {
+        float v = -INFINITY;
+        if (slot_pos[s] <= p) {
+            float d = 0.0f;
+            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
+            v = d * scale;
+            mx = fmax(mx, v);
+        }
+        sc[s] = v;
+    }
+    red[lid] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    mx = -INFINITY;
+    for (int i = 0; i < HEAD_DIM; i++) mx = fmax(mx, red[i]);
+    for (int s = lid; s < used; s += HEAD_DIM) {
+        float v = sc[s];
+        sc[s] = (v == -INFINITY) ? 0.0f : exp(v - mx);
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (int s = 0; s < used; s++) sum += sc[s];
+    float inv = (sum > 0.0f) ? 1.0f / sum : 0.0f;
+    float o = 0.0f;
+    for (int s = 0; s < used; s++) {
+        float w = sc[s] * inv;
+        if (w != 0.0f) o += w * vload_half(hb + (ulong)s * HEAD_DIM + lid, vc);
+    }
+    out[(ulong)t * Q_DIM + h * HEAD_DIM + lid] = o;
+}

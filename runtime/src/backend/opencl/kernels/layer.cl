@@ -1,0 +1,202 @@
+// The fused kernels of one transformer layer and of the model's ends. A decode step of a layer
+// is five launches:
+//   attn_qkv     RMSNorm + Q/K/V matvec (+ bias) + RoPE + KV-ring write
+//   attention    (attention.cl) online-softmax partials over a split of the ring
+//   attn_out     merge of the partials + output projection + residual add
+//   ffn_gate_up  RMSNorm + gate and up matvec + SwiGLU
+//   ffn_down     down projection + residual add
+// plus `embed` before the first layer and `head` (RMSNorm + output matvec) after the last.
+// Each work-group stages the activations of up to TT tokens in local memory and every
+// work-item computes one weight row for all of them (the prefill tiling; decode is TT = 1 in
+// use). The residual stream `x` stays f32.
+//
+// `step` holds, per token of the batch, {token id, position, KV slot}.
+
+// Embedding rows: x[t][i] = dequant(embd[token[t]])[i].
+__kernel void embed(__global const uchar *embd, int etype, __global const uint *step,
+                    __global float *x, int n) {
+    int i = get_global_id(0), t = get_global_id(1);
+    if (i >= N_EMBD || t >= n) return;
+    uint tok = step[t * 3];
+    x[(ulong)t * N_EMBD + i] = dequant_elem(embd, etype, N_EMBD, tok, i);
+}
+
+// One work-group per (head of Q, K or V; tile of TT tokens); work-item = dimension in the head.
+__kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
+attn_qkv(__global const float *x, __global const float *norm_w, __global const uchar *wq,
+         __global const uchar *wk, __global const uchar *wv, int tq, int tk, int tv,
+         __global const float *bq, __global const float *bk, __global const float *bv,
+         int has_bias, __global const uint *step, __global const float *rope,
+         __global float *qout, __global half *kc, __global half *vc, __global uint *slot_pos,
+         int layer, int cap, int n, float eps) {
+    __local float st[STAGE_QKV];
+    __local float red[2 * TT * HEAD_DIM] __attribute__((aligned(8)));
+    __local float scl[TT];
+    __local float res[TT * HEAD_DIM];
+
+    int lid = get_local_id(0);
+    int g = get_group_id(0);
+    int t0 = get_group_id(1) * TT;
+    int nt = min(TT, n - t0);
+
+    // Which matrix and head this group computes (uniform over the group).
+    int kind, hh, wtype;
+    __global const uchar *w;
+    __global const float *bias;
+    if (g < N_HEADS) {
+        kind = 0; hh = g; w = wq; wtype = tq; bias = bq;
+    } else if (g < N_HEADS + N_KV_HEADS) {
+        kind = 1; hh = g - N_HEADS; w = wk; wtype = tk; bias = bk;
+    } else {
+        kind = 2; hh = g - N_HEADS - N_KV_HEADS; w = wv; wtype = tv; bias = bv;
+    }
+
+    norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
+    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(wtype));
+
+    float acc[TT];
+    int row = hh * HEAD_DIM + lid;
+    row_dot_tile(w, wtype, row, N_EMBD, st, nt, acc);
+    for (int t = 0; t < TT; t++) {
+        if (t < nt) {
+            float v = acc[t];
+            if (has_bias) v += bias[row];
+            res[t * HEAD_DIM + lid] = v;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int t = 0; t < nt; t++) {
+        uint pos = step[(t0 + t) * 3 + 1];
+        uint slot = step[(t0 + t) * 3 + 2];
+        __local const float *h = res + t * HEAD_DIM;
+        float out = h[lid];
+        if (kind != 2) {
+#if ROPE_NEOX
+            if (lid < 2 * ROPE_HALF) {
+                int j = (lid < ROPE_HALF) ? lid : lid - ROPE_HALF;
+                float c = rope[((t0 + t) * ROPE_HALF + j) * 2], s = rope[((t0 + t) * ROPE_HALF + j) * 2 + 1];
+                float a = h[j], b = h[j + ROPE_HALF];
+                out = (lid < ROPE_HALF) ? a * c - b * s : a * s + b * c;
+            }
+#else
+            int j = lid >> 1;
+            if (j < ROPE_HALF) {
+                float c = rope[((t0 + t) * ROPE_HALF + j) * 2], s = rope[((t0 + t) * ROPE_HALF + j) * 2 + 1];
+                float a = h[2 * j], b = h[2 * j + 1];
+                out = ((lid & 1) == 0) ? a * c - b * s : a * s + b * c;
+            }
+#endif
+        }
+        if (kind == 0) {
+            qout[(ulong)(t0 + t) * Q_DIM + hh * HEAD_DIM + lid] = out;
+        } else {
+            ulong o = (((ulong)layer * N_KV_HEADS + hh) * cap + slot) * HEAD_DIM + lid;
+            vstore_half_rte(out, o, kind == 1 ? kc : vc);
+        }
+        if (g == 0 && lid == 0) slot_pos[slot] = pos;
+    }
+}
+
+// Merges the attention partials of the tile's tokens (nsplit > 0; nsplit = 0: `part` holds
+// the attention rows of attention_exact), then y = Wo . attn, x += y.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+attn_out(__global const float *part, int nsplit, __global const uchar *wo, int to,
+         __global float *x, int n) {
+    __local float st[STAGE_OUT];
+    int lid = get_local_id(0);
+    int t0 = get_group_id(1) * TT;
+    int nt = min(TT, n - t0);
+    int form = form_of(to);
+    if (nsplit == 0) {
+        // attention_exact wrote the attention rows themselves
+        stage_plain(part, Q_DIM, t0, nt, st, form);
+    } else {
+        const int nb = Q_DIM / QK;
+        const int rec = HEAD_DIM + 2;
+        for (int blk = lid; blk < nt * nb; blk += WG) {
+            int t = blk / nb, b = blk % nb;
+            int h = (b * QK) / HEAD_DIM, d0 = (b * QK) % HEAD_DIM;
+            __global const float *p = part + ((ulong)(t0 + t) * N_HEADS + h) * NSPLIT_MAX * rec;
+            float m = -INFINITY;
+            for (int i = 0; i < nsplit; i++) m = fmax(m, p[i * rec]);
+            float l = 0.0f;
+            float v[QK];
+            for (int j = 0; j < QK; j++) v[j] = 0.0f;
+            for (int i = 0; i < nsplit; i++) {
+                float mi = p[i * rec];
+                if (mi == -INFINITY) continue;
+                float e = exp(mi - m);
+                l += e * p[i * rec + 1];
+                for (int j = 0; j < QK; j++) v[j] += e * p[i * rec + 2 + d0 + j];
+            }
+            float inv = (l > 0.0f) ? 1.0f / l : 0.0f;
+            for (int j = 0; j < QK; j++) v[j] *= inv;
+            stage_block(st, Q_DIM, t, b, v, form);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    int row = get_global_id(0);
+    if (row >= N_EMBD) return;
+    float acc[TT];
+    row_dot_tile(wo, to, row, Q_DIM, st, nt, acc);
+    for (int t = 0; t < nt; t++) x[(ulong)(t0 + t) * N_EMBD + row] += acc[t];
+}
+
+// g = silu(Wgate . RMSNorm(x)) * (Wup . RMSNorm(x)).
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ffn_gate_up(__global const float *x, __global const float *norm_w, __global const uchar *wg,
+            __global const uchar *wu, int tg, int tu, __global float *gout, int n, float eps) {
+    __local float st[STAGE_FFN];
+    __local float red[2 * TT * WG] __attribute__((aligned(8)));
+    __local float scl[TT];
+    int t0 = get_group_id(1) * TT;
+    int nt = min(TT, n - t0);
+    norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
+    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(tg));
+
+    int row = get_global_id(0);
+    if (row >= N_FF) return;
+    float ga[TT], ua[TT];
+    row_dot_tile(wg, tg, row, N_EMBD, st, nt, ga);
+    row_dot_tile(wu, tu, row, N_EMBD, st, nt, ua);
+    for (int t = 0; t < nt; t++) {
+        float a = ga[t];
+        gout[(ulong)(t0 + t) * N_FF + row] = (a / (1.0f + exp(-a))) * ua[t];
+    }
+}
+
+// x += Wdown . g.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ffn_down(__global const float *g, __global const uchar *wd, int td, __global float *x, int n) {
+    __local float st[STAGE_DOWN];
+    int t0 = get_group_id(1) * TT;
+    int nt = min(TT, n - t0);
+    stage_plain(g, N_FF, t0, nt, st, form_of(td));
+
+    int row = get_global_id(0);
+    if (row >= N_EMBD) return;
+    float acc[TT];
+    row_dot_tile(wd, td, row, N_FF, st, nt, acc);
+    for (int t = 0; t < nt; t++) x[(ulong)(t0 + t) * N_EMBD + row] += acc[t];
+}
+
+// logits[r][v] = Wout[v] . RMSNorm(x[first + r]) for the n_rows rows asked for.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+head(__global const float *x, __global const float *norm_w, __global const uchar *w, int tw,
+     __global float *logits, int vocab, int first, int n_rows, float eps) {
+    __local float st[STAGE_HEAD];
+    __local float red[2 * TT * WG] __attribute__((aligned(8)));
+    __local float scl[TT];
+    int r0 = get_group_id(1) * TT;
+    int nt = min(TT, n_rows - r0);
+    norm_scales(x, N_EMBD, first + r0, nt, eps, red, scl);
+    stage_normed(x, norm_w, N_EMBD, first + r0, nt, scl, st, form_of(tw));
+
+    int row = get_global_id(0);
+    if (row >= vocab) return;
+    float acc[TT];
+    row_dot_tile(w, tw, row, N_EMBD, st, nt, acc);
+    for (int t = 0; t < nt; t++) logits[(ulong)(r0 + t) * vocab + row] = acc[t];
+}

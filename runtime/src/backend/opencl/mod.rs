@@ -1,0 +1,281 @@
+//! OpenCL backend: the same Llama-family forward pass as [`crate::model`], as fused kernels
+//! over weights kept in ggml's block formats on the device.
+//!
+//! * [`device`]: platform/device listing (`pocketperf probe`) and selection.
+//! * `program`: the `.cl` sources (embedded with `include_str!`), specialised by `-D` constants.
+//! * `weights`: zero-copy (`CL_MEM_USE_HOST_PTR`) or uploaded weight buffers.
+//! * `forward`: [`ClForward`], one sequence: device KV ring, activations, kernel launches.
+//! * [`canary`]: guard regions around every buffer a kernel writes (test/debug mode).
+//!
+//! A decoded token costs `5 × layers + 2` launches (embedding, five per layer, head), one
+//! small host→device write (token id, position, slot) and one device→host read (logits).
+//! The kernels run on PoCL in CI and are meant for Adreno/Mali GPUs; see docs/OPENCL.md.
+
+pub mod canary;
+pub mod device;
+mod forward;
+mod program;
+mod weights;
+
+pub use device::{ClDeviceInfo, ClPlatformInfo, list_devices};
+pub use forward::ClForward;
+pub use weights::WeightImport;
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::model::{Model, ModelConfig, SessionOptions};
+use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
+use opencl3::context::Context;
+use opencl3::device::Device;
+use opencl3::memory::{Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
+use opencl3::program::Program;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Environment variable that turns buffer canaries on (`1`) for any OpenCL engine.
+pub const CANARY_ENV: &str = "POCKETPERF_CL_CANARIES";
+
+/// How to open the OpenCL backend.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ClOptions {
+    /// Platform: index or case-insensitive name substring (default: the first with a GPU).
+    pub platform: Option<String>,
+    /// Device: index within the platform(s) or name/type substring (default: first GPU,
+    /// else first device).
+    pub device: Option<String>,
+    /// Guard regions around every written buffer, checked after each kernel (slow; tests).
+    pub canaries: bool,
+    /// Skip kernel profiling even where the device supports it.
+    pub no_profiling: bool,
+    /// How attention is computed.
+    pub attention: ClAttention,
+    /// Sum RMSNorm squares in compensated f32 even where the device has fp64 (the path of
+    /// devices without it, e.g. Adreno; lets PoCL test it).
+    pub no_fp64: bool,
+}
+
+/// The attention kernel a session uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClAttention {
+    /// The CPU backend's order of operations, one work-group per (head, token): results
+    /// equal the CPU's up to the device's `exp` (conformance; the default).
+    #[default]
+    Exact,
+    /// Online softmax split over the sequence, merged in the output projection
+    /// (flash-decoding; more parallel work on a GPU at long contexts).
+    Split,
+}
+
+impl ClAttention {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClAttention::Exact => "exact",
+            ClAttention::Split => "split",
+        }
+    }
+}
+
+impl std::str::FromStr for ClAttention {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "exact" => Ok(ClAttention::Exact),
+            "split" => Ok(ClAttention::Split),
+            _ => Err(Error::InvalidArgument {
+                what: "cl-attention".into(),
+                reason: format!("`{s}`: expected exact or split"),
+            }),
+        }
+    }
+}
+
+/// What the backend reports about itself (bench rows, result files, logs).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClSummary {
+    pub platform: String,
+    pub device: String,
+    pub device_type: String,
+    pub driver_version: String,
+    pub weights_import: WeightImport,
+    pub weight_bytes: u64,
+    pub uploaded_bytes: u64,
+    pub tile_tokens: usize,
+    pub attention: ClAttention,
+    pub profiling: bool,
+    pub canaries: bool,
+}
+
+/// Engine-wide OpenCL state shared by its sessions.
+pub(crate) struct Inner {
+    pub ctx: Context,
+    pub dev: Device,
+    pub queue: CommandQueue,
+    pub program: Program,
+    pub device: ClDeviceInfo,
+    pub platform: ClPlatformInfo,
+    pub config: ModelConfig,
+    pub weights: weights::Weights,
+    pub plan: program::BuildPlan,
+    /// Stands in for absent bias vectors.
+    pub dummy: Buffer<u8>,
+    pub profiling: bool,
+    pub canaries: bool,
+    pub attention: ClAttention,
+    /// Bytes of each guard region in canary mode.
+    pub guard_size: usize,
+    pub build_options: String,
+}
+
+/// A model's weights and kernels on one OpenCL device.
+pub struct ClEngine {
+    inner: Arc<Inner>,
+}
+
+fn cl_err(what: &str) -> impl FnOnce(opencl3::error_codes::ClError) -> Error + '_ {
+    move |e| Error::OpenCl(format!("{what}: {e} ({})", e.0))
+}
+
+impl ClEngine {
+    /// Selects the device, builds the kernels for this model and imports the weights.
+    pub fn new(model: &Model, opts: &ClOptions) -> Result<Self> {
+        let (platform, dev, info) =
+            device::select(opts.platform.as_deref(), opts.device.as_deref())?;
+        let c = model.config().clone();
+        program::check_shape(&c, &info)?;
+        let gguf: &Arc<GgufFile> = model.gguf();
+        let ctx = Context::from_device(&dev).map_err(cl_err("creating the context"))?;
+        let profiling = info.profiling && !opts.no_profiling;
+        let props = if profiling {
+            CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
+        let queue = create_queue(&ctx, &dev, props)?;
+        let weights = weights::import(&ctx, gguf, &c, info.mem_base_addr_align as usize)?;
+        let forms = forms_of(&weights);
+        if let Some(l) = weights.layers.iter().position(|l| {
+            program::form_of(weights.get(l.w_gate).ty) != program::form_of(weights.get(l.w_up).ty)
+        }) {
+            return Err(Error::OpenCl(format!(
+                "layer {l}: ffn_gate ({}) and ffn_up ({}) need different activation forms; the \
+                 fused gate/up kernel needs both quantized or both float",
+                weights.get(weights.layers[l].w_gate).ty.name(),
+                weights.get(weights.layers[l].w_up).ty.name()
+            )));
+        }
+        let plan = program::BuildPlan::new(&c, &forms, &info)?;
+        let mut build_options = program::build_options(&c, &plan, &info);
+        if opts.no_fp64 {
+            build_options += " -DNO_FP64=1";
+        }
+        let program = program::build(&ctx, &build_options)?;
+        let dummy = const_buffer(&ctx, &[0u8; 4], "dummy")?;
+        let canaries = opts.canaries || std::env::var(CANARY_ENV).is_ok_and(|v| v == "1");
+        let guard_size = (info.mem_base_addr_align as usize).max(4096);
+        Ok(ClEngine {
+            inner: Arc::new(Inner {
+                ctx,
+                dev,
+                queue,
+                program,
+                device: info,
+                platform,
+                config: c,
+                weights,
+                plan,
+                dummy,
+                profiling,
+                canaries,
+                attention: opts.attention,
+                guard_size,
+                build_options,
+            }),
+        })
+    }
+
+    /// A new sequence on this device.
+    pub fn session(&self, opts: SessionOptions) -> Result<ClForward> {
+        ClForward::new(self.inner.clone(), opts)
+    }
+
+    pub fn summary(&self) -> ClSummary {
+        let i = &self.inner;
+        ClSummary {
+            platform: i.platform.name.clone(),
+            device: i.device.name.clone(),
+            device_type: i.device.device_type.clone(),
+            driver_version: i.device.driver_version.clone(),
+            weights_import: i.weights.import,
+            weight_bytes: i.weights.bytes,
+            uploaded_bytes: i.weights.uploaded,
+            tile_tokens: i.plan.tt,
+            attention: i.attention,
+            profiling: i.profiling,
+            canaries: i.canaries,
+        }
+    }
+
+    pub fn device(&self) -> &ClDeviceInfo {
+        &self.inner.device
+    }
+
+    pub fn weights_import(&self) -> WeightImport {
+        self.inner.weights.import
+    }
+
+    /// The `-D` options the kernels were built with.
+    pub fn build_options(&self) -> &str {
+        &self.inner.build_options
+    }
+
+    /// The engine's context and queue, for diagnostics that run their own kernels (the
+    /// canary self-test).
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    pub fn queue(&self) -> &CommandQueue {
+        &self.inner.queue
+    }
+
+    /// Bytes of each guard region in canary mode.
+    pub fn guard_size(&self) -> usize {
+        self.inner.guard_size
+    }
+}
+
+#[allow(deprecated)]
+fn create_queue(ctx: &Context, dev: &Device, props: u64) -> Result<CommandQueue> {
+    // clCreateCommandQueue exists on every OpenCL version (1.2 phones included).
+    // SAFETY: `dev` is the device the context was created from.
+    unsafe { CommandQueue::create(ctx, dev.id(), props) }.map_err(cl_err("creating the queue"))
+}
+
+fn const_buffer(ctx: &Context, data: &[u8], what: &str) -> Result<Buffer<u8>> {
+    // SAFETY: COPY_HOST_PTR copies `data.len()` bytes from a live slice before returning.
+    unsafe {
+        Buffer::<u8>::create(
+            ctx,
+            CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+            data.len(),
+            data.as_ptr() as *mut c_void,
+        )
+    }
+    .map_err(|e| Error::OpenCl(format!("uploading {what}: {e}")))
+}
+
+fn forms_of(w: &weights::Weights) -> program::Forms {
+    let f = |i: usize| program::form_of(w.get(i).ty);
+    let mut forms = program::Forms {
+        head: vec![f(w.output)],
+        ..Default::default()
+    };
+    for l in &w.layers {
+        forms.qkv.extend([f(l.wq), f(l.wk), f(l.wv)]);
+        forms.out.push(f(l.wo));
+        forms.ffn.push(f(l.w_gate));
+        forms.down.push(f(l.w_down));
+    }
+    forms
+}
