@@ -141,6 +141,16 @@ pub fn has_vbmi() -> bool {
     }
 }
 
+static VNNI_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the AVX-512 tier use its non-VNNI integer dot (`vpmaddubsw` + `vpmaddwd`) even on a
+/// CPU with VNNI, so tests can check both flavors on one machine. Both produce the same
+/// integers, hence the same results.
+#[doc(hidden)]
+pub fn set_vnni_disabled(off: bool) {
+    VNNI_OFF.store(off, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether the AVX-512 tier uses VNNI (`vpdpbusd`) on this CPU.
 pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -225,7 +235,7 @@ pub(crate) fn resolve(isa: Isa) -> Tier {
         Isa::Avx2 => Tier::Avx2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => Tier::Avx512 {
-            vnni: has_vnni(),
+            vnni: has_vnni() && !VNNI_OFF.load(Ordering::Relaxed),
             vbmi: has_vbmi(),
         },
         #[cfg(target_arch = "aarch64")]
@@ -752,7 +762,7 @@ impl QuantizedActs {
             "quantize_for: x holds {} values, {n_rows}x{cols} needed",
             x.len()
         );
-        let w = self.prepare(isa, w_ty, n_rows, cols);
+        let mut w = self.prepare(isa, w_ty, n_rows, cols);
         for r in 0..n_rows {
             w.row(r, &x[r * cols..(r + 1) * cols], None);
         }
@@ -812,9 +822,8 @@ pub struct ActsWriter<'a> {
     _borrow: std::marker::PhantomData<&'a mut QuantizedActs>,
 }
 
-// SAFETY: the writer only hands out writes to disjoint (row, column range) cells: overlapping
-// writes are excluded by the `unsafe` contract of `write_cols`, and `row` takes `&mut`-free
-// paths only for rows the caller owns (see its contract). The buffer outlives 'a.
+// SAFETY: shared use only reaches `write_cols`, whose `unsafe` contract excludes overlapping
+// concurrent writes; `row` needs `&mut`. The buffer is borrowed mutably for 'a.
 unsafe impl Send for ActsWriter<'_> {}
 // SAFETY: see above.
 unsafe impl Sync for ActsWriter<'_> {}
@@ -827,15 +836,11 @@ impl ActsWriter<'_> {
     /// Quantizes a whole row `r` from `x[..cols]`; with `norm = Some((scale, g))` the values
     /// are `(x · scale) · g` (a fused RMSNorm).
     ///
-    /// Safe to call from one thread; from a pool job each worker must write different rows
-    /// (see [`ActsWriter::write_cols`]).
-    ///
     /// # Panics
     /// If `r` is out of range or `x` (or `g`) is shorter than the row.
-    pub fn row(&self, r: usize, x: &[f32], norm: Option<(f32, &[f32])>) {
-        // SAFETY: a whole-row write; the caller's job partition gives each row one writer
-        // (documented contract of this method, the same as `write_cols` over the full row).
-        unsafe { self.write_cols(r, 0, x, norm) }
+    pub fn row(&mut self, r: usize, x: &[f32], norm: Option<(f32, &[f32])>) {
+        // SAFETY: `&mut self` excludes every other write through this writer.
+        unsafe { self.write_cols(r, 0, &x[..self.cols], norm) }
     }
 
     /// Quantizes columns `c0..c0 + x.len()` of row `r` (`c0` and the length multiples of
@@ -991,6 +996,35 @@ impl OutRows {
         }
     }
 
+    /// A view of `len` floats at `ptr` as `rows` activation rows of `cols` outputs.
+    ///
+    /// # Safety
+    /// `ptr` is valid for reads and writes of `len` floats for as long as the view is used,
+    /// and writes through the view never overlap concurrent accesses by others.
+    ///
+    /// # Panics
+    /// If the view does not fit in `len`.
+    pub unsafe fn from_raw(
+        ptr: *mut f32,
+        len: usize,
+        rows: usize,
+        cols: usize,
+        stride: usize,
+        accumulate: bool,
+    ) -> Self {
+        assert!(
+            stride >= cols && (rows == 0 || len >= (rows - 1) * stride + cols),
+            "output view {rows}x{cols} (stride {stride}) over {len} values"
+        );
+        OutRows {
+            ptr,
+            stride,
+            rows,
+            cols,
+            accumulate,
+        }
+    }
+
     /// # Safety
     /// `a < rows`, `r < cols`, and no other thread touches this element concurrently.
     #[inline(always)]
@@ -1002,6 +1036,12 @@ impl OutRows {
             if self.accumulate { *p += v } else { *p = v }
         }
     }
+}
+
+/// The activation layout that weights of type `ty` multiply with on tier `isa` (`None` for a
+/// type without a kernel). Matrices whose layouts agree can share one quantized input.
+pub fn act_layout(isa: Isa, ty: GgmlType) -> Option<ActLayout> {
+    ActLayout::choose(resolve(isa), ty)
 }
 
 /// Weight rows `r0..r1` of `y = w · xᵀ` for the first `n` activation rows of `x`: writes
