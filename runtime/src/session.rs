@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::model::{Counters, Forward, Model, SessionOptions};
+use crate::model::{BatchForward, Counters, Forward, Model, SeqSet, SessionOptions};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
 use crate::tokenizer::Tokenizer;
@@ -64,6 +64,59 @@ impl Engine {
             fwd: Forward::new(&self.model, opts, self.pool.clone(), self.isa)?,
             sampler: Sampler::new(self.model.config().vocab_size),
         })
+    }
+
+    /// A decoder that advances up to `max_batch` sessions of this engine by one token each
+    /// per call, reading every weight once for the whole batch (Offline scenario). Sessions
+    /// must have KV rings of at most `max_seq_len` slots.
+    pub fn batch_decoder(&self, max_batch: usize, max_seq_len: usize) -> Result<BatchDecoder<'_>> {
+        Ok(BatchDecoder {
+            engine: self,
+            fwd: BatchForward::new(
+                &self.model,
+                max_batch,
+                max_seq_len,
+                self.pool.clone(),
+                self.isa,
+            )?,
+        })
+    }
+}
+
+/// Batched decode over several [`Session`]s (see [`Engine::batch_decoder`]).
+pub struct BatchDecoder<'e> {
+    engine: &'e Engine,
+    fwd: BatchForward,
+}
+
+impl<'e> BatchDecoder<'e> {
+    pub fn max_batch(&self) -> usize {
+        self.fwd.max_batch()
+    }
+
+    /// Counters of the batch decoder itself (weights read once per call).
+    pub fn counters(&self) -> Counters {
+        self.fwd.counters
+    }
+
+    /// Appends `tokens[i]` to `sessions[i]` and returns every session's next-token logits
+    /// (`tokens.len() × vocab`, row `i` for session `i`), identical to what
+    /// [`Session::decode`] gives each session alone. Sample each row with
+    /// [`Session::sample`].
+    pub fn decode(&mut self, sessions: &mut [&mut Session<'e>], tokens: &[u32]) -> Result<&[f32]> {
+        self.fwd.decode(&self.engine.model, sessions, tokens)
+    }
+}
+
+impl SeqSet for [&mut Session<'_>] {
+    fn n_seqs(&self) -> usize {
+        self.len()
+    }
+    fn seq(&self, i: usize) -> &Forward {
+        &self[i].fwd
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut Forward {
+        &mut self[i].fwd
     }
 }
 
@@ -237,6 +290,18 @@ impl<'e> Session<'e> {
     pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
         self.fwd
             .forward(&self.engine.model, std::slice::from_ref(&token))
+    }
+
+    /// Chooses a token from `logits` with this session's sampler (greedy, or seeded
+    /// temperature/top-p); for rows of a [`BatchDecoder`] result. Call
+    /// [`Session::reseed`] first for a reproducible sequence.
+    pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
+        self.sampler.sample(logits, params)
+    }
+
+    /// Restarts this session's sampler from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.sampler.reseed(seed);
     }
 
     /// Logits of every position of the last forward call (sessions with `logits_all`).
