@@ -633,7 +633,7 @@ fn par_chunks(pool: &ThreadPool, total: usize, chunk: usize, f: impl Fn(usize, u
         return;
     }
     let next = AtomicUsize::new(0);
-    pool.run(|_, _| {
+    pool.run_dynamic(|_, _| {
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
@@ -1075,7 +1075,7 @@ impl Pass<'_> {
         if tasks == 1 || self.pool.n_threads() == 1 {
             job(0, 1);
         } else {
-            self.pool.run(job);
+            self.pool.run_dynamic(job);
         }
     }
 

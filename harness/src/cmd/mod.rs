@@ -1,4 +1,5 @@
 //! Command implementations behind the `pocketperf` CLI.
 
+pub mod roofline;
 pub mod run;
 pub mod runtime;

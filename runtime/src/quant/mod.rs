@@ -1194,7 +1194,7 @@ pub fn matmul(
     let chunk = chunk_size(w.rows, pool.n_threads(), 4);
     let n_chunks = w.rows.div_ceil(chunk);
     let next = AtomicUsize::new(0);
-    pool.run(|_, _| {
+    pool.run_dynamic(|_, _| {
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
