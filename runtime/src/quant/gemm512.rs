@@ -244,6 +244,18 @@ unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
     }
 }
 
+/// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
+/// overrides it; 0 disables).
+fn prefetch_distance() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("POCKETPERF_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4096)
+    })
+}
+
 const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
@@ -356,10 +368,23 @@ macro_rules! kernels {
                 out: OutRows,
             ) {
                 let mut r = r0;
+                let pf = prefetch_distance();
                 // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
                 unsafe {
                     let ap = a.add(a0 * astride);
                     while r + W <= r1 {
+                        if a0 == 0 && pf > 0 {
+                            // The first pass over these rows streams them from memory: ask for
+                            // the bytes `pf` ahead of this tile now (prefetches never fault,
+                            // and the address is formed without leaving the allocation's
+                            // provenance rules: wrapping arithmetic).
+                            let base = w.wrapping_add(r * rb + pf);
+                            let mut off = 0;
+                            while off < W * rb {
+                                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
+                                off += 64;
+                            }
+                        }
                         let v = tile::<F, W, A>(c, w.add(r * rb), rb, nb, ap, astride);
                         for (i, vi) in v.iter().enumerate() {
                             for (j, &x) in vi.iter().enumerate() {
