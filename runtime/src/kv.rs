@@ -261,22 +261,21 @@ impl KvCache {
         &self.all()[o..o + n]
     }
 
-    /// Stores one token's K and V rows (`n_kv_heads × head_dim` each, f32) for a layer.
+    /// Stores one token's K and V rows (`n_kv_heads × head_dim` each, f32) for a layer,
+    /// rounded to f16 (nearest even; the same bits on every kernel tier).
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let hd = self.shape.head_dim;
         let elems = self.elems();
+        let isa = crate::quant::active_isa();
         for h in 0..self.shape.n_kv_heads {
             let o = self.head_offset(layer, h) + slot * hd;
             let all = self.all_mut();
-            for (d, s) in all[o..o + hd].iter_mut().zip(&k[h * hd..(h + 1) * hd]) {
-                *d = f16::from_f32(*s);
-            }
-            for (d, s) in all[elems + o..elems + o + hd]
-                .iter_mut()
-                .zip(&v[h * hd..(h + 1) * hd])
-            {
-                *d = f16::from_f32(*s);
-            }
+            crate::quant::attn::f32_to_f16(isa, &k[h * hd..(h + 1) * hd], &mut all[o..o + hd]);
+            crate::quant::attn::f32_to_f16(
+                isa,
+                &v[h * hd..(h + 1) * hd],
+                &mut all[elems + o..elems + o + hd],
+            );
         }
     }
 }

@@ -1,20 +1,39 @@
 //! Llama-family model: configuration from GGUF metadata, weight views into the mapping, and
-//! the forward pass (batched prefill and decode) over a ring KV cache.
+//! the forward pass (batched prefill, decode, and batched decode of several sequences) over
+//! ring KV caches.
 //!
 //! Supported: `llama` (RoPE in the normal, adjacent-pair layout) and `qwen2` (NeoX layout,
 //! biases on Q, K and V). GQA, RMSNorm, SwiGLU, tied or separate output. The residual stream
-//! stays in f32. Matrix products quantize their activation row once (Q8_0 or Q8_1, as the
-//! weight type requires) and run the integer kernels of [`crate::quant`]: the same numerics as
-//! llama.cpp's CPU backend, up to summation order. Attention reads f16 keys and values and
-//! accumulates in f32.
+//! stays in f32. Matrix products quantize their activation rows once per input (Q8_0/Q8_1
+//! values, in the packed layout on the AVX-512 tier) and run the integer kernels of
+//! [`crate::quant`]: the same numerics as llama.cpp's CPU backend, up to summation order.
+//! Attention reads f16 keys and values and accumulates in f32.
+//!
+//! # Schedule of one layer
+//! Each step is one job on the persistent pool (or runs on the calling thread when it is too
+//! small to share), and the pool's join is the only barrier:
+//!
+//! 1. RMSNorm fused with activation quantization (one pass per row).
+//! 2. Q, K and V in one job over the concatenated rows of the three matrices; bias and RoPE
+//!    are applied by the worker that produced each head. K and V are then written to the ring.
+//! 3. Attention over (row, KV head) tasks; a prefill chunk of one sequence instead converts
+//!    each KV head's keys once into a transposed f32 tile shared by a block of queries.
+//! 4. Output projection accumulated straight into the residual stream.
+//! 5. RMSNorm + quantization, then gate and up in one job whose workers also apply SwiGLU and
+//!    quantize their slice of the result for the down projection.
+//! 6. Down projection accumulated into the residual stream.
+//!
+//! Work inside a job is shared out in chunks through an atomic counter, so a worker that
+//! the OS delays does not stall the others. Nothing on these paths allocates.
 
 use crate::GgmlType;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::kv::{KvCache, KvPolicy, KvShape};
 use crate::pool::ThreadPool;
-use crate::quant::{self, Isa, QuantizedActs, WeightMatrix};
+use crate::quant::{self, Isa, OutRows, QuantizedActs, WeightMatrix, attn};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rotary embedding layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -195,6 +214,12 @@ fn tensor_ref(g: &GgufFile, name: &str, expect: &[usize], matrix: bool) -> Resul
         });
     }
     let start = g.tensor_file_offset(t) as usize;
+    if !matrix && !start.is_multiple_of(4) {
+        return Err(Error::Tensor {
+            name: name.into(),
+            reason: format!("F32 data at file offset {start} is not 4-byte aligned"),
+        });
+    }
     Ok(TensorRef {
         ty: t.ty,
         rows: if dims.len() == 2 { dims[1] } else { 1 },
@@ -307,12 +332,70 @@ impl Model {
     }
 
     fn f32s(&self, t: &TensorRef) -> &[f32] {
-        let b = self.bytes(t);
-        // Norm and bias vectors are F32 (checked at load). The file maps at a page boundary
-        // and GGUF aligns tensors to at least 8 bytes, so 4-byte alignment holds; a file that
-        // violated it is caught by the alignment check in the GGUF reader.
-        bytemuck::try_cast_slice(b).unwrap_or(&[])
+        // Norm and bias vectors are F32 and 4-byte aligned in the file (both checked at load)
+        // and the mapping starts on a page boundary, so this cast cannot fail.
+        bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])
     }
+
+    /// The token embedding matrix (`vocab` rows of `n_embd`).
+    pub fn token_embd(&self) -> WeightMatrix<'_> {
+        self.matrix(&self.embd)
+    }
+
+    /// The output projection (`vocab` rows of `n_embd`; the embedding when tied).
+    pub fn output(&self) -> WeightMatrix<'_> {
+        self.matrix(&self.output)
+    }
+
+    /// The final RMSNorm weights.
+    pub fn output_norm(&self) -> &[f32] {
+        self.f32s(&self.output_norm)
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Views of layer `i`'s weights (zero-copy, from the mapping); `None` past the last layer.
+    pub fn layer(&self, i: usize) -> Option<LayerWeights<'_>> {
+        let l = self.layers.get(i)?;
+        Some(LayerWeights {
+            attn_norm: self.f32s(&l.attn_norm),
+            wq: self.matrix(&l.wq),
+            wk: self.matrix(&l.wk),
+            wv: self.matrix(&l.wv),
+            bq: l.bq.as_ref().map(|t| self.f32s(t)),
+            bk: l.bk.as_ref().map(|t| self.f32s(t)),
+            bv: l.bv.as_ref().map(|t| self.f32s(t)),
+            wo: self.matrix(&l.wo),
+            ffn_norm: self.f32s(&l.ffn_norm),
+            w_gate: self.matrix(&l.w_gate),
+            w_up: self.matrix(&l.w_up),
+            w_down: self.matrix(&l.w_down),
+        })
+    }
+
+    /// RoPE inverse frequencies `base^(-2i/d)`, one per rotated pair.
+    pub fn rope_inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+}
+
+/// Borrowed views of one layer's weights, straight from the model mapping.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerWeights<'a> {
+    pub attn_norm: &'a [f32],
+    pub wq: WeightMatrix<'a>,
+    pub wk: WeightMatrix<'a>,
+    pub wv: WeightMatrix<'a>,
+    pub bq: Option<&'a [f32]>,
+    pub bk: Option<&'a [f32]>,
+    pub bv: Option<&'a [f32]>,
+    pub wo: WeightMatrix<'a>,
+    pub ffn_norm: &'a [f32],
+    pub w_gate: WeightMatrix<'a>,
+    pub w_up: WeightMatrix<'a>,
+    pub w_down: WeightMatrix<'a>,
 }
 
 /// Settings of one inference session.
@@ -348,10 +431,80 @@ pub struct Counters {
     pub weight_bytes_read: u64,
 }
 
-/// Scratch buffers, allocated once per session.
+/// Where one row of a forward call belongs: its sequence (index into the KV set), absolute
+/// position and KV slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct RowInfo {
+    seq: usize,
+    pos: u32,
+    slot: usize,
+}
+
+/// The KV caches one forward call reads and writes: a single ring for a prefill chunk or a
+/// decode step, one ring per row for a batched decode.
+trait KvAccess: Sync {
+    fn kv(&self, seq: usize) -> &KvCache;
+    fn kv_mut(&mut self, seq: usize) -> &mut KvCache;
+}
+
+impl KvAccess for KvCache {
+    fn kv(&self, _: usize) -> &KvCache {
+        self
+    }
+    fn kv_mut(&mut self, _: usize) -> &mut KvCache {
+        self
+    }
+}
+
+/// Sequences decoded together by [`BatchForward::decode`]: anything that lends out its
+/// [`Forward`] states by index (a slice of `&mut Forward`, or of sessions).
+pub trait SeqSet: Sync {
+    fn n_seqs(&self) -> usize;
+    fn seq(&self, i: usize) -> &Forward;
+    fn seq_mut(&mut self, i: usize) -> &mut Forward;
+}
+
+impl SeqSet for [&mut Forward] {
+    fn n_seqs(&self) -> usize {
+        self.len()
+    }
+    fn seq(&self, i: usize) -> &Forward {
+        self[i]
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut Forward {
+        self[i]
+    }
+}
+
+impl SeqSet for [Forward] {
+    fn n_seqs(&self) -> usize {
+        self.len()
+    }
+    fn seq(&self, i: usize) -> &Forward {
+        &self[i]
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut Forward {
+        &mut self[i]
+    }
+}
+
+struct SeqKv<'a, S: ?Sized>(&'a mut S);
+
+impl<S: SeqSet + ?Sized> KvAccess for SeqKv<'_, S> {
+    fn kv(&self, seq: usize) -> &KvCache {
+        &self.0.seq(seq).kv
+    }
+    fn kv_mut(&mut self, seq: usize) -> &mut KvCache {
+        &mut self.0.seq_mut(seq).kv
+    }
+}
+
+/// Query heads per tiled-attention task (tokens × heads of one KV group).
+const TILE_QUERIES: usize = 12;
+
+/// Scratch buffers, allocated once per session (or batch decoder).
 struct Workspace {
     x: Vec<f32>,
-    h: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -360,11 +513,48 @@ struct Workspace {
     up: Vec<f32>,
     logits: Vec<f32>,
     acts: QuantizedActs,
-    scores: Vec<f32>,
+    acts2: QuantizedActs,
+    /// Per-worker attention scratch, `scratch_stride` floats each.
+    scratch: Vec<f32>,
+    scratch_stride: usize,
+    /// Slots of the widest KV ring served, rounded up to 16.
+    ldk: usize,
+    /// Rows of score scratch per worker.
+    sc_rows: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
-    positions: Vec<u32>,
-    slots: Vec<usize>,
+    rows: Vec<RowInfo>,
+}
+
+impl Workspace {
+    fn new(c: &ModelConfig, rows: usize, cap: usize, threads: usize, logit_rows: usize) -> Self {
+        let hd = c.head_dim;
+        let group = c.n_heads / c.n_kv_heads;
+        let ldk = cap.next_multiple_of(16);
+        let sc_rows = TILE_QUERIES.max(group);
+        // Scores, then query and output staging.
+        let scratch_stride = (sc_rows * ldk + 2 * sc_rows * hd).next_multiple_of(16);
+        let widest = c.n_embd.max(c.n_ff).max(c.q_dim());
+        Workspace {
+            x: vec![0.0; rows * c.n_embd],
+            q: vec![0.0; rows * c.q_dim()],
+            k: vec![0.0; rows * c.kv_dim()],
+            v: vec![0.0; rows * c.kv_dim()],
+            attn: vec![0.0; rows * c.q_dim()],
+            gate: vec![0.0; rows * c.n_ff],
+            up: vec![0.0; rows * c.n_ff],
+            logits: vec![0.0; logit_rows * c.vocab_size],
+            acts: QuantizedActs::new(rows, widest),
+            acts2: QuantizedActs::new(rows, c.n_ff),
+            scratch: vec![0.0; threads * scratch_stride],
+            scratch_stride,
+            ldk,
+            sc_rows,
+            cos: vec![0.0; rows * c.rope_dims / 2],
+            sin: vec![0.0; rows * c.rope_dims / 2],
+            rows: vec![RowInfo::default(); rows],
+        }
+    }
 }
 
 /// Forward-pass state of one sequence: KV ring, scratch, thread pool.
@@ -378,20 +568,581 @@ pub struct Forward {
     pub counters: Counters,
 }
 
-/// Raw pointer wrapper for disjoint parallel writes.
+/// A raw view of a scratch vector that pool workers write in disjoint ranges.
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: only used to hand disjoint output ranges to pool workers, which finish before
-// `ThreadPool::run` returns.
-unsafe impl Send for SendPtr {}
+struct Shared {
+    ptr: *mut f32,
+    len: usize,
+}
+// SAFETY: only used to hand disjoint ranges of a buffer to pool workers, which finish before
+// `ThreadPool::run` returns; the buffer outlives the job.
+unsafe impl Send for Shared {}
 // SAFETY: see above.
-unsafe impl Sync for SendPtr {}
+unsafe impl Sync for Shared {}
 
-impl SendPtr {
-    /// Method access makes closures capture the whole (Send + Sync) wrapper.
-    fn get(self) -> *mut f32 {
-        self.0
+impl Shared {
+    fn new(v: &mut [f32]) -> Self {
+        Shared {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+        }
     }
+
+    /// # Safety
+    /// No other thread accesses `[off, off + len)` while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
+        assert!(
+            off + len <= self.len,
+            "scratch range {off}+{len} of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked); exclusivity is the caller's.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
+    }
+
+    /// An output view of `rows × cols` with row stride `stride`.
+    fn out(&self, rows: usize, cols: usize, stride: usize, accumulate: bool) -> OutRows {
+        // SAFETY: the view lies inside the buffer (checked by `from_raw`); workers write
+        // disjoint weight-row ranges of it.
+        unsafe { OutRows::from_raw(self.ptr, self.len, rows, cols, stride, accumulate) }
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    a / gcd(a, b).max(1) * b
+}
+
+/// Runs `f(lo, hi)` over `0..total` in chunks of `chunk` shared out to the pool through an
+/// atomic counter.
+fn par_chunks(pool: &ThreadPool, total: usize, chunk: usize, f: impl Fn(usize, usize) + Sync) {
+    if total == 0 {
+        return;
+    }
+    let n_chunks = total.div_ceil(chunk.max(1));
+    if n_chunks == 1 || pool.n_threads() == 1 {
+        let mut lo = 0;
+        while lo < total {
+            f(lo, (lo + chunk).min(total));
+            lo += chunk;
+        }
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    pool.run_dynamic(|_, _| {
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= n_chunks {
+                break;
+            }
+            let lo = c * chunk;
+            f(lo, (lo + chunk).min(total));
+        }
+    });
+}
+
+/// Runs `f(row)` for rows `0..n`: on the calling thread for a few rows, split over the pool
+/// otherwise.
+fn par_rows(pool: &ThreadPool, n: usize, f: impl Fn(usize) + Sync) {
+    if n < 8 || pool.n_threads() == 1 {
+        (0..n).for_each(f);
+        return;
+    }
+    par_chunks(pool, n, n.div_ceil(2 * pool.n_threads()), |lo, hi| {
+        (lo..hi).for_each(&f)
+    });
+}
+
+/// `y (+)= w · x` over the pool in row chunks (rows a multiple of `align`).
+fn matmul_job(
+    pool: &ThreadPool,
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    n: usize,
+    out: OutRows,
+    counters: &mut Counters,
+) {
+    let chunk = quant::chunk_size(w.rows, pool.n_threads(), 4);
+    par_chunks(pool, w.rows, chunk, |r0, r1| {
+        // SAFETY: chunks are disjoint weight-row ranges, so workers write disjoint outputs.
+        unsafe { quant::matmul_rows(isa, w, x, n, r0, r1, out) }
+    });
+    counters.matmuls += 1;
+    counters.weight_bytes_read += w.data.len() as u64;
+}
+
+/// RMSNorm of rows `0..n` of `x` (each `width` wide) fused with their quantization for
+/// weights of type `ty`.
+#[allow(clippy::too_many_arguments)]
+fn norm_quantize(
+    pool: &ThreadPool,
+    isa: Isa,
+    x: &[f32],
+    n: usize,
+    width: usize,
+    g: &[f32],
+    eps: f32,
+    acts: &mut QuantizedActs,
+    ty: GgmlType,
+) {
+    let w = acts.prepare(isa, ty, n, width);
+    par_rows(pool, n, |a| {
+        let xr = &x[a * width..(a + 1) * width];
+        let s = quant::rms_scale(isa, xr, eps);
+        // SAFETY: each row is written by exactly one call.
+        unsafe { w.write_cols(a, 0, xr, Some((s, g))) };
+    });
+}
+
+/// Quantizes rows `0..n` of `x` for weights of type `ty`.
+fn quantize_rows(
+    pool: &ThreadPool,
+    isa: Isa,
+    x: &[f32],
+    n: usize,
+    width: usize,
+    acts: &mut QuantizedActs,
+    ty: GgmlType,
+) {
+    let w = acts.prepare(isa, ty, n, width);
+    par_rows(pool, n, |a| {
+        // SAFETY: each row is written by exactly one call.
+        unsafe { w.write_cols(a, 0, &x[a * width..(a + 1) * width], None) };
+    });
+}
+
+/// Adds the bias and applies RoPE to rows `0..n`, columns `r0..r1` of a Q or K output
+/// (`width` wide, heads of `hd`); `r0`/`r1` fall on head boundaries when `rope` is set.
+#[allow(clippy::too_many_arguments)]
+fn bias_rope(
+    buf: Shared,
+    n: usize,
+    width: usize,
+    r0: usize,
+    r1: usize,
+    bias: Option<&[f32]>,
+    rope_on: bool,
+    c: &ModelConfig,
+    cos: &[f32],
+    sin: &[f32],
+) {
+    let half = c.rope_dims / 2;
+    let hd = c.head_dim;
+    for a in 0..n {
+        // SAFETY: columns r0..r1 of every row belong to the calling worker alone.
+        let row = unsafe { buf.slice(a * width + r0, r1 - r0) };
+        if let Some(b) = bias {
+            for (v, bb) in row.iter_mut().zip(&b[r0..r1]) {
+                *v += bb;
+            }
+        }
+        if rope_on {
+            let (cs, sn) = (
+                &cos[a * half..(a + 1) * half],
+                &sin[a * half..(a + 1) * half],
+            );
+            for head in row.chunks_exact_mut(hd) {
+                rope(head, cs, sn, c.rope_layout);
+            }
+        }
+    }
+}
+
+/// The parts of a layer's forward pass that need the scratch, the pool and the KV set.
+struct Pass<'a> {
+    model: &'a Model,
+    pool: &'a ThreadPool,
+    isa: Isa,
+}
+
+impl Pass<'_> {
+    /// Runs every layer over the `n` rows whose embeddings are in `ws.x` and whose slots are
+    /// in `ws.rows` (already claimed). `tiled` allows the shared-key attention of a prefill
+    /// chunk (one sequence whose slots hold increasing positions).
+    fn layers(
+        &self,
+        ws: &mut Workspace,
+        n: usize,
+        kvs: &mut dyn KvAccess,
+        tiled: bool,
+        counters: &mut Counters,
+    ) {
+        let c = &self.model.config;
+        let (e, qd, kvd, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
+        let half = c.rope_dims / 2;
+        for i in 0..n {
+            let pos = ws.rows[i].pos;
+            for (j, f) in self.model.inv_freq.iter().enumerate() {
+                let theta = pos as f32 * f;
+                ws.cos[i * half + j] = theta.cos();
+                ws.sin[i * half + j] = theta.sin();
+            }
+        }
+        for li in 0..self.model.layers.len() {
+            let Some(lw) = self.model.layer(li) else {
+                unreachable!("layer {li} exists")
+            };
+            // 1-2: attention norm, Q/K/V.
+            norm_quantize(
+                self.pool,
+                self.isa,
+                &ws.x,
+                n,
+                e,
+                lw.attn_norm,
+                c.rms_eps,
+                &mut ws.acts,
+                lw.wq.ty,
+            );
+            self.qkv(ws, &lw, n, counters);
+            for i in 0..n {
+                let r = ws.rows[i];
+                kvs.kv_mut(r.seq).write(
+                    li,
+                    r.slot,
+                    &ws.k[i * kvd..(i + 1) * kvd],
+                    &ws.v[i * kvd..(i + 1) * kvd],
+                );
+            }
+            // 3: attention.
+            self.attention(ws, li, n, &*kvs, tiled);
+            // 4: output projection into the residual stream.
+            quantize_rows(self.pool, self.isa, &ws.attn, n, qd, &mut ws.acts, lw.wo.ty);
+            let xo = Shared::new(&mut ws.x).out(n, e, e, true);
+            matmul_job(self.pool, self.isa, &lw.wo, &ws.acts, n, xo, counters);
+            // 5-6: feed-forward.
+            norm_quantize(
+                self.pool,
+                self.isa,
+                &ws.x,
+                n,
+                e,
+                lw.ffn_norm,
+                c.rms_eps,
+                &mut ws.acts,
+                lw.w_gate.ty,
+            );
+            self.gate_up(ws, &lw, n, counters);
+            let xo = Shared::new(&mut ws.x).out(n, e, e, true);
+            matmul_job(self.pool, self.isa, &lw.w_down, &ws.acts2, n, xo, counters);
+            let _ = ff;
+        }
+    }
+
+    /// Q, K and V from `ws.acts` (quantized for `wq`), with bias and RoPE.
+    fn qkv(&self, ws: &mut Workspace, lw: &LayerWeights<'_>, n: usize, counters: &mut Counters) {
+        let c = &self.model.config;
+        let (e, qd, kvd, hd) = (c.n_embd, c.q_dim(), c.kv_dim(), c.head_dim);
+        let (q, k, v) = (
+            Shared::new(&mut ws.q),
+            Shared::new(&mut ws.k),
+            Shared::new(&mut ws.v),
+        );
+        let segs = [
+            (lw.wq, q, qd, lw.bq, true),
+            (lw.wk, k, kvd, lw.bk, true),
+            (lw.wv, v, kvd, lw.bv, false),
+        ];
+        let (cos, sin) = (&ws.cos[..], &ws.sin[..]);
+        let one_layout = segs
+            .iter()
+            .all(|s| quant::act_layout(self.isa, s.0.ty) == quant::act_layout(self.isa, lw.wq.ty));
+        if one_layout {
+            let total = qd + 2 * kvd;
+            let chunk = quant::chunk_size(total, self.pool.n_threads(), lcm(hd, 4));
+            let acts = &ws.acts;
+            par_chunks(self.pool, total, chunk, |lo, hi| {
+                let mut base = 0;
+                for (w, buf, width, bias, rope_on) in &segs {
+                    let (s0, s1) = (lo.max(base), hi.min(base + width));
+                    if s0 < s1 {
+                        let (r0, r1) = (s0 - base, s1 - base);
+                        let out = buf.out(n, *width, *width, false);
+                        // SAFETY: chunks are disjoint row ranges of Q|K|V.
+                        unsafe { quant::matmul_rows(self.isa, w, acts, n, r0, r1, out) };
+                        bias_rope(*buf, n, *width, r0, r1, *bias, *rope_on, c, cos, sin);
+                    }
+                    base += width;
+                }
+            });
+            for (w, ..) in &segs {
+                counters.matmuls += 1;
+                counters.weight_bytes_read += w.data.len() as u64;
+            }
+        } else {
+            // Mixed weight formats: one quantization and product per matrix. `ws.acts` holds
+            // the normalized row for `wq`; re-derive it for the others from its source.
+            for (i, (w, buf, width, bias, rope_on)) in segs.iter().enumerate() {
+                if i > 0 {
+                    let eps = c.rms_eps;
+                    norm_quantize(
+                        self.pool,
+                        self.isa,
+                        &ws.x,
+                        n,
+                        e,
+                        lw.attn_norm,
+                        eps,
+                        &mut ws.acts,
+                        w.ty,
+                    );
+                }
+                matmul_job(
+                    self.pool,
+                    self.isa,
+                    w,
+                    &ws.acts,
+                    n,
+                    buf.out(n, *width, *width, false),
+                    counters,
+                );
+                bias_rope(*buf, n, *width, 0, *width, *bias, *rope_on, c, cos, sin);
+            }
+        }
+    }
+
+    /// Gate and up from `ws.acts`, SwiGLU, and its quantization into `ws.acts2` for `w_down`.
+    fn gate_up(
+        &self,
+        ws: &mut Workspace,
+        lw: &LayerWeights<'_>,
+        n: usize,
+        counters: &mut Counters,
+    ) {
+        let c = &self.model.config;
+        let ff = c.n_ff;
+        let isa = self.isa;
+        let (gate, up) = (Shared::new(&mut ws.gate), Shared::new(&mut ws.up));
+        if quant::act_layout(isa, lw.w_gate.ty) == quant::act_layout(isa, lw.w_up.ty) {
+            let w2 = ws.acts2.prepare(isa, lw.w_down.ty, n, ff);
+            let chunk = quant::chunk_size(ff, self.pool.n_threads(), lcm(w2.layout().align(), 4));
+            let acts = &ws.acts;
+            let (og, ou) = (gate.out(n, ff, ff, false), up.out(n, ff, ff, false));
+            par_chunks(self.pool, ff, chunk, |r0, r1| {
+                // SAFETY: chunks are disjoint row ranges of gate/up, and each worker reads,
+                // rewrites and quantizes only its own columns r0..r1 of every row.
+                unsafe {
+                    quant::matmul_rows(isa, &lw.w_gate, acts, n, r0, r1, og);
+                    quant::matmul_rows(isa, &lw.w_up, acts, n, r0, r1, ou);
+                    for a in 0..n {
+                        let g = gate.slice(a * ff + r0, r1 - r0);
+                        attn::silu_mul(isa, g, up.slice(a * ff + r0, r1 - r0));
+                        w2.write_cols(a, r0, g, None);
+                    }
+                }
+            });
+            for w in [&lw.w_gate, &lw.w_up] {
+                counters.matmuls += 1;
+                counters.weight_bytes_read += w.data.len() as u64;
+            }
+        } else {
+            let e = c.n_embd;
+            matmul_job(
+                self.pool,
+                isa,
+                &lw.w_gate,
+                &ws.acts,
+                n,
+                gate.out(n, ff, ff, false),
+                counters,
+            );
+            norm_quantize(
+                self.pool,
+                isa,
+                &ws.x,
+                n,
+                e,
+                lw.ffn_norm,
+                c.rms_eps,
+                &mut ws.acts,
+                lw.w_up.ty,
+            );
+            matmul_job(
+                self.pool,
+                isa,
+                &lw.w_up,
+                &ws.acts,
+                n,
+                up.out(n, ff, ff, false),
+                counters,
+            );
+            attn::silu_mul(isa, &mut ws.gate[..n * ff], &ws.up[..n * ff]);
+            quantize_rows(self.pool, isa, &ws.gate, n, ff, &mut ws.acts2, lw.w_down.ty);
+        }
+    }
+
+    /// Causal attention of the `n` rows' queries (`ws.q`) into `ws.attn`.
+    ///
+    /// A task is one KV head and a block of rows: the block is a single row, or with
+    /// `tiled` (a prefill chunk of one sequence) up to [`TILE_QUERIES`] / group consecutive
+    /// rows that then share every key and value row they read. Each score, softmax and
+    /// output is the same chain of operations in both cases (masked slots contribute exact
+    /// zeros), so a prefill chunk, token-by-token decode and batched decode agree bit for bit.
+    fn attention(
+        &self,
+        ws: &mut Workspace,
+        layer: usize,
+        n: usize,
+        kvs: &dyn KvAccess,
+        tiled: bool,
+    ) {
+        let c = &self.model.config;
+        let (hd, qd) = (c.head_dim, c.q_dim());
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let isa = self.isa;
+        let ldk = ws.ldk;
+        let sc_rows = ws.sc_rows;
+        let stride = ws.scratch_stride;
+        let scratch = Shared::new(&mut ws.scratch);
+        let out = Shared::new(&mut ws.attn);
+        let q = &ws.q[..];
+        let rows = &ws.rows[..n];
+        let next = AtomicUsize::new(0);
+        let tb = if tiled {
+            (TILE_QUERIES / group).max(1)
+        } else {
+            1
+        };
+        let nblk = n.div_ceil(tb);
+        let tasks = c.n_kv_heads * nblk;
+        let job = |w: usize, _nw: usize| {
+            // SAFETY: each worker owns scratch block `w`.
+            let sc = unsafe { scratch.slice(w * stride, stride) };
+            let (scores, rest) = sc.split_at_mut(sc_rows * ldk);
+            let (qbuf, rest) = rest.split_at_mut(sc_rows * hd);
+            let obuf = &mut rest[..sc_rows * hd];
+            loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= tasks {
+                    break;
+                }
+                let (g, blk) = (t / nblk, t % nblk);
+                let (t0, t1) = (blk * tb, ((blk + 1) * tb).min(n));
+                let kv = kvs.kv(rows[t0].seq);
+                let positions = kv.positions();
+                // Slots any row of the block may see: a prefix when slots are in position
+                // order (tiled), else all of them (masked per row below).
+                let lim = if tiled {
+                    let pmax = rows[t1 - 1].pos;
+                    positions.partition_point(|&p| p <= pmax)
+                } else {
+                    kv.used()
+                };
+                let nq = (t1 - t0) * group;
+                for (b, ti) in (t0..t1).enumerate() {
+                    let src = ti * qd + g * group * hd;
+                    qbuf[b * group * hd..(b + 1) * group * hd]
+                        .copy_from_slice(&q[src..src + group * hd]);
+                }
+                attn::scores_f16(
+                    isa,
+                    qbuf,
+                    nq,
+                    hd,
+                    kv.keys(layer, g),
+                    lim,
+                    scale,
+                    scores,
+                    ldk,
+                );
+                for (b, r) in rows[t0..t1].iter().enumerate() {
+                    for (s, &p) in positions[..lim].iter().enumerate() {
+                        if p > r.pos {
+                            for h in 0..group {
+                                scores[(b * group + h) * ldk + s] = f32::NEG_INFINITY;
+                            }
+                        }
+                    }
+                }
+                for j in 0..nq {
+                    softmax(isa, &mut scores[j * ldk..j * ldk + lim]);
+                }
+                obuf[..nq * hd].fill(0.0);
+                attn::accum_f16(isa, scores, ldk, nq, hd, kv.values(layer, g), lim, obuf);
+                for (b, ti) in (t0..t1).enumerate() {
+                    // SAFETY: (row ti, KV group g) is one task's disjoint output range.
+                    let o = unsafe { out.slice(ti * qd + g * group * hd, group * hd) };
+                    o.copy_from_slice(&obuf[b * group * hd..(b + 1) * group * hd]);
+                }
+            }
+        };
+        if tasks == 1 || self.pool.n_threads() == 1 {
+            job(0, 1);
+        } else {
+            self.pool.run_dynamic(job);
+        }
+    }
+
+    /// RMSNorm and output projection of rows `first..first + rows` of `ws.x` into `ws.logits`.
+    /// Final norm and output projection of rows `first..first + rows` of the residual
+    /// stream, into logits rows `out_row..out_row + rows`.
+    fn head(
+        &self,
+        ws: &mut Workspace,
+        first: usize,
+        rows: usize,
+        out_row: usize,
+        counters: &mut Counters,
+    ) {
+        let c = &self.model.config;
+        let e = c.n_embd;
+        let w = self.model.output();
+        norm_quantize(
+            self.pool,
+            self.isa,
+            &ws.x[first * e..(first + rows) * e],
+            rows,
+            e,
+            self.model.output_norm(),
+            c.rms_eps,
+            &mut ws.acts,
+            w.ty,
+        );
+        let v = c.vocab_size;
+        let logits = &mut ws.logits[out_row * v..(out_row + rows) * v];
+        let out = Shared::new(logits).out(rows, v, v, false);
+        matmul_job(self.pool, self.isa, &w, &ws.acts, rows, out, counters);
+    }
+
+    /// Embedding rows of `tokens` into `ws.x`.
+    fn embed(&self, ws: &mut Workspace, tokens: &[u32]) {
+        let e = self.model.config.n_embd;
+        let embd = self.model.token_embd();
+        for (i, &t) in tokens.iter().enumerate() {
+            embd.row_dequant(t as usize, &mut ws.x[i * e..(i + 1) * e]);
+        }
+    }
+}
+
+/// In-place softmax of one score row (`-inf` entries get probability 0).
+fn softmax(isa: Isa, row: &mut [f32]) {
+    let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if mx == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return;
+    }
+    let sum = attn::exp_shifted(isa, row, mx);
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    for v in row.iter_mut() {
+        *v *= inv;
+    }
+}
+
+fn check_tokens(model: &Model, tokens: &[u32]) -> Result<()> {
+    let vocab = model.config.vocab_size as u32;
+    if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+        return Err(Error::InvalidArgument {
+            what: "token id".into(),
+            reason: format!("{bad} is outside the vocabulary of {vocab}"),
+        });
+    }
+    Ok(())
 }
 
 impl Forward {
@@ -422,25 +1173,8 @@ impl Forward {
             },
             opts.kv_policy,
         )?;
-        let nt = pool.n_threads();
-        let widest = c.n_embd.max(c.n_ff).max(c.q_dim());
-        let ws = Workspace {
-            x: vec![0.0; b * c.n_embd],
-            h: vec![0.0; b * c.n_embd],
-            q: vec![0.0; b * c.q_dim()],
-            k: vec![0.0; b * c.kv_dim()],
-            v: vec![0.0; b * c.kv_dim()],
-            attn: vec![0.0; b * c.q_dim()],
-            gate: vec![0.0; b * c.n_ff],
-            up: vec![0.0; b * c.n_ff],
-            logits: vec![0.0; if opts.logits_all { b } else { 1 } * c.vocab_size],
-            acts: QuantizedActs::new(b, widest),
-            scores: vec![0.0; nt * opts.max_seq_len],
-            cos: vec![0.0; b * c.rope_dims / 2],
-            sin: vec![0.0; b * c.rope_dims / 2],
-            positions: vec![0; b],
-            slots: vec![0; b],
-        };
+        let logit_rows = if opts.logits_all { b } else { 1 };
+        let ws = Workspace::new(c, b, opts.max_seq_len, pool.n_threads(), logit_rows);
         Ok(Forward {
             kv,
             ws,
@@ -505,13 +1239,7 @@ impl Forward {
                 ctx: self.kv.shape().capacity,
             });
         }
-        let vocab = model.config.vocab_size as u32;
-        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
-            return Err(Error::InvalidArgument {
-                what: "token id".into(),
-                reason: format!("{bad} is outside the vocabulary of {vocab}"),
-            });
-        }
+        check_tokens(model, tokens)?;
         // Batches of up to `max_batch`; with `logits_all`, batch b's rows land at row 0 of
         // the logits buffer and later sub-batches of it after them.
         let (cap, mb) = (self.kv.shape().capacity, self.opts.max_batch);
@@ -541,168 +1269,30 @@ impl Forward {
         })
     }
 
-    fn matmul(&mut self, model: &Model, t: &TensorRef, n: usize, out: OutBuf) {
-        let w = model.matrix(t);
-        let y: &mut [f32] = match out {
-            OutBuf::Q => &mut self.ws.q,
-            OutBuf::K => &mut self.ws.k,
-            OutBuf::V => &mut self.ws.v,
-            OutBuf::H => &mut self.ws.h,
-            OutBuf::Gate => &mut self.ws.gate,
-            OutBuf::Up => &mut self.ws.up,
-        };
-        quant::matmul(
-            &self.pool,
-            self.isa,
-            &w,
-            &self.ws.acts,
-            n,
-            &mut y[..n * t.rows],
-        );
-        self.counters.matmuls += 1;
-        self.counters.weight_bytes_read += t.len as u64;
-    }
-
     /// Runs one sub-batch; with `logits_all` its logits go to rows `out_row..` of the buffer.
     fn forward_chunk(&mut self, model: &Model, tokens: &[u32], out_row: usize) -> Result<()> {
-        let c = &model.config;
         let n = tokens.len();
-        let (e, qd, kvd, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
-
-        // Embedding rows.
-        let embd = model.matrix(&model.embd);
-        for (i, &t) in tokens.iter().enumerate() {
-            embd.row_dequant(t as usize, &mut self.ws.x[i * e..(i + 1) * e]);
-        }
-        // Slots and rotary tables for this chunk.
-        let half = c.rope_dims / 2;
+        let pass = Pass {
+            model,
+            pool: &self.pool,
+            isa: self.isa,
+        };
+        pass.embed(&mut self.ws, tokens);
         for i in 0..n {
             let pos = self.n_past + i as u32;
-            self.ws.positions[i] = pos;
-            self.ws.slots[i] = self.kv.claim(pos)?;
-            for (j, f) in model.inv_freq.iter().enumerate() {
-                let theta = pos as f32 * f;
-                self.ws.cos[i * half + j] = theta.cos();
-                self.ws.sin[i * half + j] = theta.sin();
-            }
+            let slot = self.kv.claim(pos)?;
+            self.ws.rows[i] = RowInfo { seq: 0, pos, slot };
         }
-
-        for (li, layer) in model.layers.iter().enumerate() {
-            // Attention block.
-            rms_norm(
-                &self.ws.x[..n * e],
-                model.f32s(&layer.attn_norm),
-                c.rms_eps,
-                &mut self.ws.h[..n * e],
-                e,
-            );
-            self.ws
-                .acts
-                .quantize_for(self.isa, layer.wq.ty, &self.ws.h[..n * e], n, e);
-            self.matmul(model, &layer.wq, n, OutBuf::Q);
-            if layer.wk.ty != layer.wq.ty {
-                self.ws
-                    .acts
-                    .quantize_for(self.isa, layer.wk.ty, &self.ws.h[..n * e], n, e);
-            }
-            self.matmul(model, &layer.wk, n, OutBuf::K);
-            if layer.wv.ty != layer.wk.ty {
-                self.ws
-                    .acts
-                    .quantize_for(self.isa, layer.wv.ty, &self.ws.h[..n * e], n, e);
-            }
-            self.matmul(model, &layer.wv, n, OutBuf::V);
-            if let (Some(bq), Some(bk), Some(bv)) = (&layer.bq, &layer.bk, &layer.bv) {
-                add_bias(&mut self.ws.q[..n * qd], model.f32s(bq));
-                add_bias(&mut self.ws.k[..n * kvd], model.f32s(bk));
-                add_bias(&mut self.ws.v[..n * kvd], model.f32s(bv));
-            }
-            for i in 0..n {
-                let (cs, sn) = (
-                    &self.ws.cos[i * half..(i + 1) * half],
-                    &self.ws.sin[i * half..(i + 1) * half],
-                );
-                for hq in 0..c.n_heads {
-                    let o = i * qd + hq * c.head_dim;
-                    rope(&mut self.ws.q[o..o + c.head_dim], cs, sn, c.rope_layout);
-                }
-                for hk in 0..c.n_kv_heads {
-                    let o = i * kvd + hk * c.head_dim;
-                    rope(&mut self.ws.k[o..o + c.head_dim], cs, sn, c.rope_layout);
-                }
-                self.kv.write(
-                    li,
-                    self.ws.slots[i],
-                    &self.ws.k[i * kvd..(i + 1) * kvd],
-                    &self.ws.v[i * kvd..(i + 1) * kvd],
-                );
-            }
-            self.attention(c, li, n);
-            self.ws
-                .acts
-                .quantize_for(self.isa, layer.wo.ty, &self.ws.attn[..n * qd], n, qd);
-            self.matmul(model, &layer.wo, n, OutBuf::H);
-            for (x, o) in self.ws.x[..n * e].iter_mut().zip(&self.ws.h[..n * e]) {
-                *x += *o;
-            }
-
-            // Feed-forward block.
-            rms_norm(
-                &self.ws.x[..n * e],
-                model.f32s(&layer.ffn_norm),
-                c.rms_eps,
-                &mut self.ws.h[..n * e],
-                e,
-            );
-            self.ws
-                .acts
-                .quantize_for(self.isa, layer.w_gate.ty, &self.ws.h[..n * e], n, e);
-            self.matmul(model, &layer.w_gate, n, OutBuf::Gate);
-            if layer.w_up.ty != layer.w_gate.ty {
-                self.ws
-                    .acts
-                    .quantize_for(self.isa, layer.w_up.ty, &self.ws.h[..n * e], n, e);
-            }
-            self.matmul(model, &layer.w_up, n, OutBuf::Up);
-            for (g, u) in self.ws.gate[..n * ff].iter_mut().zip(&self.ws.up[..n * ff]) {
-                *g = silu(*g) * *u;
-            }
-            self.ws
-                .acts
-                .quantize_for(self.isa, layer.w_down.ty, &self.ws.gate[..n * ff], n, ff);
-            self.matmul(model, &layer.w_down, n, OutBuf::H);
-            for (x, o) in self.ws.x[..n * e].iter_mut().zip(&self.ws.h[..n * e]) {
-                *x += *o;
-            }
-        }
-
-        // Head: all rows with logits_all, else only the last.
+        // Shared-key attention needs slots in position order (true until a sliding ring
+        // wraps).
+        let tiled = n >= 2 && self.kv.positions().windows(2).all(|w| w[0] < w[1]);
+        pass.layers(&mut self.ws, n, &mut self.kv, tiled, &mut self.counters);
         let (first, rows) = if self.opts.logits_all {
             (0, n)
         } else {
             (n - 1, 1)
         };
-        rms_norm(
-            &self.ws.x[first * e..(first + rows) * e],
-            model.f32s(&model.output_norm),
-            c.rms_eps,
-            &mut self.ws.h[..rows * e],
-            e,
-        );
-        self.ws
-            .acts
-            .quantize_for(self.isa, model.output.ty, &self.ws.h[..rows * e], rows, e);
-        let w = model.matrix(&model.output);
-        quant::matmul(
-            &self.pool,
-            self.isa,
-            &w,
-            &self.ws.acts,
-            rows,
-            &mut self.ws.logits[out_row * c.vocab_size..(out_row + rows) * c.vocab_size],
-        );
-        self.counters.matmuls += 1;
-        self.counters.weight_bytes_read += model.output.len as u64;
+        pass.head(&mut self.ws, first, rows, out_row, &mut self.counters);
         self.counters.forward_calls += 1;
         if n == 1 {
             self.counters.tokens_decoded += 1;
@@ -712,91 +1302,128 @@ impl Forward {
         self.n_past += n as u32;
         Ok(())
     }
+}
 
-    /// Causal attention of the chunk's `n` queries over every occupied slot whose position
-    /// does not exceed the query's. Work is split over (token, head) pairs.
-    fn attention(&mut self, c: &ModelConfig, layer: usize, n: usize) {
-        let hd = c.head_dim;
-        let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let used = self.kv.used();
-        let cap = self.kv.shape().capacity;
-        let positions = self.kv.positions();
-        let kv = &self.kv;
-        let q = &self.ws.q;
-        let qpos = &self.ws.positions[..n];
-        let out = SendPtr(self.ws.attn.as_mut_ptr());
-        let scores = SendPtr(self.ws.scores.as_mut_ptr());
-        let tasks = n * c.n_heads;
-        let qd = c.q_dim();
-        self.pool.run(|w, nw| {
-            // SAFETY: each worker owns the disjoint score row `w` of length `cap`.
-            let sc = unsafe { std::slice::from_raw_parts_mut(scores.get().add(w * cap), cap) };
-            let mut task = w;
-            while task < tasks {
-                let (i, h) = (task / c.n_heads, task % c.n_heads);
-                let kvh = h / group;
-                let qv = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-                let keys = kv.keys(layer, kvh);
-                let vals = kv.values(layer, kvh);
-                let p = qpos[i];
-                let mut mx = f32::NEG_INFINITY;
-                for s in 0..used {
-                    if positions[s] <= p {
-                        let d = dot_f16(qv, &keys[s * hd..(s + 1) * hd]) * scale;
-                        sc[s] = d;
-                        mx = mx.max(d);
-                    } else {
-                        sc[s] = f32::NEG_INFINITY;
-                    }
-                }
-                let mut sum = 0.0f32;
-                for v in sc[..used].iter_mut() {
-                    *v = if *v == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        (*v - mx).exp()
-                    };
-                    sum += *v;
-                }
-                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-                // SAFETY: (i, h) identifies a disjoint `hd`-long range of the output.
-                let o =
-                    unsafe { std::slice::from_raw_parts_mut(out.get().add(i * qd + h * hd), hd) };
-                o.fill(0.0);
-                for s in 0..used {
-                    let wgt = sc[s] * inv;
-                    if wgt != 0.0 {
-                        axpy_f16(wgt, &vals[s * hd..(s + 1) * hd], o);
-                    }
-                }
-                task += nw;
+/// Decodes one token for each of several sequences at once (the Offline scenario's batch):
+/// every weight matrix is streamed once for the whole batch, while each sequence keeps its
+/// own [`Forward`] state and KV ring. The logits of sequence `i` are row `i` of the result,
+/// bit-identical to what [`Forward::forward`] gives that sequence alone on the same tier.
+pub struct BatchForward {
+    ws: Workspace,
+    pool: Arc<ThreadPool>,
+    isa: Isa,
+    max_batch: usize,
+    max_seq_len: usize,
+    pub counters: Counters,
+}
+
+impl BatchForward {
+    /// A decoder for up to `max_batch` sequences whose KV rings hold at most `max_seq_len`
+    /// slots.
+    pub fn new(
+        model: &Model,
+        max_batch: usize,
+        max_seq_len: usize,
+        pool: Arc<ThreadPool>,
+        isa: Isa,
+    ) -> Result<Self> {
+        if max_batch == 0 || max_seq_len == 0 {
+            return Err(Error::InvalidArgument {
+                what: "batch decoder".into(),
+                reason: format!(
+                    "max_batch {max_batch} and max_seq_len {max_seq_len} must be at least 1"
+                ),
+            });
+        }
+        let ws = Workspace::new(
+            &model.config,
+            max_batch,
+            max_seq_len,
+            pool.n_threads(),
+            max_batch,
+        );
+        Ok(BatchForward {
+            ws,
+            pool,
+            isa,
+            max_batch,
+            max_seq_len,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Appends `tokens[i]` to sequence `i` of `seqs` and returns the next-token logits of
+    /// every sequence (`tokens.len() × vocab`, row `i` for sequence `i`). Nothing is changed
+    /// when an argument is refused.
+    pub fn decode<S: SeqSet + ?Sized>(
+        &mut self,
+        model: &Model,
+        seqs: &mut S,
+        tokens: &[u32],
+    ) -> Result<&[f32]> {
+        let b = tokens.len();
+        if b == 0 || b > self.max_batch || b != seqs.n_seqs() {
+            return Err(Error::InvalidArgument {
+                what: "batch".into(),
+                reason: format!(
+                    "{b} tokens for {} sequences (batch size 1..={})",
+                    seqs.n_seqs(),
+                    self.max_batch
+                ),
+            });
+        }
+        check_tokens(model, tokens)?;
+        let c = &model.config;
+        for i in 0..b {
+            let f = seqs.seq(i);
+            let sh = f.kv.shape();
+            if sh.n_layers != c.n_layers
+                || sh.n_kv_heads != c.n_kv_heads
+                || sh.head_dim != c.head_dim
+                || sh.capacity > self.max_seq_len
+            {
+                return Err(Error::InvalidArgument {
+                    what: format!("batch sequence {i}"),
+                    reason: format!(
+                        "its KV ring {sh:?} does not fit this model and decoder (at most {} slots)",
+                        self.max_seq_len
+                    ),
+                });
             }
-        });
-    }
-}
-
-#[derive(Clone, Copy)]
-enum OutBuf {
-    Q,
-    K,
-    V,
-    H,
-    Gate,
-    Up,
-}
-
-fn dot_f16(a: &[f32], b: &[half::f16]) -> f32 {
-    let mut s = 0.0f32;
-    for (x, y) in a.iter().zip(b) {
-        s += x * y.to_f32();
-    }
-    s
-}
-
-fn axpy_f16(alpha: f32, x: &[half::f16], y: &mut [f32]) {
-    for (d, s) in y.iter_mut().zip(x) {
-        *d += alpha * s.to_f32();
+            if !f.kv.can_take(1) {
+                return Err(Error::ContextOverflow {
+                    tokens: f.kv.used() + 1,
+                    ctx: sh.capacity,
+                });
+            }
+        }
+        let pass = Pass {
+            model,
+            pool: &self.pool,
+            isa: self.isa,
+        };
+        pass.embed(&mut self.ws, tokens);
+        for i in 0..b {
+            let f = seqs.seq_mut(i);
+            let pos = f.n_past;
+            let slot = f.kv.claim(pos)?;
+            self.ws.rows[i] = RowInfo { seq: i, pos, slot };
+        }
+        pass.layers(&mut self.ws, b, &mut SeqKv(seqs), false, &mut self.counters);
+        pass.head(&mut self.ws, 0, b, 0, &mut self.counters);
+        for i in 0..b {
+            let f = seqs.seq_mut(i);
+            f.n_past += 1;
+            f.counters.tokens_decoded += 1;
+            f.counters.forward_calls += 1;
+        }
+        self.counters.tokens_decoded += b as u64;
+        self.counters.forward_calls += 1;
+        Ok(&self.ws.logits[..b * c.vocab_size])
     }
 }
 
@@ -807,14 +1434,6 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize) {
         let scale = 1.0 / ((ss / width as f64) as f32 + eps).sqrt();
         for ((d, &v), &g) in o.iter_mut().zip(row).zip(w) {
             *d = v * scale * g;
-        }
-    }
-}
-
-fn add_bias(x: &mut [f32], b: &[f32]) {
-    for row in x.chunks_exact_mut(b.len()) {
-        for (v, bb) in row.iter_mut().zip(b) {
-            *v += bb;
         }
     }
 }

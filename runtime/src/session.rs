@@ -7,7 +7,7 @@
 use crate::backend::{Backend, BackendChoice, DeviceCounters, Exec};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::model::{Counters, Forward, Model, SessionOptions};
+use crate::model::{BatchForward, Counters, Forward, Model, SeqSet, SessionOptions};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
 use crate::tokenizer::Tokenizer;
@@ -97,6 +97,93 @@ impl Engine {
             fwd,
             sampler: Sampler::new(self.model.config().vocab_size),
         })
+    }
+
+    /// A decoder that advances up to `max_batch` sessions of this engine by one token each
+    /// per call, reading every weight once for the whole batch (Offline scenario). Sessions
+    /// must have KV rings of at most `max_seq_len` slots.
+    pub fn batch_decoder(&self, max_batch: usize, max_seq_len: usize) -> Result<BatchDecoder<'_>> {
+        if !matches!(self.backend, Backend::Cpu) {
+            return Err(Error::InvalidArgument {
+                what: "batched decode".into(),
+                reason: format!("needs the CPU backend, not {}", self.backend.name()),
+            });
+        }
+        Ok(BatchDecoder {
+            engine: self,
+            fwd: BatchForward::new(
+                &self.model,
+                max_batch,
+                max_seq_len,
+                self.pool.clone(),
+                self.isa,
+            )?,
+        })
+    }
+}
+
+/// Batched decode over several [`Session`]s (see [`Engine::batch_decoder`]).
+pub struct BatchDecoder<'e> {
+    engine: &'e Engine,
+    fwd: BatchForward,
+}
+
+impl<'e> BatchDecoder<'e> {
+    pub fn max_batch(&self) -> usize {
+        self.fwd.max_batch()
+    }
+
+    /// Counters of the batch decoder itself (weights read once per call).
+    pub fn counters(&self) -> Counters {
+        self.fwd.counters
+    }
+
+    /// Appends `tokens[i]` to `sessions[i]` and returns every session's next-token logits
+    /// (`tokens.len() × vocab`, row `i` for session `i`), identical to what
+    /// [`Session::decode`] gives each session alone. Sample each row with
+    /// [`Session::sample`].
+    pub fn decode(&mut self, sessions: &mut [&mut Session<'e>], tokens: &[u32]) -> Result<&[f32]> {
+        let mut seqs = CpuSessions::new(sessions)?;
+        self.fwd.decode(&self.engine.model, &mut seqs, tokens)
+    }
+}
+
+/// The sessions of one batched decode call, checked to run on the CPU backend (the batched
+/// forward pass works on CPU states only).
+struct CpuSessions<'a, 'b, 'e>(&'a mut [&'b mut Session<'e>]);
+
+impl<'a, 'b, 'e> CpuSessions<'a, 'b, 'e> {
+    fn new(sessions: &'a mut [&'b mut Session<'e>]) -> Result<Self> {
+        if let Some(i) = sessions.iter().position(|s| s.fwd.cpu().is_none()) {
+            return Err(Error::InvalidArgument {
+                what: format!("batched decode session {i}"),
+                reason: "runs on the OpenCL backend; batched decode runs CPU sessions".into(),
+            });
+        }
+        Ok(CpuSessions(sessions))
+    }
+}
+
+// SAFETY: built only by `CpuSessions::new`, which checks that every session's executor is
+// `Exec::Cpu`; the `SeqSet` methods below hand out only that `Forward` (itself `Sync`), so
+// no thread ever reaches an OpenCL executor through a shared reference.
+unsafe impl Sync for CpuSessions<'_, '_, '_> {}
+
+impl SeqSet for CpuSessions<'_, '_, '_> {
+    fn n_seqs(&self) -> usize {
+        self.0.len()
+    }
+    fn seq(&self, i: usize) -> &Forward {
+        match &self.0[i].fwd {
+            Exec::Cpu(f) => f,
+            Exec::OpenCl(_) => unreachable!("CpuSessions::new checked every session"),
+        }
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut Forward {
+        match &mut self.0[i].fwd {
+            Exec::Cpu(f) => f,
+            Exec::OpenCl(_) => unreachable!("CpuSessions::new checked every session"),
+        }
     }
 }
 
@@ -276,6 +363,18 @@ impl<'e> Session<'e> {
     pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
         self.fwd
             .forward(&self.engine.model, std::slice::from_ref(&token))
+    }
+
+    /// Chooses a token from `logits` with this session's sampler (greedy, or seeded
+    /// temperature/top-p); for rows of a [`BatchDecoder`] result. Call
+    /// [`Session::reseed`] first for a reproducible sequence.
+    pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
+        self.sampler.sample(logits, params)
+    }
+
+    /// Restarts this session's sampler from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.sampler.reseed(seed);
     }
 
     /// Logits of every position of the last forward call (sessions with `logits_all`).

@@ -162,10 +162,12 @@ fn teacher_forced_greedy_matches_the_cpu_where_it_is_confident() {
 }
 
 /// llama-perplexity's protocol on ppl_text.txt (chunks of 128 from an empty cache, second half
-/// scored) over the first `CHUNKS` chunks: within 0.5% of the CPU backend on the same chunks.
+/// scored) over all ten chunks: within 0.5% of the CPU backend and of llama.cpp's figure. (On
+/// the first two chunks alone the CPU tiers differ among themselves by more than 0.5%: 63
+/// scored tokens a chunk are too few for a figure that stable.)
 #[test]
 fn perplexity_is_within_half_a_percent_of_the_cpu() {
-    const CHUNKS: usize = 2;
+    const CHUNKS: usize = 10;
     let _g = device_lock();
     let p = common::reference_dir().join("perplexity.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
@@ -199,6 +201,11 @@ fn perplexity_is_within_half_a_percent_of_the_cpu() {
     assert!(
         (p_cl / p_cpu - 1.0).abs() < 0.005,
         "perplexity {p_cl:.4} vs CPU {p_cpu:.4}"
+    );
+    let llama = v["llama_cpp"]["final_ppl"].as_f64().unwrap();
+    assert!(
+        (p_cl / llama - 1.0).abs() < 0.005,
+        "perplexity {p_cl:.4} vs llama.cpp {llama:.4}"
     );
 }
 

@@ -26,13 +26,17 @@
 //! forces a tier so one machine can test them all. A kernel asked for a tier the CPU lacks
 //! runs the best supported tier below it (never an illegal instruction).
 
+pub mod attn;
 pub mod blocks;
+pub mod packed;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod gemm512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
@@ -124,6 +128,29 @@ pub fn supported(isa: Isa) -> bool {
     }
 }
 
+/// Whether the AVX-512 tier has VBMI byte permutes on this CPU, which its packed-activation
+/// matrix kernels need (without them it runs per-row kernels over ggml blocks).
+pub fn has_vbmi() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        supported(Isa::Avx512) && std::arch::is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+static VNNI_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the AVX-512 tier use its non-VNNI integer dot (`vpmaddubsw` + `vpmaddwd`) even on a
+/// CPU with VNNI, so tests can check both flavors on one machine. Both produce the same
+/// integers, hence the same results.
+#[doc(hidden)]
+pub fn set_vnni_disabled(off: bool) {
+    VNNI_OFF.store(off, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether the AVX-512 tier uses VNNI (`vpdpbusd`) on this CPU.
 pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -179,19 +206,20 @@ pub fn active_isa() -> Isa {
 
 /// A tier resolved against this CPU: what the kernels actually execute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tier {
+pub(crate) enum Tier {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Avx512 {
         vnni: bool,
+        vbmi: bool,
     },
     #[cfg(target_arch = "aarch64")]
     Neon,
 }
 
-fn resolve(isa: Isa) -> Tier {
+pub(crate) fn resolve(isa: Isa) -> Tier {
     let mut isa = isa;
     loop {
         if supported(isa) {
@@ -206,7 +234,10 @@ fn resolve(isa: Isa) -> Tier {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Tier::Avx2,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Tier::Avx512 { vnni: has_vnni() },
+        Isa::Avx512 => Tier::Avx512 {
+            vnni: has_vnni() && !VNNI_OFF.load(Ordering::Relaxed),
+            vbmi: has_vbmi(),
+        },
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => Tier::Neon,
         _ => Tier::Scalar,
@@ -426,7 +457,7 @@ fn dot_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     match t {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the tier was resolved against this CPU; lengths checked by the caller.
-        Tier::Avx512 { vnni } => unsafe { avx512::dot(vnni, ty, w, a) },
+        Tier::Avx512 { vnni, .. } => unsafe { avx512::dot(vnni, ty, w, a) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         Tier::Avx2 => unsafe { avx2::dot(ty, w, a) },
@@ -454,7 +485,7 @@ fn scalar_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
 #[inline]
 fn dot4_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
-    if let Tier::Avx512 { vnni } = t {
+    if let Tier::Avx512 { vnni, .. } = t {
         // SAFETY: the tier was resolved against this CPU; lengths checked by the caller.
         if let Some(r) = unsafe { avx512::dot4(vnni, ty, w, a) } {
             return r;
@@ -560,34 +591,99 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
+/// How a [`QuantizedActs`] currently stores its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActLayout {
+    /// ggml blocks (or f16/f32 values) of the given kind, one row after another.
+    Blocks(ActKind),
+    /// The packed Q8x4 layout of [`packed`] (AVX-512 tier with VBMI; any Q4_0/Q4_1/Q8_0
+    /// weights).
+    Packed,
+}
+
+impl ActLayout {
+    /// The layout `tier` multiplies with weights of type `w_ty`; `None` when the type has no
+    /// kernel.
+    fn choose(tier: Tier, w_ty: GgmlType) -> Option<Self> {
+        let kind = ActKind::for_weight(w_ty)?;
+        #[cfg(target_arch = "x86_64")]
+        let packed = matches!(tier, Tier::Avx512 { vbmi: true, .. });
+        #[cfg(not(target_arch = "x86_64"))]
+        let packed = {
+            let _ = tier;
+            false
+        };
+        Some(if packed && matches!(kind, ActKind::Q8_0 | ActKind::Q8_1) {
+            ActLayout::Packed
+        } else {
+            ActLayout::Blocks(kind)
+        })
+    }
+
+    /// Bytes of one row of `cols` elements, rounded up to a multiple of 64.
+    fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            ActLayout::Blocks(k) => k.row_bytes(cols).next_multiple_of(64),
+            ActLayout::Packed => packed::row_bytes(cols),
+        }
+    }
+
+    /// Column granularity at which parts of a row can be quantized independently.
+    pub fn align(self) -> usize {
+        match self {
+            ActLayout::Blocks(ActKind::Q8_0 | ActKind::Q8_1) => QK,
+            ActLayout::Blocks(_) => 1,
+            ActLayout::Packed => packed::GROUP_ELEMS,
+        }
+    }
+}
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
 /// Preallocated quantized activations: up to `max_rows` rows of up to `max_cols` elements in
-/// whichever format the next weight matrix needs. Quantizing allocates nothing.
-#[derive(Debug)]
+/// whichever layout the next weight matrix needs on the chosen tier. Quantizing allocates
+/// nothing; rows start on 64-byte boundaries.
 pub struct QuantizedActs {
-    /// u32 storage keeps every block view 4-byte aligned.
-    buf: Vec<u32>,
+    buf: Vec<Line>,
     max_rows: usize,
     max_cols: usize,
-    kind: ActKind,
+    layout: ActLayout,
+    tier: Tier,
     n_rows: usize,
     cols: usize,
+    stride: usize,
+}
+
+impl std::fmt::Debug for QuantizedActs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantizedActs")
+            .field("layout", &self.layout)
+            .field("n_rows", &self.n_rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
 }
 
 impl QuantizedActs {
     pub fn new(max_rows: usize, max_cols: usize) -> Self {
-        // f32 is the widest format: 4 bytes per element.
+        // f32 is the widest layout: 4 bytes per element, plus row padding.
+        let row = (4 * max_cols).next_multiple_of(64) + 64;
         Self {
-            buf: vec![0u32; max_rows * max_cols],
+            buf: vec![Line([0; 64]); (max_rows * row).div_ceil(64)],
             max_rows,
             max_cols,
-            kind: ActKind::F32,
+            layout: ActLayout::Blocks(ActKind::F32),
+            tier: Tier::Scalar,
             n_rows: 0,
             cols: 0,
+            stride: 0,
         }
     }
 
-    pub fn kind(&self) -> ActKind {
-        self.kind
+    pub fn layout(&self) -> ActLayout {
+        self.layout
     }
     pub fn n_rows(&self) -> usize {
         self.n_rows
@@ -596,11 +692,63 @@ impl QuantizedActs {
         self.cols
     }
 
+    /// The ggml activation kind (`Q8_1` for the packed layout, which carries its sums).
+    pub fn kind(&self) -> ActKind {
+        match self.layout {
+            ActLayout::Blocks(k) => k,
+            ActLayout::Packed => ActKind::Q8_1,
+        }
+    }
+
+    /// Sets the shape and layout for `n_rows` rows of `cols` values multiplied with weights of
+    /// type `w_ty` on tier `isa`, and returns a writer that fills rows (possibly from several
+    /// threads). Rows not written keep stale contents.
+    ///
+    /// # Panics
+    /// If `w_ty` has no kernel, the shape exceeds the capacity, or `cols` is not a multiple
+    /// of 32 for a quantized format.
+    pub fn prepare(
+        &mut self,
+        isa: Isa,
+        w_ty: GgmlType,
+        n_rows: usize,
+        cols: usize,
+    ) -> ActsWriter<'_> {
+        let tier = resolve(isa);
+        let layout = ActLayout::choose(tier, w_ty)
+            .unwrap_or_else(|| panic!("quantize_for: no kernel for {w_ty} weights"));
+        assert!(
+            n_rows <= self.max_rows && cols <= self.max_cols,
+            "quantize_for: {n_rows}x{cols} exceeds the capacity {}x{}",
+            self.max_rows,
+            self.max_cols
+        );
+        if !matches!(layout, ActLayout::Blocks(ActKind::F16 | ActKind::F32)) {
+            assert!(
+                cols.is_multiple_of(QK),
+                "quantize_for: {cols} columns is not a multiple of {QK}"
+            );
+        }
+        self.layout = layout;
+        self.tier = tier;
+        self.n_rows = n_rows;
+        self.cols = cols;
+        self.stride = layout.row_bytes(cols);
+        ActsWriter {
+            base: self.buf.as_mut_ptr() as *mut u8,
+            layout,
+            tier,
+            cols,
+            stride: self.stride,
+            n_rows,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
     /// Quantizes `n_rows` rows of `cols` values (`x` row-major) for weights of type `w_ty`.
     ///
     /// # Panics
-    /// If `w_ty` has no kernel, the shape exceeds the capacity, `cols` is not a multiple of
-    /// 32 for a quantized format, or `x` is shorter than `n_rows * cols`.
+    /// As [`QuantizedActs::prepare`], or if `x` is shorter than `n_rows * cols`.
     pub fn quantize_for(
         &mut self,
         isa: Isa,
@@ -609,56 +757,35 @@ impl QuantizedActs {
         n_rows: usize,
         cols: usize,
     ) {
-        let kind = ActKind::for_weight(w_ty)
-            .unwrap_or_else(|| panic!("quantize_for: no kernel for {w_ty} weights"));
-        assert!(
-            n_rows <= self.max_rows && cols <= self.max_cols,
-            "quantize_for: {n_rows}x{cols} exceeds the capacity {}x{}",
-            self.max_rows,
-            self.max_cols
-        );
         assert!(
             x.len() >= n_rows * cols,
             "quantize_for: x holds {} values, {n_rows}x{cols} needed",
             x.len()
         );
-        if matches!(kind, ActKind::Q8_0 | ActKind::Q8_1) {
-            assert!(
-                cols.is_multiple_of(QK),
-                "quantize_for: {cols} columns is not a multiple of {QK}"
-            );
-        }
-        self.kind = kind;
-        self.n_rows = n_rows;
-        self.cols = cols;
-        let rb = kind.row_bytes(cols);
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf);
-        for (r, xr) in x[..n_rows * cols].chunks_exact(cols.max(1)).enumerate() {
-            let dst = &mut bytes[r * rb..(r + 1) * rb];
-            match kind {
-                ActKind::Q8_0 => quantize_row_q8_0(isa, xr, bytemuck::cast_slice_mut(dst)),
-                ActKind::Q8_1 => quantize_row_q8_1(isa, xr, bytemuck::cast_slice_mut(dst)),
-                ActKind::F16 => {
-                    let bits: &mut [u16] = bytemuck::cast_slice_mut(dst);
-                    scalar::quantize_f16(xr, bits.reinterpret_cast_mut())
-                }
-                ActKind::F32 => dst.copy_from_slice(bytemuck::cast_slice(xr)),
-            }
+        let mut w = self.prepare(isa, w_ty, n_rows, cols);
+        for r in 0..n_rows {
+            w.row(r, &x[r * cols..(r + 1) * cols], None);
         }
     }
 
-    /// Row `r` of the last quantization.
+    fn row_bytes_of(&self, r: usize) -> &[u8] {
+        assert!(r < self.n_rows, "activation row {r} of {}", self.n_rows);
+        let bytes: &[u8] = bytemuck::cast_slice(&self.buf);
+        &bytes[r * self.stride..(r + 1) * self.stride]
+    }
+
+    /// Row `r` of the last quantization in a ggml block layout.
     ///
     /// # Panics
-    /// If `r >= n_rows()`.
+    /// If `r >= n_rows()` or the layout is packed (see [`QuantizedActs::packed_row`]).
     pub fn row(&self, r: usize) -> ActRow<'_> {
-        assert!(r < self.n_rows, "activation row {r} of {}", self.n_rows);
-        let rb = self.kind.row_bytes(self.cols);
-        let bytes: &[u8] = bytemuck::cast_slice(&self.buf);
-        let b = &bytes[r * rb..(r + 1) * rb];
-        // Row starts are multiples of 34, 36, 2 or 4 bytes from a 4-aligned base: every view
-        // is aligned for its element type, so these casts cannot fail.
-        match self.kind {
+        let ActLayout::Blocks(kind) = self.layout else {
+            panic!("activation row {r}: packed layout (use packed_row)");
+        };
+        let b = &self.row_bytes_of(r)[..kind.row_bytes(self.cols)];
+        // Rows start on 64-byte boundaries: every view is aligned for its element type, so
+        // these casts cannot fail.
+        match kind {
             ActKind::Q8_0 => ActRow::Q8_0(bytemuck::cast_slice(b)),
             ActKind::Q8_1 => ActRow::Q8_1(bytemuck::cast_slice(b)),
             ActKind::F16 => {
@@ -668,40 +795,390 @@ impl QuantizedActs {
             ActKind::F32 => ActRow::F32(bytemuck::cast_slice(b)),
         }
     }
+
+    /// Row `r` of the last quantization in the packed layout.
+    ///
+    /// # Panics
+    /// If `r >= n_rows()` or the layout is not packed.
+    pub fn packed_row(&self, r: usize) -> packed::PackedRow<'_> {
+        assert_eq!(
+            self.layout,
+            ActLayout::Packed,
+            "activation row {r}: not packed"
+        );
+        packed::PackedRow::new(self.row_bytes_of(r), self.cols / QK)
+    }
+}
+
+/// Writes rows (or aligned column ranges of rows) of a [`QuantizedActs`]; shareable across
+/// the workers of one pool job, each writing its own rows or ranges.
+pub struct ActsWriter<'a> {
+    base: *mut u8,
+    layout: ActLayout,
+    tier: Tier,
+    cols: usize,
+    stride: usize,
+    n_rows: usize,
+    _borrow: std::marker::PhantomData<&'a mut QuantizedActs>,
+}
+
+// SAFETY: shared use only reaches `write_cols`, whose `unsafe` contract excludes overlapping
+// concurrent writes; `row` needs `&mut`. The buffer is borrowed mutably for 'a.
+unsafe impl Send for ActsWriter<'_> {}
+// SAFETY: see above.
+unsafe impl Sync for ActsWriter<'_> {}
+
+impl ActsWriter<'_> {
+    pub fn layout(&self) -> ActLayout {
+        self.layout
+    }
+
+    /// Quantizes a whole row `r` from `x[..cols]`; with `norm = Some((scale, g))` the values
+    /// are `(x · scale) · g` (a fused RMSNorm).
+    ///
+    /// # Panics
+    /// If `r` is out of range or `x` (or `g`) is shorter than the row.
+    pub fn row(&mut self, r: usize, x: &[f32], norm: Option<(f32, &[f32])>) {
+        // SAFETY: `&mut self` excludes every other write through this writer.
+        unsafe { self.write_cols(r, 0, &x[..self.cols], norm) }
+    }
+
+    /// Quantizes columns `c0..c0 + x.len()` of row `r` (`c0` and the length multiples of
+    /// [`ActLayout::align`], or the range ending at the row's end).
+    ///
+    /// # Safety
+    /// No other thread writes the same row and column range concurrently, and nothing reads
+    /// it until the writes are complete (the pool's join orders them).
+    ///
+    /// # Panics
+    /// If the range is out of bounds or misaligned.
+    pub unsafe fn write_cols(&self, r: usize, c0: usize, x: &[f32], norm: Option<(f32, &[f32])>) {
+        let n = x.len();
+        let al = self.layout.align();
+        assert!(r < self.n_rows, "activation row {r} of {}", self.n_rows);
+        assert!(
+            c0 + n <= self.cols
+                && c0.is_multiple_of(al)
+                && (n.is_multiple_of(al) || c0 + n == self.cols)
+                && n.is_multiple_of(if al > 1 { QK } else { 1 }),
+            "activation columns {c0}..{} of {} (alignment {al})",
+            c0 + n,
+            self.cols
+        );
+        if let Some((_, g)) = norm {
+            assert!(g.len() >= n, "norm weights: {} for {n} columns", g.len());
+        }
+        // SAFETY: row r lies inside the buffer (n_rows * stride <= capacity, checked in
+        // `prepare`); the column range is inside the row; exclusivity is the caller's.
+        let row = unsafe { self.base.add(r * self.stride) };
+        match self.layout {
+            ActLayout::Packed => {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the packed layout is only chosen on an AVX-512 + VBMI tier; the
+                // groups written are c0/128.. inside the row's groups.
+                unsafe {
+                    gemm512::quantize_packed(
+                        x.as_ptr(),
+                        n / QK,
+                        norm.map(|(s, g)| (s, g.as_ptr())),
+                        row,
+                        packed::groups(self.cols),
+                        c0 / packed::GROUP_ELEMS,
+                    );
+                }
+            }
+            ActLayout::Blocks(kind) => {
+                let isa = match self.tier {
+                    #[cfg(target_arch = "x86_64")]
+                    Tier::Avx2 => Isa::Avx2,
+                    #[cfg(target_arch = "x86_64")]
+                    Tier::Avx512 { .. } => Isa::Avx512,
+                    #[cfg(target_arch = "aarch64")]
+                    Tier::Neon => Isa::Neon,
+                    Tier::Scalar => Isa::Scalar,
+                };
+                let off = kind.row_bytes(c0);
+                let len = kind.row_bytes(n);
+                // SAFETY: bytes [off, off + len) of the row are inside it and owned by this
+                // call (caller contract); the row start is 64-byte aligned and `off` is a
+                // multiple of the element size, so the typed views below are aligned.
+                let dst = unsafe { std::slice::from_raw_parts_mut(row.add(off), len) };
+                let mut tmp = [0.0f32; QK];
+                match kind {
+                    ActKind::Q8_0 | ActKind::Q8_1 => {
+                        for (b, xb) in x.chunks_exact(QK).enumerate() {
+                            let src: &[f32] = match norm {
+                                Some((s, g)) => {
+                                    for ((t, &v), &w) in
+                                        tmp.iter_mut().zip(xb).zip(&g[b * QK..(b + 1) * QK])
+                                    {
+                                        *t = v * s * w;
+                                    }
+                                    &tmp
+                                }
+                                None => xb,
+                            };
+                            if kind == ActKind::Q8_0 {
+                                let out: &mut [BlockQ8_0] =
+                                    bytemuck::cast_slice_mut(&mut dst[b * 34..(b + 1) * 34]);
+                                quantize_row_q8_0(isa, src, out);
+                            } else {
+                                let out: &mut [BlockQ8_1] =
+                                    bytemuck::cast_slice_mut(&mut dst[b * 36..(b + 1) * 36]);
+                                quantize_row_q8_1(isa, src, out);
+                            }
+                        }
+                    }
+                    ActKind::F16 => {
+                        let bits: &mut [u16] = bytemuck::cast_slice_mut(dst);
+                        let out: &mut [f16] = bits.reinterpret_cast_mut();
+                        for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+                            let v = match norm {
+                                Some((s, g)) => v * s * g[i],
+                                None => v,
+                            };
+                            *o = f16::from_f32(v);
+                        }
+                    }
+                    ActKind::F32 => {
+                        let out: &mut [f32] = bytemuck::cast_slice_mut(dst);
+                        for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+                            *o = match norm {
+                                Some((s, g)) => v * s * g[i],
+                                None => v,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 // =============================================================================================
 // Matrix product
 // =============================================================================================
 
-/// Output pointer shared by the workers of one `matmul`.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint elements (disjoint weight-row ranges) and the pool joins them
-// before `matmul` returns, so sharing the pointer across threads is sound.
-unsafe impl Send for OutPtr {}
-// SAFETY: see above.
-unsafe impl Sync for OutPtr {}
+/// Where a matrix product writes: element (activation row `a`, weight row `r`) lives at
+/// `ptr[a * stride + r]`; with `accumulate` the product is added to what is there.
+#[derive(Clone, Copy, Debug)]
+pub struct OutRows {
+    ptr: *mut f32,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+}
 
-impl OutPtr {
-    /// Going through a method makes closures capture the whole (Sync) wrapper rather than
-    /// its raw-pointer field.
-    fn ptr(self) -> *mut f32 {
-        self.0
+// SAFETY: an `OutRows` is a view that pool workers share to write disjoint elements (disjoint
+// weight-row ranges); `matmul_rows`'s contract makes the disjointness the caller's duty.
+unsafe impl Send for OutRows {}
+// SAFETY: see above.
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    /// A view of `y` as `rows` activation rows of `cols` outputs, `stride` apart.
+    ///
+    /// # Panics
+    /// If `y` is too short.
+    pub fn new(y: &mut [f32], rows: usize, cols: usize, stride: usize, accumulate: bool) -> Self {
+        assert!(
+            stride >= cols && (rows == 0 || y.len() >= (rows - 1) * stride + cols),
+            "output view {rows}x{cols} (stride {stride}) over {} values",
+            y.len()
+        );
+        OutRows {
+            ptr: y.as_mut_ptr(),
+            stride,
+            rows,
+            cols,
+            accumulate,
+        }
+    }
+
+    /// A view of `len` floats at `ptr` as `rows` activation rows of `cols` outputs.
+    ///
+    /// # Safety
+    /// `ptr` is valid for reads and writes of `len` floats for as long as the view is used,
+    /// and writes through the view never overlap concurrent accesses by others.
+    ///
+    /// # Panics
+    /// If the view does not fit in `len`.
+    pub unsafe fn from_raw(
+        ptr: *mut f32,
+        len: usize,
+        rows: usize,
+        cols: usize,
+        stride: usize,
+        accumulate: bool,
+    ) -> Self {
+        assert!(
+            stride >= cols && (rows == 0 || len >= (rows - 1) * stride + cols),
+            "output view {rows}x{cols} (stride {stride}) over {len} values"
+        );
+        OutRows {
+            ptr,
+            stride,
+            rows,
+            cols,
+            accumulate,
+        }
+    }
+
+    /// # Safety
+    /// `a < rows`, `r < cols`, and no other thread touches this element concurrently.
+    #[inline(always)]
+    pub(crate) unsafe fn put(self, a: usize, r: usize, v: f32) {
+        debug_assert!(a < self.rows && r < self.cols);
+        // SAFETY: in bounds by the caller's contract and the check in `new`.
+        unsafe {
+            let p = self.ptr.add(a * self.stride + r);
+            if self.accumulate { *p += v } else { *p = v }
+        }
     }
 }
 
-/// Weight rows per work item; a multiple of 4.
-const CHUNK_ROWS: usize = 16;
+/// The activation layout that weights of type `ty` multiply with on tier `isa` (`None` for a
+/// type without a kernel). Matrices whose layouts agree can share one quantized input.
+pub fn act_layout(isa: Isa, ty: GgmlType) -> Option<ActLayout> {
+    ActLayout::choose(resolve(isa), ty)
+}
 
-/// `y[a][r] = dot(w.row(r), x.row(a))` for `a < n_rows`, `r < w.rows`: `y` is
-/// `n_rows × w.rows` row-major. Rows of `w` are split across the pool in chunks; with several
-/// activation rows each weight row is multiplied with four activation rows at a time.
-/// Allocates nothing.
+/// Weight rows `r0..r1` of `y = w · xᵀ` for the first `n` activation rows of `x`: writes
+/// `out[a][r]` for `a < n`, `r0 <= r < r1`. Allocates nothing.
+///
+/// # Safety
+/// No other thread writes `out` at these indices concurrently (pool workers take disjoint
+/// row ranges), and `out` outlives the call.
 ///
 /// # Panics
-/// If `x` was not quantized for `w.ty` with `w.cols` columns, holds fewer than `n_rows`
-/// rows, or `y` is shorter than `n_rows * w.rows`.
+/// If `x` was not quantized for `w` on this tier, holds fewer than `n` rows, the range is out
+/// of bounds, or `out` is too small.
+pub unsafe fn matmul_rows(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    out: OutRows,
+) {
+    let tier = resolve(isa);
+    assert_eq!(
+        ActLayout::choose(tier, w.ty),
+        Some(x.layout()),
+        "matmul: activations laid out as {:?} for {} weights",
+        x.layout(),
+        w.ty
+    );
+    assert_eq!(
+        x.cols(),
+        w.cols,
+        "matmul: activation width vs weight columns"
+    );
+    assert!(
+        n <= x.n_rows(),
+        "matmul: {n} rows requested, {} quantized",
+        x.n_rows()
+    );
+    assert!(
+        r0 <= r1 && r1 <= w.rows,
+        "matmul: rows {r0}..{r1} of {}",
+        w.rows
+    );
+    assert!(
+        n <= out.rows && r1 <= out.cols,
+        "matmul: output {}x{} for {n}x{r1}",
+        out.rows,
+        out.cols
+    );
+    assert!(
+        w.data.len() >= w.rows * w.row_bytes(),
+        "matmul: weight data too short"
+    );
+    if n == 0 || r0 == r1 {
+        return;
+    }
+    if x.layout() == ActLayout::Packed {
+        #[cfg(target_arch = "x86_64")]
+        if let Tier::Avx512 { vnni, .. } = tier {
+            let nb = w.cols / QK;
+            let a = x.buf.as_ptr() as *const u8;
+            // SAFETY: the tier has AVX-512 + VBMI (packed is chosen only then, and VNNI only
+            // when detected); the weight matrix holds `rows` rows of `nb` blocks; `x` holds
+            // `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
+            unsafe {
+                if vnni {
+                    gemm512::vnni::gemm(
+                        w.ty,
+                        w.data.as_ptr(),
+                        w.row_bytes(),
+                        nb,
+                        r0,
+                        r1,
+                        a,
+                        x.stride,
+                        n,
+                        out,
+                    )
+                } else {
+                    gemm512::bw::gemm(
+                        w.ty,
+                        w.data.as_ptr(),
+                        w.row_bytes(),
+                        nb,
+                        r0,
+                        r1,
+                        a,
+                        x.stride,
+                        n,
+                        out,
+                    )
+                }
+            }
+        }
+        return;
+    }
+    for r in r0..r1 {
+        let wr = w.row(r);
+        let mut a = 0;
+        while a + 4 <= n {
+            let v = dot4_unchecked(
+                tier,
+                w.ty,
+                wr,
+                [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)],
+            );
+            for (k, vk) in v.into_iter().enumerate() {
+                // SAFETY: in bounds (checked above); exclusivity is the caller's.
+                unsafe { out.put(a + k, r, vk) };
+            }
+            a += 4;
+        }
+        while a < n {
+            let v = dot_unchecked(tier, w.ty, wr, x.row(a));
+            // SAFETY: as above.
+            unsafe { out.put(a, r, v) };
+            a += 1;
+        }
+    }
+}
+
+/// Splits `0..total` into chunks of about `total / (4 · threads)` items, rounded up to a
+/// multiple of `align`: the unit of dynamic scheduling in pool jobs.
+pub fn chunk_size(total: usize, threads: usize, align: usize) -> usize {
+    let align = align.max(1);
+    let want = total.div_ceil(4 * threads.max(1)).max(1);
+    want.next_multiple_of(align)
+}
+
+/// `y[a][r] = dot(w.row(r), x.row(a))` for `a < n_rows`, `r < w.rows`: `y` is
+/// `n_rows × w.rows` row-major. Rows of `w` are shared out to the pool in chunks. Allocates
+/// nothing.
+///
+/// # Panics
+/// If `x` was not quantized for `w.ty` with `w.cols` columns on this tier, holds fewer than
+/// `n_rows` rows, or `y` is shorter than `n_rows * w.rows`.
 pub fn matmul(
     pool: &ThreadPool,
     isa: Isa,
@@ -710,76 +1187,42 @@ pub fn matmul(
     n_rows: usize,
     y: &mut [f32],
 ) {
-    assert_eq!(
-        ActKind::for_weight(w.ty),
-        Some(x.kind()),
-        "matmul: activations quantized as {:?} for {} weights",
-        x.kind(),
-        w.ty
-    );
-    assert_eq!(
-        x.cols(),
-        w.cols,
-        "matmul: activation width {} vs weight columns {}",
-        x.cols(),
-        w.cols
-    );
-    assert!(
-        n_rows <= x.n_rows(),
-        "matmul: {n_rows} rows requested, {} quantized",
-        x.n_rows()
-    );
-    assert!(
-        y.len() >= n_rows * w.rows,
-        "matmul: output holds {}, {} needed",
-        y.len(),
-        n_rows * w.rows
-    );
-    assert!(
-        w.data.len() >= w.rows * w.row_bytes(),
-        "matmul: weight data too short"
-    );
     if n_rows == 0 || w.rows == 0 {
         return;
     }
-    let tier = resolve(isa);
-    let n_chunks = w.rows.div_ceil(CHUNK_ROWS);
+    let out = OutRows::new(y, n_rows, w.rows, w.rows, false);
+    let chunk = chunk_size(w.rows, pool.n_threads(), 4);
+    let n_chunks = w.rows.div_ceil(chunk);
     let next = AtomicUsize::new(0);
-    let out = OutPtr(y.as_mut_ptr());
-    let m = w.rows;
-    pool.run(|_, _| {
-        let out = out.ptr();
+    pool.run_dynamic(|_, _| {
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
                 break;
             }
-            let r0 = c * CHUNK_ROWS;
-            let r1 = (r0 + CHUNK_ROWS).min(m);
-            for r in r0..r1 {
-                let wr = w.row(r);
-                let mut a = 0;
-                while a + 4 <= n_rows {
-                    let v = dot4_unchecked(
-                        tier,
-                        w.ty,
-                        wr,
-                        [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)],
-                    );
-                    for (k, vk) in v.into_iter().enumerate() {
-                        // SAFETY: (a + k) < n_rows and r < m, so the index is inside
-                        // `y[..n_rows * m]`; this worker alone owns row r.
-                        unsafe { *out.add((a + k) * m + r) = vk };
-                    }
-                    a += 4;
-                }
-                while a < n_rows {
-                    let v = dot_unchecked(tier, w.ty, wr, x.row(a));
-                    // SAFETY: as above.
-                    unsafe { *out.add(a * m + r) = v };
-                    a += 1;
-                }
-            }
+            let r0 = c * chunk;
+            // SAFETY: chunks are disjoint row ranges; `y` outlives the pool run.
+            unsafe { matmul_rows(isa, w, x, n_rows, r0, (r0 + chunk).min(w.rows), out) };
         }
     });
+}
+
+// =============================================================================================
+// Vector helpers of the forward pass
+// =============================================================================================
+
+/// Σ x² accumulated in f64 (RMSNorm; ggml sums squares in double).
+pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { gemm512::sum_squares(x) },
+        _ => x.iter().map(|&v| f64::from(v) * f64::from(v)).sum(),
+    }
+}
+
+/// The RMSNorm scale `1 / sqrt(mean(x²) + eps)`.
+pub fn rms_scale(isa: Isa, x: &[f32], eps: f32) -> f32 {
+    let ss = sum_squares(isa, x);
+    1.0 / ((ss / x.len().max(1) as f64) as f32 + eps).sqrt()
 }

@@ -1,0 +1,209 @@
+//! Criterion benchmarks of the runtime's kernels, one group per kernel family so that a
+//! regression shows where it happens:
+//!
+//! - `matvec/<type>/<rows>x<cols>`: one activation row against a weight matrix per format and
+//!   per shape of the reference model (Q, K/V, FFN up/gate, FFN down, output head), one
+//!   thread, throughput in weight bytes;
+//! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
+//!   from memory, one and two threads;
+//! - `gemm/q4_1/...`: prefill tiles (64 activation rows);
+//! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
+//!   several context lengths;
+//! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row.
+//!
+//! Run with `cargo bench -p pocketperf-runtime --bench kernels` (`POCKETPERF_ISA` selects the
+//! tier).
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use half::f16;
+use pocketperf_runtime::GgmlType;
+use pocketperf_runtime::pool::ThreadPool;
+use pocketperf_runtime::quant::{self, QuantizedActs, WeightMatrix, attn};
+use std::hint::black_box;
+
+fn isa() -> quant::Isa {
+    quant::isa_from_env().unwrap_or_else(|_| quant::detect_best())
+}
+
+/// Pseudo-random weight bytes of `ty` with small finite scales.
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize * rows;
+    let (bb, scales) = match ty {
+        GgmlType::Q4_0 => (18, 1),
+        GgmlType::Q4_1 => (20, 2),
+        GgmlType::Q8_0 => (34, 1),
+        _ => (0, 0),
+    };
+    let mut x = 0x1234_5678u32;
+    let mut v: Vec<u8> = (0..bytes)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    if bb > 0 {
+        for b in v.chunks_exact_mut(bb) {
+            for s in 0..scales {
+                b[2 * s..2 * s + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            }
+        }
+    } else if ty == GgmlType::F16 {
+        for b in v.chunks_exact_mut(2) {
+            b.copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+    v
+}
+
+fn acts(n: usize, cols: usize) -> Vec<f32> {
+    (0..n * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+fn matvec(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("matvec");
+    let shapes = [
+        (576, 576),
+        (192, 576),
+        (1536, 576),
+        (576, 1536),
+        (49152, 576),
+    ];
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+    ] {
+        for (rows, cols) in shapes {
+            let wb = weights(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+            let x = acts(1, cols);
+            let mut qa = QuantizedActs::new(1, cols);
+            qa.quantize_for(isa, ty, &x, 1, cols);
+            let mut y = vec![0.0f32; rows];
+            g.throughput(Throughput::Bytes(wb.len() as u64));
+            g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
+                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn matvec_dram(c: &mut Criterion) {
+    let isa = isa();
+    let (rows, cols) = (1536, 576);
+    let ty = GgmlType::Q4_1;
+    let one = weights(ty, rows, cols);
+    // enough distinct matrices to exceed any last-level cache
+    let copies = (128usize << 20).div_ceil(one.len());
+    let all: Vec<u8> = (0..copies).flat_map(|_| one.iter().copied()).collect();
+    let x = acts(1, cols);
+    let mut qa = QuantizedActs::new(1, cols);
+    qa.quantize_for(isa, ty, &x, 1, cols);
+    let mut y = vec![0.0f32; rows];
+    let mut g = c.benchmark_group("matvec_dram");
+    g.throughput(Throughput::Bytes(all.len() as u64));
+    g.sample_size(20);
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        g.bench_function(BenchmarkId::new("q4_1", format!("{threads}t")), |b| {
+            b.iter(|| {
+                for m in all.chunks_exact(one.len()) {
+                    let w = WeightMatrix::new(ty, rows, cols, m).unwrap();
+                    quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+fn gemm(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let n = 64;
+    let mut g = c.benchmark_group("gemm");
+    for (rows, cols) in [(1536, 576), (576, 1536)] {
+        let ty = GgmlType::Q4_1;
+        let wb = weights(ty, rows, cols);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = acts(n, cols);
+        let mut qa = QuantizedActs::new(n, cols);
+        qa.quantize_for(isa, ty, &x, n, cols);
+        let mut y = vec![0.0f32; n * rows];
+        g.throughput(Throughput::Elements((n * rows * cols) as u64));
+        g.bench_function(
+            BenchmarkId::new("q4_1", format!("{n}x{rows}x{cols}")),
+            |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+        );
+    }
+    g.finish();
+}
+
+fn attention(c: &mut Criterion) {
+    let isa = isa();
+    let (hd, nq) = (64, 3);
+    let mut g = c.benchmark_group("attention");
+    for ctx in [128usize, 512, 2048] {
+        let ld = ctx.next_multiple_of(16);
+        let q = acts(nq, hd);
+        let k: Vec<f16> = acts(ctx, hd).iter().map(|&v| f16::from_f32(v)).collect();
+        let v: Vec<f16> = acts(ctx, hd)
+            .iter()
+            .map(|&v| f16::from_f32(v * 0.5))
+            .collect();
+        let mut sc = vec![0.0f32; nq * ld];
+        let mut out = vec![0.0f32; nq * hd];
+        g.throughput(Throughput::Elements((ctx * nq) as u64));
+        g.bench_function(BenchmarkId::new("head3", ctx), |b| {
+            b.iter(|| {
+                attn::scores_f16(isa, &q, nq, hd, &k, ctx, 0.125, &mut sc, ld);
+                for h in 0..nq {
+                    let row = &mut sc[h * ld..h * ld + ctx];
+                    let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let s = attn::exp_shifted(isa, row, mx);
+                    row.iter_mut().for_each(|x| *x /= s);
+                }
+                out.fill(0.0);
+                attn::accum_f16(isa, &sc, ld, nq, hd, &v, ctx, black_box(&mut out));
+            })
+        });
+    }
+    g.finish();
+}
+
+fn rmsnorm_quantize(c: &mut Criterion) {
+    let isa = isa();
+    let mut g = c.benchmark_group("rmsnorm_quantize");
+    for cols in [576usize, 1536] {
+        let x = acts(1, cols);
+        let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 5) as f32 * 0.1).collect();
+        let mut qa = QuantizedActs::new(1, cols);
+        g.throughput(Throughput::Elements(cols as u64));
+        g.bench_function(BenchmarkId::new("q4_1", cols), |b| {
+            b.iter(|| {
+                let s = quant::rms_scale(isa, &x, 1e-5);
+                let mut wr = qa.prepare(isa, GgmlType::Q4_1, 1, cols);
+                wr.row(0, black_box(&x), Some((s, &w)));
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    matvec,
+    matvec_dram,
+    gemm,
+    attention,
+    rmsnorm_quantize
+);
+criterion_main!(benches);

@@ -1,0 +1,500 @@
+//! Attention kernels: scores of query heads against f16 keys, softmax, value accumulation,
+//! f16 ⇄ f32 conversion of cache rows, and the SwiGLU gate. Scalar reference everywhere; AVX-512 kernels when
+//! the tier has them (other tiers run the scalar code, which is the reference).
+//!
+//! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
+//! f16 values of the KV cache widened exactly. Scores and value sums are accumulated in f32
+//! (the SIMD tiers in a different order than the reference), softmax subtracts the row
+//! maximum before exponentiating. The AVX-512 `exp` is a degree-6 polynomial after range
+//! reduction with `vscalefps`, within 2 ulp of `f32::exp` over the softmax range.
+
+use half::f16;
+
+use super::{Isa, Tier, resolve};
+
+/// Widens f16 values (`src.len() == dst.len()`).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn f16_to_f32(isa: Isa, src: &[f16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "f16_to_f32: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2-capable tiers have F16C; equal lengths checked above.
+        Tier::Avx2 | Tier::Avx512 { .. } => unsafe { x86::f16_to_f32(src, dst) },
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.to_f32();
+            }
+        }
+    }
+}
+
+/// Rounds f32 values to f16 (nearest even; identical bits on every tier).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
+    assert_eq!(src.len(), dst.len(), "f32_to_f16: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2-capable tiers have F16C; equal lengths checked above.
+        Tier::Avx2 | Tier::Avx512 { .. } => unsafe { x86::f32_to_f16(src, dst) },
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = f16::from_f32(*s);
+            }
+        }
+    }
+}
+
+/// `x[i] = exp(x[i] - shift)`; returns the sum of the results.
+pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { x86::exp_shifted(x, shift) },
+        _ => {
+            let mut sum = 0.0f32;
+            for v in x.iter_mut() {
+                *v = (*v - shift).exp();
+                sum += *v;
+            }
+            sum
+        }
+    }
+}
+
+/// `g[i] = silu(g[i]) · u[i]` with `silu(x) = x / (1 + exp(-x))` (the SwiGLU gate).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
+    assert_eq!(g.len(), u.len(), "silu_mul: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected; equal lengths checked above.
+        Tier::Avx512 { .. } => unsafe { x86::silu_mul(g, u) },
+        _ => {
+            for (a, &b) in g.iter_mut().zip(u) {
+                *a = *a / (1.0 + (-*a).exp()) * b;
+            }
+        }
+    }
+}
+
+/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` key rows
+/// (`keys`: `n × hd` f16), times `scale`: `out[h * ld + s] = scale · q_h · k_s`.
+///
+/// # Panics
+/// If a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_f16(
+    isa: Isa,
+    q: &[f32],
+    nq: usize,
+    hd: usize,
+    keys: &[f16],
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    assert!(
+        q.len() >= nq * hd && keys.len() >= n * hd,
+        "scores_f16: inputs too short"
+    );
+    assert!(
+        nq == 0 || out.len() >= (nq - 1) * ld + n,
+        "scores_f16: output too short"
+    );
+    assert!(ld >= n, "scores_f16: leading dimension {ld} < {n}");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above.
+        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
+            x86::scores_f16(q, nq, hd, keys, n, scale, out, ld)
+        },
+        _ => {
+            for s in 0..n {
+                let k = &keys[s * hd..(s + 1) * hd];
+                for h in 0..nq {
+                    let qh = &q[h * hd..(h + 1) * hd];
+                    let mut acc = 0.0f32;
+                    for (a, b) in qh.iter().zip(k) {
+                        acc += a * b.to_f32();
+                    }
+                    out[h * ld + s] = acc * scale;
+                }
+            }
+        }
+    }
+}
+
+/// `out_h += Σ_s p[h * ld + s] · v_s` over the first `n` value rows (`vals`: `n × hd` f16) for
+/// `nq` heads (`out`: `nq × hd`).
+///
+/// # Panics
+/// If a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn accum_f16(
+    isa: Isa,
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: &[f16],
+    n: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        vals.len() >= n * hd && out.len() >= nq * hd,
+        "accum_f16: too short"
+    );
+    assert!(
+        nq == 0 || p.len() >= (nq - 1) * ld + n,
+        "accum_f16: probabilities too short"
+    );
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above.
+        Tier::Avx512 { .. } if hd.is_multiple_of(16) && hd <= 128 => unsafe {
+            x86::accum_f16(p, ld, nq, hd, vals, n, out)
+        },
+        _ => {
+            for s in 0..n {
+                let v = &vals[s * hd..(s + 1) * hd];
+                for h in 0..nq {
+                    let w = p[h * ld + s];
+                    if w != 0.0 {
+                        for (o, x) in out[h * hd..(h + 1) * hd].iter_mut().zip(v) {
+                            *o += w * x.to_f32();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // register tiles indexed by head and chunk
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
+        let n = src.len();
+        let (s, d) = (src.as_ptr() as *const u16, dst.as_mut_ptr());
+        let mut i = 0;
+        // SAFETY: equal lengths (caller); loads and stores stay below n.
+        unsafe {
+            while i + 8 <= n {
+                let h = _mm_loadu_si128(s.add(i) as *const __m128i);
+                _mm256_storeu_ps(d.add(i), _mm256_cvtph_ps(h));
+                i += 8;
+            }
+        }
+        for j in i..n {
+            dst[j] = src[j].to_f32();
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
+        let n = src.len();
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr() as *mut u16);
+        let mut i = 0;
+        // SAFETY: equal lengths (caller); loads and stores stay below n.
+        unsafe {
+            while i + 8 <= n {
+                let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm256_loadu_ps(s.add(i)));
+                _mm_storeu_si128(d.add(i) as *mut __m128i, h);
+                i += 8;
+            }
+        }
+        for j in i..n {
+            dst[j] = f16::from_f32(src[j]);
+        }
+    }
+
+    /// exp(x): 0 below -104 (and for -inf), +inf above the f32 range.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn exp512(x: __m512) -> __m512 {
+        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-104.0));
+        let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        // r = x - n·ln2 in two steps (Cody–Waite).
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+        // exp(r) on |r| ≤ ln2/2: Taylor coefficients to degree 6.
+        let mut p = _mm512_set1_ps(1.0 / 720.0);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0 / 120.0));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0 / 24.0));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0 / 6.0));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0));
+        _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+        let n = g.len();
+        let (gp, up) = (g.as_mut_ptr(), u.as_ptr());
+        let one = _mm512_set1_ps(1.0);
+        let mut i = 0;
+        // SAFETY: equal lengths (caller); the tail uses a mask.
+        unsafe {
+            while i < n {
+                let m: __mmask16 = if n - i >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
+                let x = _mm512_maskz_loadu_ps(m, gp.add(i));
+                let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+                let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+                let r = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up.add(i)));
+                _mm512_mask_storeu_ps(gp.add(i), m, r);
+                i += 16;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let sh = _mm512_set1_ps(shift);
+        let mut acc = _mm512_setzero_ps();
+        let mut i = 0;
+        // SAFETY: accesses stay below n (the tail uses a mask).
+        unsafe {
+            while i < n {
+                let m: __mmask16 = if n - i >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
+                let v = _mm512_maskz_loadu_ps(m, p.add(i));
+                let e = exp512(_mm512_sub_ps(v, sh));
+                _mm512_mask_storeu_ps(p.add(i), m, e);
+                acc = _mm512_mask_add_ps(acc, m, acc, e);
+                i += 16;
+            }
+        }
+        _mm512_reduce_add_ps(acc)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[inline]
+    unsafe fn ld16h(p: *const f16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable halves at p.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+
+    /// Transposes a 16 × 16 block of f32 in registers: `r[i]` lane `j` → `r[j]` lane `i`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn transpose16(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+            u[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
+            u[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
+            u[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, d);
+            u[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
+        }
+        let mut v = [_mm512_setzero_ps(); 16];
+        for k in 0..4 {
+            v[k] = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
+            v[4 + k] = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
+            v[8 + k] = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
+            v[12 + k] = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
+        }
+        for k in 0..4 {
+            r[k] = _mm512_shuffle_f32x4::<0x88>(v[k], v[8 + k]);
+            r[4 + k] = _mm512_shuffle_f32x4::<0x88>(v[4 + k], v[12 + k]);
+            r[8 + k] = _mm512_shuffle_f32x4::<0xDD>(v[k], v[8 + k]);
+            r[12 + k] = _mm512_shuffle_f32x4::<0xDD>(v[4 + k], v[12 + k]);
+        }
+    }
+
+    /// Scores of up to 12 queries for 16 slots at a time: the slots' key rows are widened
+    /// and transposed in registers so that each score is one FMA chain over the head
+    /// dimensions in order (the same chain whatever the number of queries or slots, which
+    /// keeps prefill, decode and batched decode bit-identical).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn scores_f16(
+        q: &[f32],
+        nq: usize,
+        hd: usize,
+        keys: &[f16],
+        n: usize,
+        scale: f32,
+        out: &mut [f32],
+        ld: usize,
+    ) {
+        let qp = q.as_ptr();
+        let kp = keys.as_ptr();
+        let op = out.as_mut_ptr();
+        let sc = _mm512_set1_ps(scale);
+        // SAFETY: q holds nq·hd floats, keys n·hd halves, out (nq-1)·ld + n floats (caller);
+        // rows past n are never loaded and lanes past n never stored.
+        unsafe {
+            let mut s0 = 0;
+            while s0 < n {
+                let nv = (n - s0).min(16);
+                let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+                let mut h0 = 0;
+                while h0 < nq {
+                    let hn = (nq - h0).min(12);
+                    let mut acc = [_mm512_setzero_ps(); 12];
+                    for c in 0..hd / 16 {
+                        let mut r = [_mm512_setzero_ps(); 16];
+                        for (i, ri) in r.iter_mut().enumerate().take(nv) {
+                            *ri = ld16h(kp.add((s0 + i) * hd + 16 * c));
+                        }
+                        transpose16(&mut r);
+                        for (dd, kd) in r.iter().enumerate() {
+                            let d = 16 * c + dd;
+                            for (j, a) in acc.iter_mut().enumerate().take(hn) {
+                                let qv = _mm512_set1_ps(*qp.add((h0 + j) * hd + d));
+                                *a = _mm512_fmadd_ps(qv, *kd, *a);
+                            }
+                        }
+                    }
+                    for (j, a) in acc.iter().enumerate().take(hn) {
+                        _mm512_mask_storeu_ps(op.add((h0 + j) * ld + s0), m, _mm512_mul_ps(*a, sc));
+                    }
+                    h0 += hn;
+                }
+                s0 += 16;
+            }
+        }
+    }
+
+    /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
+    /// four heads per pass.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn accum_f16(
+        p: &[f32],
+        ld: usize,
+        nq: usize,
+        hd: usize,
+        vals: &[f16],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let chunks = hd / 16;
+        let vp = vals.as_ptr();
+        let pp = p.as_ptr();
+        let op = out.as_mut_ptr();
+        // SAFETY: sizes checked by the caller; hd ≤ 128 so at most 8 chunks per head.
+        unsafe {
+            let mut h0 = 0;
+            while h0 < nq {
+                let hn = (nq - h0).min(4);
+                let mut acc = [[_mm512_setzero_ps(); 8]; 4];
+                for h in 0..hn {
+                    for c in 0..chunks {
+                        acc[h][c] = _mm512_loadu_ps(op.add((h0 + h) * hd + 16 * c));
+                    }
+                }
+                for s in 0..n {
+                    let mut v = [_mm512_setzero_ps(); 8];
+                    for (c, vc) in v.iter_mut().enumerate().take(chunks) {
+                        *vc = ld16h(vp.add(s * hd + 16 * c));
+                    }
+                    for h in 0..hn {
+                        let w = _mm512_set1_ps(*pp.add((h0 + h) * ld + s));
+                        for c in 0..chunks {
+                            acc[h][c] = _mm512_fmadd_ps(w, v[c], acc[h][c]);
+                        }
+                    }
+                }
+                for h in 0..hn {
+                    for c in 0..chunks {
+                        _mm512_storeu_ps(op.add((h0 + h) * hd + 16 * c), acc[h][c]);
+                    }
+                }
+                h0 += hn;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn simd_kernels_match_scalar() {
+        let best = crate::quant::detect_best();
+        let (hd, n, ldk) = (64, 37, 48);
+        let q = data(13 * hd, 1);
+        let kh: Vec<f16> = data(n * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
+        let vh: Vec<f16> = data(n * hd, 5).iter().map(|&x| f16::from_f32(x)).collect();
+        for nq in [1, 3, 12, 13] {
+            let mut sa = vec![0.0f32; nq * ldk];
+            let mut sb = vec![0.0f32; nq * ldk];
+            scores_f16(Isa::Scalar, &q, nq, hd, &kh, n, 0.125, &mut sa, ldk);
+            scores_f16(best, &q, nq, hd, &kh, n, 0.125, &mut sb, ldk);
+            for h in 0..nq {
+                for s in 0..n {
+                    let (x, y) = (sa[h * ldk + s], sb[h * ldk + s]);
+                    assert!((x - y).abs() < 1e-4, "f16 score {nq} {h} {s}: {x} vs {y}");
+                }
+            }
+            let mut oa = vec![0.5f32; nq * hd];
+            let mut ob = vec![0.5f32; nq * hd];
+            accum_f16(Isa::Scalar, &sa, ldk, nq, hd, &vh, n, &mut oa);
+            accum_f16(best, &sa, ldk, nq, hd, &vh, n, &mut ob);
+            for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+                assert!((x - y).abs() < 1e-4, "f16 out {nq} {i}: {x} vs {y}");
+            }
+        }
+        // Each score is the same FMA chain whatever the slot count and query count.
+        let mut full = vec![0.0f32; 12 * ldk];
+        let mut part = vec![0.0f32; 3 * ldk];
+        scores_f16(best, &q, 12, hd, &kh, n, 0.125, &mut full, ldk);
+        scores_f16(best, &q, 3, hd, &kh, 20, 0.125, &mut part, ldk);
+        for h in 0..3 {
+            assert_eq!(full[h * ldk..h * ldk + 20], part[h * ldk..h * ldk + 20]);
+        }
+        let a: Vec<f32> = data(n, 9).iter().map(|x| x * 30.0).collect();
+        let mut ea = a.clone();
+        let mut eb = a.clone();
+        let sa = exp_shifted(Isa::Scalar, &mut ea, 0.5);
+        let sb = exp_shifted(best, &mut eb, 0.5);
+        assert!((sa - sb).abs() < 1e-5 * sa);
+        for (x, y) in ea.iter().zip(&eb) {
+            assert!((x - y).abs() <= 2e-7 * x.abs().max(1e-30), "{x} vs {y}");
+        }
+    }
+}

@@ -1,0 +1,624 @@
+//! AVX-512 matrix kernels over the packed activation layout ([`super::packed`]): AVX-512 F,
+//! BW, VL and VBMI, with AVX512-VNNI `vpdpbusd` when present (otherwise `vpmaddubsw` and
+//! `vpmaddwd`, which yield the same integers).
+//!
+//! The weights are read straight from the model mapping in ggml's block layout, four blocks
+//! (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
+//! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
+//! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
+//! block, and the Q4_1 min term `m_w · s_a / 4` is added lane-wise. Signed weights (Q4_0,
+//! Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does.
+//!
+//! A tile multiplies `W` weight rows with `A` activation rows: each weight group is unpacked
+//! once per tile and each activation group loaded once per tile. The arithmetic of one
+//! (weight row, activation row) pair does not depend on the tile shape, so a batch of rows
+//! gives bit-identical results to one row at a time.
+//!
+//! Every function is `unsafe`: the caller guarantees the CPU features named in its
+//! `target_feature`, weight rows of `nb` blocks, and packed activation rows of `nb` blocks.
+
+#![allow(clippy::needless_range_loop)] // register tiles indexed by weight and activation row
+
+use std::arch::x86_64::*;
+
+use super::OutRows;
+use super::packed::GROUP_QS;
+use crate::GgmlType;
+
+/// Byte permutation gathering one group's quants in packed lane order. `bb` is the block size,
+/// `qs` the offset of the quants in a block, `base` the offset of the first source register.
+const fn idx_q(bb: usize, qs: usize, base: usize) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut o = 0;
+    while o < 64 {
+        let lane = o / 4;
+        t[o] = (bb * (lane % 4) + qs + 4 * (lane / 4) + o % 4 - base) as u8;
+        o += 1;
+    }
+    t
+}
+
+/// Word permutation: words 0..16 = the four block scales repeated, 16..32 = the words after
+/// them (Q4_1 mins).
+const fn idx_w(bb: usize) -> [u16; 32] {
+    let mut t = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        t[w] = ((bb / 2) * (w % 4) + if w >= 16 { 1 } else { 0 }) as u16;
+        w += 1;
+    }
+    t
+}
+
+static IDX_Q4_1: [u8; 64] = idx_q(20, 4, 0);
+static IDX_Q4_0: [u8; 64] = idx_q(18, 2, 0);
+static IDX_Q8_0_LO: [u8; 64] = idx_q(34, 2, 0);
+static IDX_Q8_0_HI: [u8; 64] = idx_q(34, 18, 8);
+static IDX_W4_1: [u16; 32] = idx_w(20);
+static IDX_W4_0: [u16; 32] = idx_w(18);
+static IDX_W8_0: [u16; 32] = idx_w(34);
+/// Activation quantizer: 4 × (16 bytes of one block) → packed lane order.
+static IDX_PACK: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut l = 0;
+    while l < 16 {
+        t[l] = ((l % 4) * 4 + l / 4) as u32;
+        l += 1;
+    }
+    t
+};
+
+#[inline(always)]
+fn mask64(n: usize) -> u64 {
+    if n >= 64 { !0 } else { (1u64 << n) - 1 }
+}
+
+/// Bytes `[off, off + 64)` of a group of `len` valid bytes at `p`; bytes past `len` read as
+/// zero and are never touched.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn load_part(p: *const u8, off: usize, len: usize) -> __m512i {
+    let n = len.saturating_sub(off);
+    // SAFETY: the masked load touches only bytes [off, off + n), inside the group.
+    unsafe { _mm512_maskz_loadu_epi8(mask64(n), p.add(off.min(len)) as *const i8) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn ld(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes at p.
+    unsafe { _mm512_loadu_si512(p as *const __m512i) }
+}
+
+/// Scales of four blocks (the f16 words picked by `idx`) as f32 lanes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn cvt_lo(words: __m512i) -> __m512 {
+    _mm512_cvtph_ps(_mm512_castsi512_si256(words))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn cvt_hi(words: __m512i) -> __m512 {
+    _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(words))
+}
+
+/// One unpacked weight group.
+#[derive(Clone, Copy)]
+struct WGroup {
+    lo: __m512i,
+    hi: __m512i,
+    dw: __m512,
+    /// Q4_1: mins; unused otherwise.
+    mw: __m512,
+    /// Q4_0/Q8_0: sign masks of `lo`/`hi` (which then hold magnitudes).
+    sl: __mmask64,
+    sh: __mmask64,
+}
+
+/// Index registers and constants, loaded once per kernel call.
+#[derive(Clone, Copy)]
+struct Consts {
+    q: __m512i,
+    q2: __m512i,
+    w: __m512i,
+    nib: __m512i,
+    eight: __m512i,
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn consts(ty: GgmlType) -> Consts {
+    // SAFETY: the index tables are 64 bytes each.
+    unsafe {
+        let (q, q2, w) = match ty {
+            GgmlType::Q4_1 => (
+                ld(IDX_Q4_1.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W4_1.as_ptr() as *const u8),
+            ),
+            GgmlType::Q4_0 => (
+                ld(IDX_Q4_0.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W4_0.as_ptr() as *const u8),
+            ),
+            _ => (
+                ld(IDX_Q8_0_LO.as_ptr()),
+                ld(IDX_Q8_0_HI.as_ptr()),
+                ld(IDX_W8_0.as_ptr() as *const u8),
+            ),
+        };
+        Consts {
+            q,
+            q2,
+            w,
+            nib: _mm512_set1_epi8(0x0F),
+            eight: _mm512_set1_epi8(8),
+        }
+    }
+}
+
+/// Unpacks the Q4_1 group at `p` (`len` valid bytes, 80 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn unpack_q4_1(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 80 readable bytes; a partial one is read with masks.
+    let (z0, z1) = unsafe {
+        if len == 80 {
+            (
+                ld(p),
+                _mm512_castsi128_si512(_mm_loadu_si128(p.add(64) as *const __m128i)),
+            )
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let sc = _mm512_permutexvar_epi16(c.w, z0);
+    WGroup {
+        lo: _mm512_and_si512(x, c.nib),
+        hi: _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib),
+        dw: cvt_lo(sc),
+        mw: cvt_hi(sc),
+        sl: 0,
+        sh: 0,
+    }
+}
+
+/// Unpacks the Q4_0 group at `p` (`len` valid bytes, 72 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn unpack_q4_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 72 readable bytes; a partial one is read with masks.
+    let (z0, z1) = unsafe {
+        if len == 72 {
+            (
+                ld(p),
+                _mm512_castsi128_si512(_mm_loadl_epi64(p.add(64) as *const __m128i)),
+            )
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let lo = _mm512_sub_epi8(_mm512_and_si512(x, c.nib), c.eight);
+    let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib), c.eight);
+    let sc = _mm512_permutexvar_epi16(c.w, z0);
+    WGroup {
+        sl: _mm512_movepi8_mask(lo),
+        sh: _mm512_movepi8_mask(hi),
+        lo: _mm512_abs_epi8(lo),
+        hi: _mm512_abs_epi8(hi),
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
+
+/// Unpacks the Q8_0 group at `p` (`len` valid bytes, 136 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 136 readable bytes; a partial one is read with masks.
+    let (z0, z1, z2, z3) = unsafe {
+        if len == 136 {
+            (ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72)))
+        } else {
+            (
+                load_part(p, 0, len),
+                load_part(p, 64, len),
+                load_part(p, 8, len),
+                load_part(p, 72, len),
+            )
+        }
+    };
+    let lo = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let hi = _mm512_permutex2var_epi8(z2, c.q2, z3);
+    let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
+    WGroup {
+        sl: _mm512_movepi8_mask(lo),
+        sh: _mm512_movepi8_mask(hi),
+        lo: _mm512_abs_epi8(lo),
+        hi: _mm512_abs_epi8(hi),
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
+
+/// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
+/// overrides it; 0 disables).
+fn prefetch_distance() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("POCKETPERF_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4096)
+    })
+}
+
+const F_Q4_1: u8 = 0;
+const F_Q4_0: u8 = 1;
+const F_Q8_0: u8 = 2;
+
+macro_rules! kernels {
+    ($m:ident, $feat:literal, $dpb:path) => {
+        pub(super) mod $m {
+            use super::*;
+
+            /// `acc + Σ u8 × i8` over each group of four bytes, in 32-bit lanes.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn dpb(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+                $dpb(acc, u, s)
+            }
+
+            /// One tile: `W` weight rows at `w` (stride `rb` bytes) × `A` packed activation
+            /// rows at `a` (stride `astride` bytes), `nb` blocks each, weight format `F`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn tile<const F: u8, const W: usize, const A: usize>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                a: *const u8,
+                astride: usize,
+            ) -> [[f32; A]; W] {
+                let (gb, unsigned) = match F {
+                    F_Q4_1 => (80, true),
+                    F_Q4_0 => (72, false),
+                    _ => (136, false),
+                };
+                let full = nb / 4;
+                let ng = nb.div_ceil(4);
+                let tail = (nb % 4) * gb / 4;
+                let dbase = ng * GROUP_QS;
+                let sbase = ng * (GROUP_QS + 16);
+                let zero = _mm512_setzero_si512();
+                let mut acc = [[_mm512_setzero_ps(); A]; W];
+                // SAFETY: every pointer below stays inside the rows the caller vouched for:
+                // weight group g of row i spans [g·gb, g·gb + len) of that row, and packed
+                // activation group g spans its quants, scale and sum slots.
+                unsafe {
+                    for g in 0..ng {
+                        let len = if g < full { gb } else { tail };
+                        let mut wg = [std::mem::MaybeUninit::<WGroup>::uninit(); W];
+                        for (i, slot) in wg.iter_mut().enumerate() {
+                            let p = w.add(i * rb + g * gb);
+                            slot.write(match F {
+                                F_Q4_1 => unpack_q4_1(c, p, len),
+                                F_Q4_0 => unpack_q4_0(c, p, len),
+                                _ => unpack_q8_0(c, p, len),
+                            });
+                        }
+                        let wg = wg.map(|x| x.assume_init());
+                        for j in 0..A {
+                            let ap = a.add(j * astride);
+                            let alo = ld(ap.add(g * GROUP_QS));
+                            let ahi = ld(ap.add(g * GROUP_QS + 64));
+                            let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
+                                ap.add(dbase + 16 * g) as *const f32
+                            ));
+                            if unsigned {
+                                let sa = _mm512_broadcast_f32x4(_mm_loadu_ps(
+                                    ap.add(sbase + 16 * g) as *const f32,
+                                ));
+                                for i in 0..W {
+                                    let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
+                                    let s = _mm512_mul_ps(wg[i].dw, da);
+                                    let r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    acc[i][j] = _mm512_fmadd_ps(wg[i].mw, sa, r);
+                                }
+                            } else {
+                                for i in 0..W {
+                                    let xl = _mm512_mask_sub_epi8(alo, wg[i].sl, zero, alo);
+                                    let xh = _mm512_mask_sub_epi8(ahi, wg[i].sh, zero, ahi);
+                                    let t = dpb(dpb(zero, wg[i].lo, xl), wg[i].hi, xh);
+                                    let s = _mm512_mul_ps(wg[i].dw, da);
+                                    acc[i][j] =
+                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                }
+                            }
+                        }
+                    }
+                }
+                let mut out = [[0.0f32; A]; W];
+                for i in 0..W {
+                    for j in 0..A {
+                        out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+                    }
+                }
+                out
+            }
+
+            /// Rows `r0..r1` of `w` (row stride `rb`) × activation rows `a0..a0 + A`.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows<const F: u8, const W: usize, const A: usize>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                a0: usize,
+                out: OutRows,
+            ) {
+                let mut r = r0;
+                let pf = prefetch_distance();
+                // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
+                unsafe {
+                    let ap = a.add(a0 * astride);
+                    while r + W <= r1 {
+                        if a0 == 0 && pf > 0 {
+                            // The first pass over these rows streams them from memory: ask for
+                            // the bytes `pf` ahead of this tile now (prefetches never fault,
+                            // and the address is formed without leaving the allocation's
+                            // provenance rules: wrapping arithmetic).
+                            let base = w.wrapping_add(r * rb + pf);
+                            let mut off = 0;
+                            while off < W * rb {
+                                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
+                                off += 64;
+                            }
+                        }
+                        let v = tile::<F, W, A>(c, w.add(r * rb), rb, nb, ap, astride);
+                        for (i, vi) in v.iter().enumerate() {
+                            for (j, &x) in vi.iter().enumerate() {
+                                out.put(a0 + j, r + i, x);
+                            }
+                        }
+                        r += W;
+                    }
+                    while r < r1 {
+                        let v = tile::<F, 1, A>(c, w.add(r * rb), rb, nb, ap, astride);
+                        for (j, &x) in v[0].iter().enumerate() {
+                            out.put(a0 + j, r, x);
+                        }
+                        r += 1;
+                    }
+                }
+            }
+
+            /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
+            ///
+            /// # Safety
+            /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
+            /// rows of `nb` blocks of type `ty` (Q4_0, Q4_1 or Q8_0), `rb` bytes each; `a` at
+            /// `n` packed rows of `nb` blocks, `astride` bytes apart; `out` valid for
+            /// `(n, r1)` and not written by anyone else at these indices.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            pub(in crate::quant) unsafe fn gemm(
+                ty: GgmlType,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                n: usize,
+                out: OutRows,
+            ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    match ty {
+                        GgmlType::Q4_1 => {
+                            gemm_f::<F_Q4_1>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
+                        GgmlType::Q4_0 => {
+                            gemm_f::<F_Q4_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
+                        _ => gemm_f::<F_Q8_0>(ty, w, rb, nb, r0, r1, a, astride, n, out),
+                    }
+                }
+            }
+
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn gemm_f<const F: u8>(
+                ty: GgmlType,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                n: usize,
+                out: OutRows,
+            ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    let c = consts(ty);
+                    if n == 1 {
+                        rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, 0, out);
+                        return;
+                    }
+                    let mut a0 = 0;
+                    while a0 + 8 <= n {
+                        rows::<F, 2, 8>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                        a0 += 8;
+                    }
+                    if a0 + 4 <= n {
+                        rows::<F, 2, 4>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                        a0 += 4;
+                    }
+                    if a0 + 2 <= n {
+                        rows::<F, 2, 2>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                        a0 += 2;
+                    }
+                    if a0 < n {
+                        rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                    }
+                }
+            }
+        }
+    };
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dpb_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(acc, u, s)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn dpb_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+    // u ≤ 128 and |s| ≤ 127: the pairwise i16 sums cannot saturate.
+    _mm512_add_epi32(
+        acc,
+        _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)),
+    )
+}
+
+kernels!(
+    vnni,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c",
+    super::dpb_vnni
+);
+kernels!(
+    bw,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c",
+    super::dpb_bw
+);
+
+/// Quantizes `nb` blocks at `x` (each value `x · scale · g` when `g` is given, with the
+/// rounding order of an unfused RMSNorm, `(x · scale) · g`) into the packed groups
+/// `g0..g0 + ceil(nb / 4)` of the row at `out` whose groups number `ng`. Blocks past `nb`
+/// in the last group are zeroed.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VBMI, F16C present; `x` (and `g`) hold `nb · 32` floats; `out` points at a
+/// packed row of `ng` groups with `g0 + ceil(nb / 4) <= ng`, not accessed concurrently.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub(super) unsafe fn quantize_packed(
+    x: *const f32,
+    nb: usize,
+    scale: Option<(f32, *const f32)>,
+    out: *mut u8,
+    ng: usize,
+    g0: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        let idx = _mm512_loadu_si512(IDX_PACK.as_ptr() as *const __m512i);
+        let sign = _mm512_set1_ps(-0.0);
+        for gi in 0..nb.div_ceil(4) {
+            let g = g0 + gi;
+            let mut lo = _mm512_setzero_si512();
+            let mut hi = _mm512_setzero_si512();
+            let mut ds = [0.0f32; 4];
+            let mut ss = [0.0f32; 4];
+            for bi in 0..4 {
+                let b = 4 * gi + bi;
+                if b >= nb {
+                    break;
+                }
+                let p = x.add(32 * b);
+                let mut v0 = _mm512_loadu_ps(p);
+                let mut v1 = _mm512_loadu_ps(p.add(16));
+                if let Some((sc, gp)) = scale {
+                    let s = _mm512_set1_ps(sc);
+                    v0 = _mm512_mul_ps(_mm512_mul_ps(v0, s), _mm512_loadu_ps(gp.add(32 * b)));
+                    v1 = _mm512_mul_ps(_mm512_mul_ps(v1, s), _mm512_loadu_ps(gp.add(32 * b + 16)));
+                }
+                let m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+                let amax = _mm512_reduce_max_ps(m);
+                let d = amax / 127.0;
+                let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+                const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+                let q0 = _mm512_cvt_roundps_epi32::<R>(_mm512_mul_ps(v0, id));
+                let q1 = _mm512_cvt_roundps_epi32::<R>(_mm512_mul_ps(v1, id));
+                let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+                let b0 = _mm512_cvtsepi32_epi8(q0);
+                let b1 = _mm512_cvtsepi32_epi8(q1);
+                lo = match bi {
+                    0 => _mm512_inserti32x4::<0>(lo, b0),
+                    1 => _mm512_inserti32x4::<1>(lo, b0),
+                    2 => _mm512_inserti32x4::<2>(lo, b0),
+                    _ => _mm512_inserti32x4::<3>(lo, b0),
+                };
+                hi = match bi {
+                    0 => _mm512_inserti32x4::<0>(hi, b1),
+                    1 => _mm512_inserti32x4::<1>(hi, b1),
+                    2 => _mm512_inserti32x4::<2>(hi, b1),
+                    _ => _mm512_inserti32x4::<3>(hi, b1),
+                };
+                ds[bi] = half::f16::from_f32(d).to_f32();
+                ss[bi] = half::f16::from_f32(d * sum as f32).to_f32() * 0.25;
+            }
+            let q = out.add(g * GROUP_QS);
+            _mm512_storeu_si512(q as *mut __m512i, _mm512_permutexvar_epi32(idx, lo));
+            _mm512_storeu_si512(q.add(64) as *mut __m512i, _mm512_permutexvar_epi32(idx, hi));
+            std::ptr::copy_nonoverlapping(
+                ds.as_ptr(),
+                out.add(ng * GROUP_QS + 16 * g) as *mut f32,
+                4,
+            );
+            std::ptr::copy_nonoverlapping(
+                ss.as_ptr(),
+                out.add(ng * (GROUP_QS + 16) + 16 * g) as *mut f32,
+                4,
+            );
+        }
+    }
+}
+
+/// Σ x² in f64 (RMSNorm).
+///
+/// # Safety
+/// AVX-512 F present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn sum_squares(x: &[f32]) -> f64 {
+    let n = x.len();
+    let p = x.as_ptr();
+    let mut a0 = _mm512_setzero_pd();
+    let mut a1 = _mm512_setzero_pd();
+    let mut i = 0;
+    // SAFETY: loads stay inside x.
+    unsafe {
+        while i + 16 <= n {
+            let v = _mm512_loadu_ps(p.add(i));
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(v),
+            )));
+            a0 = _mm512_fmadd_pd(lo, lo, a0);
+            a1 = _mm512_fmadd_pd(hi, hi, a1);
+            i += 16;
+        }
+    }
+    let mut s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    while i < n {
+        let v = f64::from(x[i]);
+        s += v * v;
+        i += 1;
+    }
+    s
+}

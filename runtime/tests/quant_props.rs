@@ -1,0 +1,461 @@
+//! Property tests of the quantized kernels: every SIMD tier this CPU runs (AVX2, AVX-512 with
+//! and without VNNI) against the scalar reference on odd lengths, group tails, several
+//! activation rows and extreme scales; plus ggml's own error limits for quantization,
+//! dequantization and dot products (ggml `tests/test-quantize-fns.cpp`: synthetic data
+//! `0.1 + 2 cos(i + offset)`, 4096 values, RMSE reported as `sqrt(Σ d²) / n`).
+//!
+//! The integer part of every block dot is exact on every tier, so tiers differ only in the
+//! order of the f32 sums: the bound used is `1e-5 · Σ|w_i · a_i|` over the dequantized
+//! operands (a few hundred ulps of the sum of magnitudes for rows of up to 20 blocks).
+
+use half::f16;
+use pocketperf_runtime::GgmlType;
+use pocketperf_runtime::pool::ThreadPool;
+use pocketperf_runtime::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, as_bytes};
+use pocketperf_runtime::quant::{
+    self, ActLayout, ActRow, Isa, QuantizedActs, WeightMatrix, attn, packed,
+};
+use proptest::prelude::*;
+
+/// The tiers to check on this CPU, with whether VNNI is switched off for the run.
+fn tiers() -> Vec<(Isa, bool)> {
+    let mut t = Vec::new();
+    if quant::supported(Isa::Avx2) {
+        t.push((Isa::Avx2, false));
+    }
+    if quant::supported(Isa::Avx512) {
+        t.push((Isa::Avx512, false));
+        if quant::has_vnni() {
+            t.push((Isa::Avx512, true));
+        }
+    }
+    if quant::supported(Isa::Neon) {
+        t.push((Isa::Neon, false));
+    }
+    t
+}
+
+fn with_flavor<T>(vnni_off: bool, f: impl FnOnce() -> T) -> T {
+    quant::set_vnni_disabled(vnni_off);
+    let r = f();
+    quant::set_vnni_disabled(false);
+    r
+}
+
+/// xorshift32 in [-1, 1).
+struct Rng(u32);
+
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+}
+
+/// Raw ggml bytes for `rows × cols` weights of `ty`: random quants (every bit pattern,
+/// Q8_0's -128 included) with finite random scales.
+fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let nb = cols / 32;
+    let mut out = Vec::new();
+    let scale = |rng: &mut Rng| f16::from_f32(rng.unit() * 0.05).to_le_bytes();
+    for _ in 0..rows {
+        match ty {
+            GgmlType::Q4_0 => {
+                for _ in 0..nb {
+                    out.extend_from_slice(&scale(rng));
+                    out.extend((0..16).map(|_| rng.next() as u8));
+                }
+            }
+            GgmlType::Q4_1 => {
+                for _ in 0..nb {
+                    out.extend_from_slice(&scale(rng));
+                    out.extend_from_slice(&scale(rng));
+                    out.extend((0..16).map(|_| rng.next() as u8));
+                }
+            }
+            GgmlType::Q8_0 => {
+                for _ in 0..nb {
+                    out.extend_from_slice(&scale(rng));
+                    out.extend((0..32).map(|_| rng.next() as u8));
+                }
+            }
+            GgmlType::F16 => {
+                for _ in 0..cols {
+                    out.extend_from_slice(&f16::from_f32(rng.unit()).to_le_bytes());
+                }
+            }
+            _ => {
+                for _ in 0..cols {
+                    out.extend_from_slice(&rng.unit().to_le_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Activation rows: values in [-1, 1) × 10^exp, with zeros and outliers 1000× larger
+/// sprinkled in, the largest below 2000 (beyond that ggml's f16 block sum `s` overflows, in
+/// ggml as here).
+fn random_acts(n: usize, cols: usize, exp: i32, rng: &mut Rng) -> Vec<f32> {
+    let s = 10f32.powi(exp);
+    let outlier = if exp <= 0 { 1000.0 } else { 1.0 };
+    (0..n * cols)
+        .map(|i| match rng.next() % 16 {
+            0 => 0.0,
+            1 if i % 7 == 0 => rng.unit() * s * outlier,
+            _ => rng.unit() * s,
+        })
+        .collect()
+}
+
+/// The scalar reference: ggml's activation blocks for `ty` and its scalar `vec_dot`.
+fn reference_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q8_0 => {
+            let mut a = vec![BlockQ8_0::default(); x.len() / 32];
+            quant::quantize_row_q8_0(Isa::Scalar, x, &mut a);
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8_0(&a))
+        }
+        GgmlType::Q4_1 => {
+            let mut a = vec![BlockQ8_1::default(); x.len() / 32];
+            quant::quantize_row_q8_1(Isa::Scalar, x, &mut a);
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8_1(&a))
+        }
+        GgmlType::F16 => {
+            let a: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::F16(&a))
+        }
+        _ => quant::vec_dot(Isa::Scalar, ty, w, ActRow::F32(x)),
+    }
+}
+
+/// Σ |w_i · a_i| over the dequantized row pair: the scale of the rounding bound.
+fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
+    let mut wd = vec![0.0f32; x.len()];
+    quant::dequantize_row(ty, w, &mut wd).unwrap();
+    wd.iter()
+        .zip(x)
+        .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+        .sum::<f64>()
+        // the Q4_1 min term and the activation rounding add at most this much again
+        * 2.0
+}
+
+fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
+    let pool = ThreadPool::new(threads);
+    let mut acts = QuantizedActs::new(n, w.cols);
+    acts.quantize_for(isa, w.ty, x, n, w.cols);
+    let mut y = vec![f32::NAN; n * w.rows];
+    quant::matmul(&pool, isa, w, &acts, n, &mut y);
+    y
+}
+
+const TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::F16,
+    GgmlType::F32,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Matrix products of every tier against the scalar reference, element by element:
+    /// 1..=20 blocks per row (every tail of a four-block group), 1..=9 weight rows, 1..=11
+    /// activation rows (every tile remainder), magnitudes from 1e-6 (scales that underflow
+    /// f16) to 1e3.
+    #[test]
+    fn matmul_tiers_match_scalar(
+        ti in 0usize..TYPES.len(),
+        nb in 1usize..=20,
+        rows in 1usize..=9,
+        n in 1usize..=11,
+        exp in -6i32..=3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let ty = TYPES[ti];
+        let cols = nb * 32;
+        let mut rng = Rng(seed);
+        let wb = random_weights(ty, rows, cols, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, exp, &mut rng);
+        let reference: Vec<f32> = (0..n * rows)
+            .map(|i| reference_dot(ty, w.row(i % rows), &x[(i / rows) * cols..(i / rows + 1) * cols]))
+            .collect();
+        let scalar = matmul(Isa::Scalar, 1, &w, &x, n);
+        prop_assert_eq!(&scalar, &reference, "scalar matmul differs from the scalar dot");
+        for (isa, vnni_off) in tiers() {
+            let y = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
+            for a in 0..n {
+                let xa = &x[a * cols..(a + 1) * cols];
+                for r in 0..rows {
+                    let (got, want) = (y[a * rows + r], reference[a * rows + r]);
+                    let tol = 1e-5 * magnitude(ty, w.row(r), xa) + 1e-30;
+                    // Equal includes equal infinities: a Q8_1 sum `s` beyond the f16 range is
+                    // infinite in ggml too.
+                    prop_assert!(
+                        got == want || (f64::from(got) - f64::from(want)).abs() <= tol,
+                        "{isa} (vnni off: {vnni_off}) {ty} nb {nb} act {a} row {r}: {got} vs {want} (tol {tol:e})"
+                    );
+                }
+            }
+            // One row at a time gives the same bits as the batch (tile shape invariance).
+            for a in 0..n {
+                let one = with_flavor(vnni_off, || matmul(isa, 1, &w, &x[a * cols..(a + 1) * cols], 1));
+                prop_assert_eq!(&one[..], &y[a * rows..(a + 1) * rows], "{} row {} alone", isa, a);
+            }
+        }
+    }
+
+    /// Activation quantization is bit-identical on every tier (ggml-cpu's x86 convention),
+    /// whichever layout the tier stores it in.
+    #[test]
+    fn activation_blocks_identical_on_every_tier(
+        nb in 1usize..=20,
+        exp in -6i32..=3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let cols = nb * 32;
+        let mut rng = Rng(seed);
+        let x = random_acts(1, cols, exp, &mut rng);
+        let mut want = vec![BlockQ8_1::default(); nb];
+        quant::quantize_row_q8_1(Isa::Scalar, &x, &mut want);
+        for (isa, _) in tiers() {
+            let mut acts = QuantizedActs::new(1, cols);
+            acts.quantize_for(isa, GgmlType::Q4_1, &x, 1, cols);
+            let got = match acts.layout() {
+                ActLayout::Packed => acts.packed_row(0).to_blocks(),
+                _ => match acts.row(0) {
+                    ActRow::Q8_1(b) => b.to_vec(),
+                    other => panic!("unexpected activation row {other:?}"),
+                },
+            };
+            prop_assert_eq!(&got, &want, "{}", isa);
+        }
+    }
+
+    /// Attention kernels of every tier against the scalar code.
+    #[test]
+    fn attention_kernels_match_scalar(
+        n in 1usize..=70,
+        nq in 1usize..=13,
+        hd_i in 0usize..3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let hd = [16usize, 64, 128][hd_i];
+        let mut rng = Rng(seed);
+        let ld = n.next_multiple_of(16);
+        let q: Vec<f32> = (0..nq * hd).map(|_| rng.unit()).collect();
+        let k: Vec<f16> = (0..n * hd).map(|_| f16::from_f32(rng.unit() * 4.0)).collect();
+        let v: Vec<f16> = (0..n * hd).map(|_| f16::from_f32(rng.unit())).collect();
+        let mut s_ref = vec![0.0f32; nq * ld];
+        attn::scores_f16(Isa::Scalar, &q, nq, hd, &k, n, 0.125, &mut s_ref, ld);
+        let mut o_ref = vec![0.25f32; nq * hd];
+        attn::accum_f16(Isa::Scalar, &s_ref, ld, nq, hd, &v, n, &mut o_ref);
+        let mut e_ref = s_ref[..n].to_vec();
+        let sum_ref = attn::exp_shifted(Isa::Scalar, &mut e_ref, 1.0);
+        let mut g_ref: Vec<f32> = s_ref[..n].iter().map(|x| x * 8.0).collect();
+        let u: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+        attn::silu_mul(Isa::Scalar, &mut g_ref, &u);
+        for (isa, _) in tiers() {
+            let mut s = vec![0.0f32; nq * ld];
+            attn::scores_f16(isa, &q, nq, hd, &k, n, 0.125, &mut s, ld);
+            for h in 0..nq {
+                for j in 0..n {
+                    let (a, b) = (s[h * ld + j], s_ref[h * ld + j]);
+                    prop_assert!((a - b).abs() <= 1e-5 * (hd as f32), "{isa} score {h} {j}: {a} vs {b}");
+                }
+            }
+            let mut o = vec![0.25f32; nq * hd];
+            attn::accum_f16(isa, &s_ref, ld, nq, hd, &v, n, &mut o);
+            for (a, b) in o.iter().zip(&o_ref) {
+                prop_assert!((a - b).abs() <= 1e-5 * (n as f32 + 1.0), "{isa} accum: {a} vs {b}");
+            }
+            let mut e = s_ref[..n].to_vec();
+            let sum = attn::exp_shifted(isa, &mut e, 1.0);
+            prop_assert!((sum - sum_ref).abs() <= 1e-5 * sum_ref, "{isa} exp sum");
+            for (a, b) in e.iter().zip(&e_ref) {
+                prop_assert!((a - b).abs() <= 4e-7 * b.abs(), "{isa} exp: {a} vs {b}");
+            }
+            let mut g: Vec<f32> = s_ref[..n].iter().map(|x| x * 8.0).collect();
+            attn::silu_mul(isa, &mut g, &u);
+            for (a, b) in g.iter().zip(&g_ref) {
+                prop_assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "{isa} silu: {a} vs {b}");
+            }
+            let wide: Vec<f32> = (0..n).map(|_| rng.unit() * 60000.0).collect();
+            let mut h = vec![f16::ZERO; n];
+            let mut back = vec![0.0f32; n];
+            attn::f32_to_f16(isa, &wide, &mut h);
+            attn::f16_to_f32(isa, &h, &mut back);
+            for ((x, hh), b) in wide.iter().zip(&h).zip(&back) {
+                prop_assert_eq!(*hh, f16::from_f32(*x));
+                prop_assert_eq!(*b, hh.to_f32());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ggml's limits (test-quantize-fns.cpp)
+// ---------------------------------------------------------------------------------------------
+
+const TEST_SIZE: usize = 32 * 128;
+const MAX_QUANTIZATION_TOTAL_ERROR: f64 = 0.002;
+const MAX_QUANTIZATION_REFERENCE_ERROR: f64 = 0.0001;
+const MAX_DOT_PRODUCT_ERROR: f64 = 0.02;
+
+fn synthetic(offset: f32) -> Vec<f32> {
+    (0..TEST_SIZE)
+        .map(|i| 0.1 + 2.0 * (i as f32 + offset).cos())
+        .collect()
+}
+
+/// ggml's `array_rmse`: `sqrt(Σ d²) / n`.
+fn ggml_rmse(a: &[f32], b: &[f32]) -> f64 {
+    let s: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum();
+    s.sqrt() / a.len() as f64
+}
+
+fn quantize_weights(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let nb = x.len() / 32;
+    match ty {
+        GgmlType::Q4_0 => {
+            let mut b = vec![
+                BlockQ4_0 {
+                    d: f16::ZERO,
+                    qs: [0; 16]
+                };
+                nb
+            ];
+            quant::quantize_row_q4_0(x, &mut b);
+            as_bytes(&b).to_vec()
+        }
+        GgmlType::Q4_1 => {
+            let mut b = vec![
+                BlockQ4_1 {
+                    d: f16::ZERO,
+                    m: f16::ZERO,
+                    qs: [0; 16]
+                };
+                nb
+            ];
+            quant::quantize_row_q4_1(x, &mut b);
+            as_bytes(&b).to_vec()
+        }
+        _ => {
+            let mut b = vec![BlockQ8_0::default(); nb];
+            quant::quantize_row_q8_0_ref(x, &mut b);
+            as_bytes(&b).to_vec()
+        }
+    }
+}
+
+#[test]
+fn ggml_quantization_error_limits() {
+    let x = synthetic(0.0);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let q = quantize_weights(ty, &x);
+        let mut back = vec![0.0f32; TEST_SIZE];
+        quant::dequantize_row(ty, &q, &mut back).unwrap();
+        let err = ggml_rmse(&x, &back);
+        assert!(err < MAX_QUANTIZATION_TOTAL_ERROR, "{ty} total error {err}");
+        // and it is not trivially zero: 4-bit formats lose information
+        if ty != GgmlType::Q8_0 {
+            assert!(err > 1e-5, "{ty} total error {err} suspiciously small");
+        }
+    }
+    // Activation quantizers of every tier against ggml's reference quantizers.
+    let mut r0 = vec![BlockQ8_0::default(); TEST_SIZE / 32];
+    let mut r1 = vec![BlockQ8_1::default(); TEST_SIZE / 32];
+    quant::quantize_row_q8_0_ref(&x, &mut r0);
+    quant::quantize_row_q8_1_ref(&x, &mut r1);
+    let mut ref0 = vec![0.0f32; TEST_SIZE];
+    let mut ref1 = vec![0.0f32; TEST_SIZE];
+    quant::dequantize_row(GgmlType::Q8_0, as_bytes(&r0), &mut ref0).unwrap();
+    quant::dequantize_row(GgmlType::Q8_1, as_bytes(&r1), &mut ref1).unwrap();
+    assert!(ggml_rmse(&x, &ref0) < MAX_QUANTIZATION_TOTAL_ERROR);
+    for isa in std::iter::once(Isa::Scalar).chain(tiers().into_iter().map(|t| t.0)) {
+        let mut a0 = vec![BlockQ8_0::default(); TEST_SIZE / 32];
+        let mut a1 = vec![BlockQ8_1::default(); TEST_SIZE / 32];
+        quant::quantize_row_q8_0(isa, &x, &mut a0);
+        quant::quantize_row_q8_1(isa, &x, &mut a1);
+        let mut d0 = vec![0.0f32; TEST_SIZE];
+        let mut d1 = vec![0.0f32; TEST_SIZE];
+        quant::dequantize_row(GgmlType::Q8_0, as_bytes(&a0), &mut d0).unwrap();
+        quant::dequantize_row(GgmlType::Q8_1, as_bytes(&a1), &mut d1).unwrap();
+        let (e0, e1) = (ggml_rmse(&d0, &ref0), ggml_rmse(&d1, &ref1));
+        assert!(
+            e0 < MAX_QUANTIZATION_REFERENCE_ERROR,
+            "{isa} Q8_0 reference error {e0}"
+        );
+        assert!(
+            e1 < MAX_QUANTIZATION_REFERENCE_ERROR,
+            "{isa} Q8_1 reference error {e1}"
+        );
+        // packed layout (AVX-512): same values once unpacked
+        let mut acts = QuantizedActs::new(1, TEST_SIZE);
+        acts.quantize_for(isa, GgmlType::Q4_1, &x, 1, TEST_SIZE);
+        if acts.layout() == ActLayout::Packed {
+            assert_eq!(acts.packed_row(0).to_blocks(), a1, "{isa} packed");
+            let p = acts.packed_row(0);
+            assert_eq!(p.groups(), packed::groups(TEST_SIZE));
+        }
+    }
+}
+
+#[test]
+fn ggml_dot_product_error_limits() {
+    let x1 = synthetic(0.0);
+    let x2 = synthetic(1.0);
+    let exact: f64 = x1
+        .iter()
+        .zip(&x2)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum();
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let wb = quantize_weights(ty, &x1);
+        let w = WeightMatrix::new(ty, 1, TEST_SIZE, &wb).unwrap();
+        let reference = reference_dot(ty, &wb, &x2);
+        let err = (f64::from(reference) - exact).abs() / TEST_SIZE as f64;
+        assert!(err < MAX_DOT_PRODUCT_ERROR, "{ty} scalar dot error {err}");
+        for (isa, vnni_off) in std::iter::once((Isa::Scalar, false)).chain(tiers()) {
+            let y = with_flavor(vnni_off, || matmul(isa, 1, &w, &x2, 1))[0];
+            let err = (f64::from(y) - exact).abs() / TEST_SIZE as f64;
+            assert!(err < MAX_DOT_PRODUCT_ERROR, "{isa} {ty} dot error {err}");
+            let rel = (f64::from(y) - f64::from(reference)).abs() / exact.abs();
+            assert!(rel < 1e-5, "{isa} {ty}: {y} vs scalar {reference}");
+        }
+    }
+}
+
+#[test]
+fn zero_rows_give_exact_zeros() {
+    let cols = 96;
+    let mut rng = Rng(7);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let mut wb = random_weights(ty, 3, cols, &mut rng);
+        if ty == GgmlType::Q4_1 {
+            // zero mins so that a zero activation row gives exactly zero
+            for b in 0..wb.len() / 20 {
+                wb[b * 20 + 2] = 0;
+                wb[b * 20 + 3] = 0;
+            }
+        }
+        let w = WeightMatrix::new(ty, 3, cols, &wb).unwrap();
+        for (isa, vnni_off) in std::iter::once((Isa::Scalar, false)).chain(tiers()) {
+            let y = with_flavor(vnni_off, || matmul(isa, 1, &w, &vec![0.0; cols], 1));
+            assert!(y.iter().all(|&v| v == 0.0), "{isa} {ty}: {y:?}");
+        }
+    }
+}
