@@ -211,7 +211,7 @@ fn offline_run_is_valid_with_its_batch_completed() {
         assert!(ours_all.iter().any(|o| o == k), "{k} missing:\n{ours}");
     }
     assert!(ours.contains("Result is : VALID\n"), "{ours}");
-    assert!(ours.contains("SUT name : pocketperf-runtime (in-process, sequential decode)"));
+    assert!(ours.contains("SUT name : pocketperf-runtime (in-process, batched decode)"));
     let r = pocketperf_reports::load_result(&out).unwrap();
     let p = r.performance.unwrap();
     assert!(p.valid, "{:?}", p.invalid_reasons);

@@ -1,15 +1,15 @@
 //! `pocketperf run`: an MLPerf-style scenario (SingleStream, Offline, Server) over the
-//! performance prompt set, with the in-process runtime as the system under test, writing the
-//! result directory: `result.json`, the MLPerf logs and `tokens.csv`.
+//! performance prompt set, with the runtime as the system under test, writing the result
+//! directory: `result.json`, the MLPerf logs and `tokens.csv`.
 //!
-//! The command is a pipeline of small steps so later options hook in at one place each:
-//! [`resolve_settings`] (preset, then `--config`, then flags), [`make_sut`] (which system
-//! under test: today the in-process runtime; a child process or a device later),
-//! [`run_scenario`] (the scenario engine on a shared clock: telemetry samplers and a
-//! governor use the same origin), and [`write_outputs`]. The in-process SUT delegates
-//! decoding to a [`Decoder`]: SingleStream and Server decode each query as it arrives;
-//! Offline hands the whole batch to the decoder at flush, which is where a batched decoder
-//! plugs in once the runtime offers one ([`make_decoder`]).
+//! The command is a pipeline of small steps: [`resolve_settings`] (preset, then `--config`,
+//! then flags), the system under test (the in-process runtime, or `pocketperf serve` as a
+//! child process with `--sut process`), [`run_scenario`] (the scenario engine on a shared
+//! clock: telemetry samplers and a governor use the same origin), and [`write_outputs`]. The
+//! in-process SUT delegates decoding to a [`Decoder`] ([`make_decoder`]): SingleStream and
+//! Server decode each query as it arrives ([`SequentialDecoder`]); Offline hands the whole
+//! batch over at flush to the [`BatchedDecoder`], which keeps [`OFFLINE_BATCH`] sequences in
+//! flight through the runtime's batched decode.
 
 use crate::cmd::governor::{GovernorArgs, GovernorHook};
 use crate::cmd::runtime::{EngineArgs, prompt_tokens};
@@ -22,7 +22,9 @@ use pocketperf_reports::schema::{
 };
 use pocketperf_runtime::backend::DeviceCounters;
 use pocketperf_runtime::model::SessionOptions;
-use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
+use pocketperf_runtime::session::{
+    BatchDecoder, Engine, GenerateOptions, SamplingParams, Session, argmax,
+};
 use pocketperf_scenarios::{
     Clock, LatencyStats, LogMeta, QslError, Query, QuerySampleLibrary, RealClock, Responder,
     Scenario, SystemUnderTest, TestMode, TestResult, TestSettings, run_test,
@@ -388,26 +390,184 @@ impl Decoder for SequentialDecoder<'_> {
     }
 }
 
-/// The decoder for a scenario. Offline is where batched decoding belongs: when the runtime
-/// offers a batched decode API, return its decoder here for `Scenario::Offline` (the SUT
-/// already hands Offline's whole batch over in one call).
+/// Sequences an Offline run decodes together ([`BatchedDecoder`]): the batch size at which
+/// the runtime's batched decode reaches several times single-sequence throughput on a
+/// phone-class CPU (docs/PERFORMANCE.md).
+pub const OFFLINE_BATCH: usize = 8;
+
+/// Offline's decoder: up to `slots` sequences in flight. A free slot takes the next job,
+/// prefills its prompt alone and emits its first token; then every step advances all
+/// sequences in flight by one token in one batched forward pass (each weight read once for
+/// the whole batch, each sequence in its own KV ring), greedy, exactly `max_new_tokens`
+/// tokens per job (EOS ignored). A finished sequence frees its slot for the next job
+/// (continuous batching), so the batch stays full until the queue runs dry.
+pub struct BatchedDecoder<'e> {
+    batch: BatchDecoder<'e>,
+    sessions: Vec<Session<'e>>,
+}
+
+/// A sequence in flight in a [`BatchedDecoder`] slot.
+#[derive(Clone, Copy)]
+struct InFlight {
+    id: u64,
+    sample: u64,
+    last: u32,
+    generated: usize,
+    target: usize,
+}
+
+impl<'e> BatchedDecoder<'e> {
+    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU backend).
+    pub fn new(engine: &'e Engine, slots: usize, max_seq_len: usize) -> Result<Self> {
+        let slots = slots.max(1);
+        let batch = engine.batch_decoder(slots, max_seq_len)?;
+        let sessions = (0..slots)
+            .map(|_| {
+                engine.session(SessionOptions {
+                    max_seq_len,
+                    max_batch: 128,
+                    ..Default::default()
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(BatchedDecoder { batch, sessions })
+    }
+
+    /// Resets slot `k`'s session, prefills `job` and emits its first token; `None` when the
+    /// job is already complete (one token) or failed.
+    fn start(
+        &mut self,
+        k: usize,
+        job: &Job<'_>,
+        responder: &mut Responder<'_>,
+    ) -> Option<InFlight> {
+        let id = job.query.id;
+        let s = &mut self.sessions[k];
+        s.reset();
+        if job.max_new_tokens == 0 {
+            responder.complete(id, 0, None);
+            return None;
+        }
+        match s.prefill(job.prompt) {
+            Ok(logits) => {
+                let first = argmax(logits);
+                responder.token(id);
+                if job.max_new_tokens == 1 {
+                    responder.complete(id, 1, None);
+                    return None;
+                }
+                Some(InFlight {
+                    id,
+                    sample: job.query.sample_index,
+                    last: first,
+                    generated: 1,
+                    target: job.max_new_tokens,
+                })
+            }
+            Err(e) => {
+                responder.fail(id, &format!("sample {}: {e}", job.query.sample_index));
+                None
+            }
+        }
+    }
+}
+
+impl Decoder for BatchedDecoder<'_> {
+    fn name(&self) -> &str {
+        "batched"
+    }
+
+    fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
+        let mut queue = jobs.iter();
+        let mut slots: Vec<Option<InFlight>> = vec![None; self.sessions.len()];
+        let mut order: Vec<usize> = Vec::with_capacity(slots.len());
+        let mut tokens: Vec<u32> = Vec::with_capacity(slots.len());
+        loop {
+            // Fill free slots from the queue.
+            for (k, slot) in slots.iter_mut().enumerate() {
+                while slot.is_none() {
+                    let Some(job) = queue.next() else { break };
+                    *slot = self.start(k, job, responder);
+                }
+            }
+            order.clear();
+            tokens.clear();
+            for (k, f) in slots.iter().enumerate() {
+                if let Some(f) = f {
+                    order.push(k);
+                    tokens.push(f.last);
+                }
+            }
+            if order.is_empty() {
+                return;
+            }
+            // The sessions in flight, in slot order (a subset of the slots when the queue ran
+            // dry).
+            let mut refs: Vec<&mut Session<'_>> = self
+                .sessions
+                .iter_mut()
+                .enumerate()
+                .filter(|(k, _)| slots[*k].is_some())
+                .map(|(_, s)| s)
+                .collect();
+            let step = self.batch.decode(&mut refs, &tokens);
+            drop(refs);
+            let vocab = self.sessions[0].engine().model.config().vocab_size;
+            match step {
+                Ok(logits) => {
+                    for (row, &k) in order.iter().enumerate() {
+                        let Some(f) = slots[k].as_mut() else { continue };
+                        f.last = argmax(&logits[row * vocab..(row + 1) * vocab]);
+                        f.generated += 1;
+                        responder.token(f.id);
+                        if f.generated == f.target {
+                            responder.complete(f.id, f.generated as u64, None);
+                            slots[k] = None;
+                        }
+                    }
+                }
+                Err(e) => {
+                    // A step failed for the whole batch: fail every sequence in it.
+                    for &k in &order {
+                        if let Some(f) = slots[k].take() {
+                            responder
+                                .fail(f.id, &format!("sample {}: batched decode: {e}", f.sample));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The decoder for a scenario: Offline decodes its batch [`OFFLINE_BATCH`] sequences at a
+/// time with the runtime's batched decode (CPU backend, no governor); everything else, and
+/// Offline under a governor or on OpenCL, one sequence at a time.
 pub fn make_decoder<'e>(
     engine: &'e Engine,
     scenario: Scenario,
     library: &PromptLibrary,
     governor: Option<SharedGovernor>,
 ) -> Result<Box<dyn Decoder + 'e>> {
+    let max_seq_len = library.longest_sequence().max(1);
+    let batched = scenario == Scenario::Offline
+        && governor.is_none()
+        && matches!(engine.backend(), pocketperf_runtime::backend::Backend::Cpu);
+    if batched {
+        return Ok(Box::new(BatchedDecoder::new(
+            engine,
+            OFFLINE_BATCH.min(library.len().max(1)),
+            max_seq_len,
+        )?));
+    }
     let session = engine.session(SessionOptions {
-        max_seq_len: library.longest_sequence().max(1),
+        max_seq_len,
         max_batch: 128,
         ..Default::default()
     })?;
-    match scenario {
-        // Offline: the batched decoder replaces this arm once the runtime offers one.
-        Scenario::Offline | Scenario::SingleStream | Scenario::Server => Ok(Box::new(
-            SequentialDecoder::new(session).with_governor(governor),
-        )),
-    }
+    Ok(Box::new(
+        SequentialDecoder::new(session).with_governor(governor),
+    ))
 }
 
 /// The runtime in this process as the SUT. SingleStream and Server decode each query on the
