@@ -5,6 +5,7 @@
 //! `POCL_CACHE_DIR`).
 
 mod common;
+use common::{cases, ids, rms, top2};
 
 use pocketperf_runtime::backend::opencl::{ClAttention, ClEngine, ClOptions, WeightImport};
 use pocketperf_runtime::gguf::{GgufFile, write_aligned};
@@ -38,43 +39,6 @@ fn cpu(opts: SessionOptions, isa: Isa) -> Forward {
 
 fn active_isa() -> Isa {
     quant::isa_from_env().expect("POCKETPERF_ISA")
-}
-
-fn cases() -> Vec<Value> {
-    let p = common::reference_dir().join("greedy_and_logits.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    v["cases"].as_array().unwrap().clone()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn top2(l: &[f32]) -> (u32, f32) {
-    let (mut a, mut b) = (0usize, usize::MAX);
-    for i in 1..l.len() {
-        if l[i] > l[a] {
-            b = a;
-            a = i;
-        } else if b == usize::MAX || l[i] > l[b] {
-            b = i;
-        }
-    }
-    (a as u32, l[a] - l[b])
-}
-
-fn rms(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    (a.iter()
-        .zip(b)
-        .map(|(x, y)| ((x - y) as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64)
-        .sqrt()
 }
 
 fn opts(ctx: usize) -> SessionOptions {

@@ -50,3 +50,44 @@ pub fn read_f32_le(path: &Path) -> Vec<f32> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+/// The cases of the llama.cpp greedy-and-logits reference.
+pub fn cases() -> Vec<serde_json::Value> {
+    let p = reference_dir().join("greedy_and_logits.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    v["cases"].as_array().unwrap().clone()
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Index of the largest logit and its margin over the runner-up.
+pub fn top2(l: &[f32]) -> (u32, f32) {
+    let (mut a, mut b) = (0usize, usize::MAX);
+    for i in 1..l.len() {
+        if l[i] > l[a] {
+            b = a;
+            a = i;
+        } else if b == usize::MAX || l[i] > l[b] {
+            b = i;
+        }
+    }
+    (a as u32, l[a] - l[b])
+}
+
+/// Root-mean-square difference of two equal-length vectors.
+pub fn rms(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    (a.iter()
+        .zip(b)
+        .map(|(x, y)| ((x - y) as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64)
+        .sqrt()
+}
