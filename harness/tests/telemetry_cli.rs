@@ -8,17 +8,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn model_path() -> PathBuf {
-    const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-    let p = if let Some(p) = std::env::var_os("POCKETPERF_MODEL") {
-        PathBuf::from(p)
-    } else if let Some(c) = std::env::var_os("POCKETPERF_CACHE") {
-        PathBuf::from(c).join("models").join(FILE)
-    } else if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
-        PathBuf::from(c).join("pocketperf/models").join(FILE)
-    } else {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-            .join(".cache/pocketperf/models")
-            .join(FILE)
+    let p = match std::env::var_os("POCKETPERF_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => pocketperf::model_store::reference_model_path().expect("model cache directory"),
     };
     assert!(
         p.exists(),

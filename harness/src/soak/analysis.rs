@@ -29,6 +29,13 @@ pub enum Verdict {
     Skipped,
 }
 
+impl Verdict {
+    /// Pass when `ok`, else fail.
+    fn pass_if(ok: bool) -> Verdict {
+        if ok { Verdict::Pass } else { Verdict::Fail }
+    }
+}
+
 /// One check with its figure, threshold and interval.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
@@ -277,11 +284,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     let mut checks = vec![
         check(
             "crashes",
-            if counts.crashes <= th.max_crashes {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            Verdict::pass_if(counts.crashes <= th.max_crashes),
             Some(counts.crashes as f64),
             th.max_crashes as f64,
             "count",
@@ -301,11 +304,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
         ),
         check(
             "timeouts",
-            if counts.timeouts <= th.max_timeouts {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            Verdict::pass_if(counts.timeouts <= th.max_timeouts),
             Some(counts.timeouts as f64),
             th.max_timeouts as f64,
             "count",
@@ -340,11 +339,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     } else {
         check(
             "output_drift",
-            if counts.output_drift <= th.max_output_drift {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            Verdict::pass_if(counts.output_drift <= th.max_output_drift),
             Some(counts.output_drift as f64),
             th.max_output_drift as f64,
             "count",
@@ -381,11 +376,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
         },
         Some(r) => check(
             "stability",
-            if r >= th.min_stability {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            Verdict::pass_if(r >= th.min_stability),
             Some(r),
             th.min_stability,
             "ratio",
@@ -477,11 +468,7 @@ fn rss_check(rss: &RssAnalysis, th: &Thresholds, warmup_s: f64) -> Check {
         },
         Some(f) => Check {
             name: "rss_growth",
-            verdict: if f.slope <= th.max_rss_growth_mib_per_h {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            verdict: Verdict::pass_if(f.slope <= th.max_rss_growth_mib_per_h),
             value: Some(f.slope),
             threshold: Some(th.max_rss_growth_mib_per_h),
             unit: "MiB/h",
@@ -630,11 +617,7 @@ fn latency_check(l: &LatencyAnalysis, th: &Thresholds) -> Check {
         },
         Some(d) => check(
             "latency_drift",
-            if d <= th.max_tpot_drift {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            Verdict::pass_if(d <= th.max_tpot_drift),
             Some(d),
             th.max_tpot_drift,
             "fraction",
@@ -773,11 +756,7 @@ fn thermal_check(t: &ThermalAnalysis, th: &Thresholds) -> Check {
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} °C"));
     check(
         "thermal",
-        if above <= th.max_time_above_limit_s {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        Verdict::pass_if(above <= th.max_time_above_limit_s),
         Some(above),
         th.max_time_above_limit_s,
         "s",
