@@ -13,8 +13,15 @@ pub fn shared_dir() -> PathBuf {
         .join("../shared")
 }
 
+/// The reference outputs of the smollm2-135m model.
 pub fn reference_dir() -> PathBuf {
-    let d = shared_dir().join("reference/smollm2-135m");
+    reference_dir_for("smollm2-135m")
+}
+
+/// The llama.cpp reference outputs of a catalog model (`smollm2-135m`, `gemma3-270m`,
+/// `qwen2.5-coder-0.5b`).
+pub fn reference_dir_for(name: &str) -> PathBuf {
+    let d = shared_dir().join("reference").join(name);
     assert!(
         d.is_dir(),
         "reference outputs not found at {} (set POCKETPERF_SHARED)",
@@ -23,22 +30,46 @@ pub fn reference_dir() -> PathBuf {
     d
 }
 
-pub fn model_path() -> PathBuf {
-    const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-    let p = if let Some(p) = std::env::var_os("POCKETPERF_MODEL") {
-        PathBuf::from(p)
-    } else if let Some(c) = std::env::var_os("POCKETPERF_CACHE") {
-        PathBuf::from(c).join("models").join(FILE)
+/// The cached file name of each catalog model (the harness's catalog fetches them there).
+pub fn model_file(name: &str) -> &'static str {
+    match name {
+        "smollm2-135m" => "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
+        other => panic!("no catalog model named {other}"),
+    }
+}
+
+fn cache_models_dir() -> PathBuf {
+    if let Some(c) = std::env::var_os("POCKETPERF_CACHE") {
+        PathBuf::from(c).join("models")
     } else if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
-        PathBuf::from(c).join("pocketperf/models").join(FILE)
+        PathBuf::from(c).join("pocketperf/models")
     } else {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-            .join(".cache/pocketperf/models")
-            .join(FILE)
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/pocketperf/models")
+    }
+}
+
+/// The reference model (`POCKETPERF_MODEL` overrides the cache).
+pub fn model_path() -> PathBuf {
+    let p = match std::env::var_os("POCKETPERF_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => cache_models_dir().join(model_file("smollm2-135m")),
     };
     assert!(
         p.exists(),
         "reference model not found at {}: run `pocketperf model fetch` (scripts/setup.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// A catalog model in the cache.
+pub fn model_path_for(name: &str) -> PathBuf {
+    let p = cache_models_dir().join(model_file(name));
+    assert!(
+        p.exists(),
+        "model {name} not found at {}: run `pocketperf model fetch {name}` (scripts/setup.sh does)",
         p.display()
     );
     p
@@ -53,7 +84,12 @@ pub fn read_f32_le(path: &Path) -> Vec<f32> {
 
 /// The cases of the llama.cpp greedy-and-logits reference.
 pub fn cases() -> Vec<serde_json::Value> {
-    let p = reference_dir().join("greedy_and_logits.json");
+    cases_for("smollm2-135m")
+}
+
+/// The cases of a catalog model's greedy-and-logits reference.
+pub fn cases_for(name: &str) -> Vec<serde_json::Value> {
+    let p = reference_dir_for(name).join("greedy_and_logits.json");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     v["cases"].as_array().unwrap().clone()
 }
