@@ -317,3 +317,35 @@ fn gemma_chat_folds_a_system_message_into_the_first_turn() {
     assert_eq!(ids.iter().filter(|&&i| i == eot).count(), 3);
     assert_eq!(tok.decode(&ids[1..]), text);
 }
+
+#[test]
+fn the_perplexity_text_has_the_reference_token_count() {
+    // `perplexity.json` of each model: the shared text without its trailing newline,
+    // tokenized with BOS first where the model adds one; SmolLM2's file lists the ids too.
+    let mut text = std::fs::read_to_string(
+        common::reference_dir_for("smollm2-135m").join("ppl_text.txt"),
+    )
+    .expect("ppl_text.txt");
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    for name in MODELS {
+        let tok = &load(name).tok;
+        let p = common::reference_dir_for(name).join("perplexity.json");
+        let j: Json = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let t0 = Instant::now();
+        let ids = tok.encode_prompt(&Prompt::text(&text)).unwrap();
+        eprintln!(
+            "{name}: {} bytes to {} tokens in {:.1} ms",
+            text.len(),
+            ids.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(ids.len() as u64, j["n_tokens"].as_u64().unwrap(), "{name}");
+        let skip = usize::from(tok.add_bos());
+        assert_eq!(tok.decode(&ids[skip..]), text, "{name}");
+        if j["token_ids"].is_array() {
+            assert_eq!(ids, common::ids(&j["token_ids"]), "{name}");
+        }
+    }
+}
