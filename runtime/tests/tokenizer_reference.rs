@@ -55,8 +55,10 @@ fn strings(v: &Json) -> Vec<&str> {
         .collect()
 }
 
-/// Every case identical to llama.cpp; returns how many cases were checked.
-fn check_cases(name: &str) -> usize {
+/// Every case identical to llama.cpp; returns how many cases were checked. `raw_pieces`: the
+/// reference lists vocabulary strings (SmolLM2's `llama-tokenize` run) rather than the text of
+/// each token (the llama-cpp-python runs of the newer references; see each file's notes).
+fn check_cases(name: &str, raw_pieces: bool) -> usize {
     let tok = &load(name).tok;
     let cases = tokenize_cases(name);
     assert!(cases.len() >= 12, "{name}: {} cases", cases.len());
@@ -67,9 +69,20 @@ fn check_cases(name: &str) -> usize {
         let want = common::ids(&c["ids"]);
         let got = tok.encode(text, special).unwrap();
         assert_eq!(got, want, "{name} case {case}: {text:?}");
-        assert_eq!(got.len() as u64, c["n_tokens"].as_u64().unwrap());
+        if let Some(n) = c["n_tokens"].as_u64() {
+            assert_eq!(got.len() as u64, n, "{name} case {case}");
+        }
         let pieces: Vec<&str> = got.iter().map(|&i| tok.token_piece(i).unwrap()).collect();
-        assert_eq!(pieces, strings(&c["pieces"]), "{name} case {case}");
+        if raw_pieces {
+            assert_eq!(pieces, strings(&c["pieces"]), "{name} case {case}");
+        } else {
+            // llama.cpp's `token_to_piece`: the token's bytes, as lossy UTF-8.
+            let text_pieces: Vec<String> = got
+                .iter()
+                .map(|&i| String::from_utf8_lossy(&tok.token_bytes(i)).into_owned())
+                .collect();
+            assert_eq!(text_pieces, strings(&c["pieces"]), "{name} case {case}");
+        }
         for (&id, p) in got.iter().zip(&pieces) {
             assert_eq!(tok.token_id(p), Some(id), "{name} case {case}: piece {p:?}");
         }
@@ -90,17 +103,17 @@ fn check_cases(name: &str) -> usize {
 
 #[test]
 fn smollm2_cases_match_llama_cpp() {
-    check_cases("smollm2-135m");
+    assert_eq!(check_cases("smollm2-135m", true), 12);
 }
 
 #[test]
 fn gemma3_sentencepiece_cases_match_llama_cpp() {
-    check_cases("gemma3-270m");
+    assert_eq!(check_cases("gemma3-270m", false), 12);
 }
 
 #[test]
 fn qwen2_pretokenizer_cases_match_llama_cpp() {
-    check_cases("qwen2.5-coder-0.5b");
+    assert_eq!(check_cases("qwen2.5-coder-0.5b", false), 12);
 }
 
 /// The `chat_capital` case of a model's `greedy_and_logits.json`.
