@@ -12,8 +12,7 @@ use std::time::Instant;
 
 use pocketperf_runtime::gguf::GgufFile;
 use pocketperf_runtime::tokenizer::{
-    ChatMessage, ChatTemplate, Prompt, StreamDecoder, Tokenizer, chat_prompt,
-    default_system_prompt,
+    ChatMessage, ChatTemplate, Prompt, StreamDecoder, Tokenizer, chat_prompt, default_system_prompt,
 };
 use serde_json::Value as Json;
 
@@ -26,7 +25,10 @@ struct Loaded {
 
 fn load(name: &str) -> &'static Loaded {
     static L: [OnceLock<Loaded>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let i = MODELS.iter().position(|&m| m == name).expect("catalog model");
+    let i = MODELS
+        .iter()
+        .position(|&m| m == name)
+        .expect("catalog model");
     L[i].get_or_init(|| {
         let gguf = GgufFile::open(&common::model_path_for(name)).expect("model opens");
         let t0 = Instant::now();
@@ -92,7 +94,10 @@ fn check_cases(name: &str, raw_pieces: bool) -> usize {
         let mut s = String::new();
         for &id in &got {
             let part = dec.push(tok, id);
-            assert!(!part.contains('\u{fffd}'), "{name} case {case}: split character");
+            assert!(
+                !part.contains('\u{fffd}'),
+                "{name} case {case}: split character"
+            );
             s.push_str(&part);
         }
         s.push_str(&dec.finish());
@@ -175,7 +180,9 @@ fn plain_prompts_get_bos_only_where_the_model_adds_it() {
     // parse_special decides whether control-token text is a control token.
     let tok = &load("qwen2.5-coder-0.5b").tok;
     let t = "<|im_start|>x";
-    let parsed = tok.encode_prompt(&Prompt::text(t).parse_special(true)).unwrap();
+    let parsed = tok
+        .encode_prompt(&Prompt::text(t).parse_special(true))
+        .unwrap();
     assert_eq!(parsed[0], 151644);
     let plain = tok.encode_prompt(&Prompt::text(t)).unwrap();
     assert!(!plain.contains(&151644));
@@ -202,7 +209,10 @@ fn vocabulary_facts_of_the_models() {
     // Gemma 3: facts from its README (BOS 2 added, EOS 1, `<end_of_turn>` ends a turn).
     let tok = &load("gemma3-270m").tok;
     assert_eq!(tok.vocab_size(), 262_144);
-    assert_eq!((tok.bos(), tok.eos(), tok.add_bos()), (Some(2), Some(1), true));
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.add_bos()),
+        (Some(2), Some(1), true)
+    );
     let eot = tok.token_id("<end_of_turn>").unwrap();
     assert!(tok.is_eog(1) && tok.is_eog(eot) && !tok.is_eog(2));
     assert_eq!(tok.chat_template(), &ChatTemplate::Gemma);
@@ -335,10 +345,9 @@ fn gemma_chat_folds_a_system_message_into_the_first_turn() {
 fn the_perplexity_text_has_the_reference_token_count() {
     // `perplexity.json` of each model: the shared text without its trailing newline,
     // tokenized with BOS first where the model adds one; SmolLM2's file lists the ids too.
-    let mut text = std::fs::read_to_string(
-        common::reference_dir_for("smollm2-135m").join("ppl_text.txt"),
-    )
-    .expect("ppl_text.txt");
+    let mut text =
+        std::fs::read_to_string(common::reference_dir_for("smollm2-135m").join("ppl_text.txt"))
+            .expect("ppl_text.txt");
     if text.ends_with('\n') {
         text.pop();
     }

@@ -169,9 +169,14 @@ pub fn default_system_prompt(g: &GgufFile) -> Option<String> {
 /// Finds a literal ChatML system turn in a template that is emitted only when the first
 /// message is not a system message.
 fn system_prompt_in_template(template: &str) -> Option<String> {
-    let conditional = ["!= 'system'", "!= \"system\"", "== 'system'", "== \"system\""]
-        .iter()
-        .any(|t| template.contains(t));
+    let conditional = [
+        "!= 'system'",
+        "!= \"system\"",
+        "== 'system'",
+        "== \"system\"",
+    ]
+    .iter()
+    .any(|t| template.contains(t));
     if !conditional {
         return None;
     }
@@ -207,7 +212,10 @@ mod tests {
         let qwen = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + \
                     messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- \
                     '<|im_start|>system\\nYou are Q.<|im_end|>\\n' }}{%- endif %}";
-        assert_eq!(system_prompt_in_template(qwen).as_deref(), Some("You are Q."));
+        assert_eq!(
+            system_prompt_in_template(qwen).as_deref(),
+            Some("You are Q.")
+        );
     }
 
     #[test]

@@ -133,7 +133,11 @@ impl SpmModel {
                 start,
                 len,
                 prev: if i == 0 { NONE } else { i - 1 },
-                next: if start + len == text.len() { NONE } else { i + 1 },
+                next: if start + len == text.len() {
+                    NONE
+                } else {
+                    i + 1
+                },
             });
         }
         let mut heap = BinaryHeap::with_capacity(syms.len());
@@ -238,10 +242,22 @@ mod tests {
     #[test]
     fn the_best_scored_pair_merges_first() {
         // "abc": "ab" (-1) beats "bc" (-2), so "ab" + "c", although "bc" and "a" exist.
-        let (_, ids, m) = model(&[("a", -5.0), ("b", -5.0), ("c", -5.0), ("ab", -1.0), ("bc", -2.0)]);
+        let (_, ids, m) = model(&[
+            ("a", -5.0),
+            ("b", -5.0),
+            ("c", -5.0),
+            ("ab", -1.0),
+            ("bc", -2.0),
+        ]);
         assert_eq!(enc(&m, &ids, "abc"), [3, 2]);
         // With the scores swapped, "a" + "bc".
-        let (_, ids, m) = model(&[("a", -5.0), ("b", -5.0), ("c", -5.0), ("ab", -2.0), ("bc", -1.0)]);
+        let (_, ids, m) = model(&[
+            ("a", -5.0),
+            ("b", -5.0),
+            ("c", -5.0),
+            ("ab", -2.0),
+            ("bc", -1.0),
+        ]);
         assert_eq!(enc(&m, &ids, "abc"), [0, 4]);
     }
 
@@ -254,7 +270,13 @@ mod tests {
 
     #[test]
     fn spaces_become_the_marker_and_missing_characters_fall_back_to_bytes() {
-        let (_, ids, m) = model(&[("▁", -3.0), ("h", -3.0), ("i", -3.0), ("▁hi", -1.0), ("hi", -2.0)]);
+        let (_, ids, m) = model(&[
+            ("▁", -3.0),
+            ("h", -3.0),
+            ("i", -3.0),
+            ("▁hi", -1.0),
+            ("hi", -2.0),
+        ]);
         assert_eq!(enc(&m, &ids, " hi"), [3]);
         // "é" (C3 A9) has no piece: two byte tokens, after the five pieces.
         assert_eq!(enc(&m, &ids, "hé"), [1, 5 + 0xC3, 5 + 0xA9]);
