@@ -65,7 +65,7 @@ impl TokenType {
 ///
 enum Kind {
     /// Byte-level BPE (`gpt2`).
-    Bpe(bpe::BpeModel),
+    Bpe(Box<bpe::BpeModel>),
     /// SentencePiece-style scored pieces (`llama`).
     Spm(spm::SpmModel),
 }
@@ -253,7 +253,7 @@ impl Tokenizer {
                 let merges = g.get_str_array("tokenizer.ggml.merges")?;
                 let llama3 = pre.ignore_merges;
                 (
-                    Kind::Bpe(bpe::BpeModel::new(pre, &tokens, &ids, &merges)?),
+                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, &tokens, &ids, &merges)?)),
                     llama3,
                 )
             }

@@ -26,7 +26,7 @@ pub(crate) struct SpmModel {
     scores: Vec<f32>,
     /// The token of each byte: `<0xNN>`, else the byte as a one-character piece, else the
     /// unknown token.
-    byte_tok: [Option<u32>; 256],
+    byte_tok: Vec<Option<u32>>,
     pub(crate) add_space_prefix: bool,
 }
 
@@ -86,7 +86,7 @@ impl SpmModel {
                 tokens.len()
             )));
         }
-        let mut byte_tok = [None; 256];
+        let mut byte_tok = vec![None; 256];
         for (b, slot) in byte_tok.iter_mut().enumerate() {
             let hex = format!("<0x{b:02X}>");
             *slot = ids.get(&hex).copied().or_else(|| {
