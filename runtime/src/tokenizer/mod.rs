@@ -21,6 +21,7 @@
 
 mod bpe;
 mod chat;
+mod fast_hash;
 mod prompt;
 mod spm;
 
@@ -31,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
+use fast_hash::PieceIds;
 
 /// Token types as stored in `tokenizer.ggml.token_type` (llama.cpp's `llama_token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +79,7 @@ impl Kind {
         &self,
         text: &str,
         after_special: bool,
-        ids: &HashMap<String, u32>,
+        ids: &PieceIds,
         out: &mut Vec<u32>,
     ) -> Result<()> {
         match self {
@@ -145,7 +147,7 @@ pub struct Tokenizer {
     kind: Kind,
     tokens: Vec<String>,
     types: Vec<TokenType>,
-    ids: HashMap<String, u32>,
+    ids: PieceIds,
     /// Tokens matched as whole units before pre-tokenization, longest text first.
     specials: Vec<u32>,
     /// The texts of `specials`, and for each first byte the lengths they come in.
@@ -220,7 +222,7 @@ impl Tokenizer {
                     .collect::<Result<_>>()?
             }
         };
-        let mut ids: HashMap<String, u32> = HashMap::with_capacity(n);
+        let mut ids = PieceIds::with_capacity_and_hasher(n, Default::default());
         for (i, t) in tokens.iter().enumerate() {
             // Duplicates: the first id wins, as in llama.cpp's token_to_id map.
             ids.entry(t.clone()).or_insert(i as u32);

@@ -14,8 +14,9 @@
 //! Decoding turns `▁` back into a space and a `<0xNN>` piece into its byte.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
+use super::fast_hash::PieceIds;
 use crate::error::{Error, Result};
 
 /// The space marker of SentencePiece pieces.
@@ -74,7 +75,7 @@ impl SpmModel {
     /// Builds the model from the vocabulary and `tokenizer.ggml.scores` (one per token).
     pub(crate) fn new(
         tokens: &[String],
-        ids: &HashMap<String, u32>,
+        ids: &PieceIds,
         scores: &[f32],
         unk: Option<u32>,
         add_space_prefix: bool,
@@ -113,7 +114,7 @@ impl SpmModel {
         &self,
         raw: &str,
         after_special: bool,
-        ids: &HashMap<String, u32>,
+        ids: &PieceIds,
         out: &mut Vec<u32>,
     ) -> Result<()> {
         let mut text = String::with_capacity(raw.len() + 4);
@@ -217,14 +218,14 @@ pub(crate) fn byte_of_piece(piece: &str) -> Option<u8> {
 mod tests {
     use super::*;
 
-    fn model(pieces: &[(&str, f32)]) -> (Vec<String>, HashMap<String, u32>, SpmModel) {
+    fn model(pieces: &[(&str, f32)]) -> (Vec<String>, PieceIds, SpmModel) {
         let mut tokens: Vec<String> = pieces.iter().map(|p| p.0.to_string()).collect();
         let mut scores: Vec<f32> = pieces.iter().map(|p| p.1).collect();
         for b in 0..=255u8 {
             tokens.push(format!("<0x{b:02X}>"));
             scores.push(0.0);
         }
-        let ids: HashMap<String, u32> = tokens
+        let ids: PieceIds = tokens
             .iter()
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
@@ -233,7 +234,7 @@ mod tests {
         (tokens, ids, m)
     }
 
-    fn enc(m: &SpmModel, ids: &HashMap<String, u32>, text: &str) -> Vec<u32> {
+    fn enc(m: &SpmModel, ids: &PieceIds, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
         m.encode_fragment(text, true, ids, &mut out).unwrap();
         out
