@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use fancy_regex::Regex;
 
-use super::fast_hash::{FxBuild, PieceIds};
+use super::fast_hash::{FxBuild, PieceIds, TextIds};
 use crate::error::{Error, Result};
 
 /// The GPT-2 split pattern (contractions, letters, numbers, other, trailing whitespace).
@@ -163,7 +163,7 @@ impl BpeModel {
     ) -> Result<BpeModel> {
         let n_vocab = tokens.len() as u32;
         let mut extra: Vec<String> = Vec::new();
-        let mut extra_ids = PieceIds::default();
+        let mut extra_ids = TextIds::default();
         let mut sym = |s: &str| -> u32 {
             if let Some(&id) = token_ids.get(s) {
                 return id;

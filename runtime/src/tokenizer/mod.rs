@@ -145,8 +145,8 @@ const EOG_TEXTS: &[&str] = &[
 /// A tokenizer built from a GGUF file's metadata. `Send + Sync`; encoding takes `&self`.
 pub struct Tokenizer {
     kind: Kind,
-    tokens: Vec<String>,
     types: Vec<TokenType>,
+    /// The pieces by id, and the id of each piece.
     ids: PieceIds,
     /// Tokens matched as whole units before pre-tokenization, longest text first.
     specials: Vec<u32>,
@@ -171,7 +171,7 @@ impl std::fmt::Debug for Tokenizer {
         };
         f.debug_struct("Tokenizer")
             .field("kind", &kind)
-            .field("vocab", &self.tokens.len())
+            .field("vocab", &self.ids.tokens().len())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
             .field("eog", &self.eog)
@@ -222,11 +222,9 @@ impl Tokenizer {
                     .collect::<Result<_>>()?
             }
         };
-        let mut ids = PieceIds::with_capacity_and_hasher(n, Default::default());
-        for (i, t) in tokens.iter().enumerate() {
-            // Duplicates: the first id wins, as in llama.cpp's token_to_id map.
-            ids.entry(t.clone()).or_insert(i as u32);
-        }
+        // Duplicates: the first id wins, as in llama.cpp's token_to_id map.
+        let ids = PieceIds::new(tokens);
+        let tokens = ids.tokens();
         // Special ids: an absent key, a negative id (-1) or one outside the vocabulary means
         // "none", as in llama.cpp.
         let special_id = |key: &str| -> Option<u32> {
@@ -255,7 +253,7 @@ impl Tokenizer {
                 let merges = g.get_str_array("tokenizer.ggml.merges")?;
                 let llama3 = pre.ignore_merges;
                 (
-                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, &tokens, &ids, &merges)?)),
+                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, tokens, &ids, &merges)?)),
                     llama3,
                 )
             }
@@ -265,7 +263,7 @@ impl Tokenizer {
                 let prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
                 let unk = unk.or_else(|| ids.get("<unk>").copied());
                 (
-                    Kind::Spm(spm::SpmModel::new(&tokens, &ids, scores, unk, prefix)?),
+                    Kind::Spm(spm::SpmModel::new(tokens, &ids, scores, unk, prefix)?),
                     true,
                 )
             }
@@ -322,7 +320,6 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             kind,
-            tokens,
             types,
             ids,
             specials,
@@ -418,7 +415,7 @@ impl Tokenizer {
         self.specials
             .iter()
             .copied()
-            .filter(|&id| found.contains(self.tokens[id as usize].as_bytes()))
+            .filter(|&id| found.contains(self.ids.tokens()[id as usize].as_bytes()))
             .collect()
     }
 
@@ -435,7 +432,7 @@ impl Tokenizer {
             if !parse_special && matches!(ty, TokenType::Control | TokenType::Unknown) {
                 continue;
             }
-            let pat = self.tokens[id as usize].as_str();
+            let pat = self.ids.tokens()[id as usize].as_str();
             next.clear();
             let mut changed = false;
             for f in &frags {
@@ -487,12 +484,12 @@ impl Tokenizer {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.tokens.len()
+        self.ids.tokens().len()
     }
 
     /// The token's text as stored in the vocabulary (byte-level form, e.g. `Ġworld`).
     pub fn token_piece(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        self.ids.tokens().get(id as usize).map(String::as_str)
     }
 
     pub fn token_id(&self, piece: &str) -> Option<u32> {

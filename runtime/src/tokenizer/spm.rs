@@ -225,11 +225,7 @@ mod tests {
             tokens.push(format!("<0x{b:02X}>"));
             scores.push(0.0);
         }
-        let ids: PieceIds = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let ids = PieceIds::new(tokens.clone());
         let m = SpmModel::new(&tokens, &ids, &scores, None, false).unwrap();
         (tokens, ids, m)
     }
