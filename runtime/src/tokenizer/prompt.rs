@@ -20,12 +20,15 @@
 //! (`tokenizer.ggml.add_bos_token`) and the prompt is not a continuation: Gemma's chat prompt
 //! starts `<bos><start_of_turn>user`, ChatML models add none.
 //!
-//! Encoding a prompt in two parts (a few-shot prefix, then the question as a continuation)
-//! gives the ids of the whole only when the cut falls where the tokenizer splits anyway: after
-//! a special token, or (byte-level BPE) at a pre-token boundary such as before a space-led
-//! word. SentencePiece merges across spaces, so there a cut is safe only at a special or
-//! user-defined piece (Gemma: a newline run ends at the cut only if the text after it does
-//! not start with another newline).
+//! KV-prefix reuse: encode each whole prompt and keep the longest common *token* prefix with
+//! what the cache holds (as the MMLU runner does for prompts sharing a few-shot prefix).
+//! Encoding a prompt in two parts (a prefix, then the rest as a `continuation()`) gives the
+//! ids of the whole only when the cut falls where the tokenizer splits anyway: right after a
+//! special token (a chat turn's `<|im_end|>` or `<end_of_turn>`, which is why dialogue turns
+//! can be appended), or at a pre-token boundary of byte-level BPE. Whitespace runs are not
+//! such a boundary (GPT-2's pattern keeps the last space or newline for the next word, and
+//! Gemma's newline runs are single pieces), so a prefix that ends in `"\n\n"` does not
+//! encode alone as it does inside the whole.
 
 use super::chat::ChatMessage;
 
