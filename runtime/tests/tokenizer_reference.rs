@@ -371,3 +371,32 @@ fn the_perplexity_text_has_the_reference_token_count() {
         }
     }
 }
+
+#[test]
+fn a_dialogue_turn_appends_to_the_previous_one() {
+    // What a dialogue runner with KV reuse does: the next turn's rendered text extends the
+    // previous prompt plus the reply, and the extension (which opens with the end-of-turn
+    // special token) encodes as a continuation to the ids of the whole conversation.
+    for name in MODELS {
+        let tok = &load(name).tok;
+        let mut msgs = vec![ChatMessage::new("user", "Capital of France?")];
+        let first = tok.render_prompt(&Prompt::messages(&msgs));
+        let mut ids = tok.encode_prompt(&Prompt::messages(&msgs)).unwrap();
+        let reply = "Paris.";
+        ids.extend(tok.encode(reply, false).unwrap());
+        msgs.push(ChatMessage::new("assistant", reply));
+        msgs.push(ChatMessage::new("user", "And of Italy?"));
+        let full = tok.render_prompt(&Prompt::messages(&msgs));
+        let held = format!("{first}{reply}");
+        let suffix = full
+            .strip_prefix(held.as_str())
+            .expect("append-only template");
+        let more = Prompt::text(suffix).parse_special(true).continuation();
+        ids.extend(tok.encode_prompt(&more).unwrap());
+        assert_eq!(
+            ids,
+            tok.encode_prompt(&Prompt::messages(&msgs)).unwrap(),
+            "{name}"
+        );
+    }
+}
