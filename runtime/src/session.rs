@@ -10,7 +10,7 @@ use crate::gguf::GgufFile;
 use crate::model::{BatchForward, Counters, Forward, Model, SeqSet, SessionOptions};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -61,6 +61,12 @@ impl Engine {
 
     pub fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// Token ids of a prompt (plain text or chat messages, BOS as the model wants): the one
+    /// route from text to tokens; see [`Prompt`].
+    pub fn encode_prompt(&self, prompt: &Prompt<'_>) -> Result<Vec<u32>> {
+        self.tokenizer.encode_prompt(prompt)
     }
 
     pub fn isa(&self) -> Isa {

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use fancy_regex::Regex;
 
+use super::fast_hash::{FxBuild, PieceIds, TextIds};
 use crate::error::{Error, Result};
 
 /// The GPT-2 split pattern (contractions, letters, numbers, other, trailing whitespace).
@@ -143,7 +144,7 @@ pub(crate) struct BpeModel {
     pub(crate) pre: PreTokenizer,
     n_vocab: u32,
     /// (left, right) → (rank, merged symbol).
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: HashMap<(u32, u32), (u32, u32), FxBuild>,
     /// Symbol of each byte's GPT-2 character.
     byte_sym: [u32; 256],
     /// Text (GPT-2 characters) of the symbols that are not tokens, by id − n_vocab.
@@ -157,12 +158,12 @@ impl BpeModel {
     pub(crate) fn new(
         pre: PreTokenizer,
         tokens: &[String],
-        token_ids: &HashMap<String, u32>,
+        token_ids: &PieceIds,
         merges: &[&str],
     ) -> Result<BpeModel> {
         let n_vocab = tokens.len() as u32;
         let mut extra: Vec<String> = Vec::new();
-        let mut extra_ids: HashMap<String, u32> = HashMap::new();
+        let mut extra_ids = TextIds::default();
         let mut sym = |s: &str| -> u32 {
             if let Some(&id) = token_ids.get(s) {
                 return id;
@@ -181,7 +182,7 @@ impl BpeModel {
         for (b, s) in byte_sym.iter_mut().enumerate() {
             *s = sym(table[b].encode_utf8(&mut buf));
         }
-        let mut map = HashMap::with_capacity(merges.len());
+        let mut map = HashMap::with_capacity_and_hasher(merges.len(), FxBuild::default());
         let mut joined = String::new();
         for (rank, m) in merges.iter().enumerate() {
             // A merge is "left right"; the left part never contains a space (spaces are
@@ -208,12 +209,7 @@ impl BpeModel {
     }
 
     /// Appends the tokens of one pre-token (raw text) to `out`.
-    pub(crate) fn encode_word(
-        &self,
-        word: &str,
-        token_ids: &HashMap<String, u32>,
-        out: &mut Vec<u32>,
-    ) {
+    pub(crate) fn encode_word(&self, word: &str, token_ids: &PieceIds, out: &mut Vec<u32>) {
         if let Ok(cache) = self.cache.lock()
             && let Some(ids) = cache.get(word)
         {
@@ -230,7 +226,7 @@ impl BpeModel {
         }
     }
 
-    fn merge_word(&self, word: &str, token_ids: &HashMap<String, u32>, out: &mut Vec<u32>) {
+    fn merge_word(&self, word: &str, token_ids: &PieceIds, out: &mut Vec<u32>) {
         if self.pre.ignore_merges {
             let table = byte_to_char_table();
             let mapped: String = word.bytes().map(|b| table[b as usize]).collect();

@@ -2,20 +2,37 @@
 //! `docs/gguf.md`), behaving like llama.cpp's `llama-vocab.cpp`: special-token partitioning,
 //! the model's pre-tokenizer, byte-level BPE merges, decoding and streaming decoding.
 //!
-//! Supported kinds: byte-level BPE (`tokenizer.ggml.model = gpt2`, see [`bpe`]). The
-//! algorithm-specific part is the private `Kind` enum (plain-text encoding and piece bytes);
-//! the SentencePiece kind (`llama`) joins there as a second variant and is reported as
-//! unsupported until then. Chat prompts (ChatML) live in [`chat`].
+//! Supported kinds: byte-level BPE (`tokenizer.ggml.model = gpt2`, see `bpe.rs`) and
+//! SentencePiece-style scored pieces (`llama`, see `spm.rs`). The algorithm-specific part is
+//! the private `Kind` enum (plain-text encoding and piece bytes); everything else is shared.
+//!
+//! Special tokens: control, user-defined and unknown pieces are cut out of the text before the
+//! algorithm runs, longest piece first (llama.cpp's `tokenizer_st_partition`); user-defined
+//! pieces always, control and unknown pieces only with `parse_special`. For speed, a scan
+//! first finds which special texts occur at all (a hash set probed by first byte and length),
+//! so only those are partitioned on; the result is the same.
+//!
+//! # From text to tokens: one route
+//! Callers build a [`Prompt`] (plain text or chat messages; chat on or off; BOS per the model
+//! or a continuation) and call [`Tokenizer::encode_prompt`] (or `Engine::encode_prompt`);
+//! the chat template of the model's family ([`ChatTemplate`], see `chat.rs`) is chosen at
+//! load. [`Tokenizer::render_prompt`] gives the text that is tokenized. The cases are tabled
+//! in `prompt.rs`. [`Tokenizer::encode`] remains the primitive: text to ids, never a BOS.
 
 mod bpe;
 mod chat;
+mod fast_hash;
+mod prompt;
+mod spm;
 
-pub use chat::{ChatMessage, chat_prompt, default_system_prompt};
+pub use chat::{ChatMessage, ChatTemplate, chat_prompt, default_system_prompt, gemma_prompt};
+pub use prompt::{Prompt, PromptInput};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
+use fast_hash::PieceIds;
 
 /// Token types as stored in `tokenizer.ggml.token_type` (llama.cpp's `llama_token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,20 +65,21 @@ impl TokenType {
 /// token's piece becomes bytes. Everything else (vocabulary, token types, special-token
 /// partitioning, BOS/EOS/EOG, decoding and streaming) is shared by every kind.
 ///
-/// A SentencePiece kind (`tokenizer.ggml.model = llama`: `tokenizer.ggml.scores`, `▁` for
-/// spaces, `<0xXX>` byte-fallback tokens, BOS added by default) joins as a second variant
-/// with its own `encode_plain` and `piece_bytes`; nothing outside this enum changes.
 enum Kind {
     /// Byte-level BPE (`gpt2`).
-    Bpe(bpe::BpeModel),
+    Bpe(Box<bpe::BpeModel>),
+    /// SentencePiece-style scored pieces (`llama`).
+    Spm(spm::SpmModel),
 }
 
 impl Kind {
-    /// Appends the ids of `text`, which contains no special-token text.
+    /// Appends the ids of `text`, which contains no special-token text. `after_special`:
+    /// the text opens the input or follows a special token.
     fn encode_plain(
         &self,
         text: &str,
-        ids: &HashMap<String, u32>,
+        after_special: bool,
+        ids: &PieceIds,
         out: &mut Vec<u32>,
     ) -> Result<()> {
         match self {
@@ -70,6 +88,7 @@ impl Kind {
                     m.encode_word(&text[s..e], ids, out);
                 }
             }
+            Kind::Spm(m) => m.encode_fragment(text, after_special, ids, out)?,
         }
         Ok(())
     }
@@ -89,6 +108,20 @@ impl Kind {
                     }
                 }
                 // Control and user-defined tokens are their text.
+                _ => out.extend_from_slice(piece.as_bytes()),
+            },
+            Kind::Spm(_) => match ty {
+                TokenType::Byte => match spm::byte_of_piece(piece) {
+                    Some(b) => out.push(b),
+                    None => out.extend_from_slice(piece.as_bytes()),
+                },
+                TokenType::Normal | TokenType::Undefined | TokenType::Unused => {
+                    let mut buf = [0u8; 4];
+                    for c in piece.chars() {
+                        let c = if c == spm::SPACE_MARK { ' ' } else { c };
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
                 _ => out.extend_from_slice(piece.as_bytes()),
             },
         }
@@ -112,11 +145,15 @@ const EOG_TEXTS: &[&str] = &[
 /// A tokenizer built from a GGUF file's metadata. `Send + Sync`; encoding takes `&self`.
 pub struct Tokenizer {
     kind: Kind,
-    tokens: Vec<String>,
     types: Vec<TokenType>,
-    ids: HashMap<String, u32>,
+    /// The pieces by id, and the id of each piece.
+    ids: PieceIds,
     /// Tokens matched as whole units before pre-tokenization, longest text first.
     specials: Vec<u32>,
+    /// The texts of `specials`, and for each first byte the lengths they come in.
+    special_texts: HashSet<Box<[u8]>>,
+    special_lens: Vec<Vec<usize>>,
+    chat: ChatTemplate,
     /// Decoded bytes of every token, concatenated; token i is `bytes[off[i]..off[i + 1]]`.
     bytes: Vec<u8>,
     off: Vec<usize>,
@@ -130,13 +167,15 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.kind {
             Kind::Bpe(b) => format!("bpe/{}", b.pre.name),
+            Kind::Spm(s) => format!("spm/space_prefix={}", s.add_space_prefix),
         };
         f.debug_struct("Tokenizer")
             .field("kind", &kind)
-            .field("vocab", &self.tokens.len())
+            .field("vocab", &self.ids.tokens().len())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
             .field("eog", &self.eog)
+            .field("chat", &self.chat.name())
             .finish()
     }
 }
@@ -183,11 +222,9 @@ impl Tokenizer {
                     .collect::<Result<_>>()?
             }
         };
-        let mut ids: HashMap<String, u32> = HashMap::with_capacity(n);
-        for (i, t) in tokens.iter().enumerate() {
-            // Duplicates: the first id wins, as in llama.cpp's token_to_id map.
-            ids.entry(t.clone()).or_insert(i as u32);
-        }
+        // Duplicates: the first id wins, as in llama.cpp's token_to_id map.
+        let ids = PieceIds::new(tokens);
+        let tokens = ids.tokens();
         // Special ids: an absent key, a negative id (-1) or one outside the vocabulary means
         // "none", as in llama.cpp.
         let special_id = |key: &str| -> Option<u32> {
@@ -198,6 +235,13 @@ impl Tokenizer {
         let eos = special_id("tokenizer.ggml.eos_token_id");
         let eot = special_id("tokenizer.ggml.eot_token_id");
         let eom = special_id("tokenizer.ggml.eom_token_id");
+        let unk = special_id("tokenizer.ggml.unknown_token_id");
+        let flag = |key: &str, default: bool| -> Result<bool> {
+            match g.get(key) {
+                Some(_) => g.get_bool(key),
+                None => Ok(default),
+            }
+        };
 
         let (kind, default_add_bos) = match model {
             "gpt2" => {
@@ -209,27 +253,28 @@ impl Tokenizer {
                 let merges = g.get_str_array("tokenizer.ggml.merges")?;
                 let llama3 = pre.ignore_merges;
                 (
-                    Kind::Bpe(bpe::BpeModel::new(pre, &tokens, &ids, &merges)?),
+                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, tokens, &ids, &merges)?)),
                     llama3,
                 )
             }
             "llama" => {
-                return Err(tok_err(
-                    "tokenizer model `llama` (SentencePiece) is not supported yet; \
-                     supported: gpt2 (byte-level BPE)"
-                        .to_string(),
-                ));
+                // llama.cpp's defaults for this kind: BOS added, a space in front.
+                let scores = g.get_f32_array("tokenizer.ggml.scores")?;
+                let prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
+                let unk = unk.or_else(|| ids.get("<unk>").copied());
+                (
+                    Kind::Spm(spm::SpmModel::new(tokens, &ids, scores, unk, prefix)?),
+                    true,
+                )
             }
             other => {
                 return Err(tok_err(format!(
-                    "unknown tokenizer model `tokenizer.ggml.model = {other}` (supported: gpt2)"
+                    "unknown tokenizer model `tokenizer.ggml.model = {other}` (supported: gpt2, \
+                     llama)"
                 )));
             }
         };
-        let add_bos = match g.get("tokenizer.ggml.add_bos_token") {
-            Some(_) => g.get_bool("tokenizer.ggml.add_bos_token")?,
-            None => default_add_bos,
-        };
+        let add_bos = flag("tokenizer.ggml.add_bos_token", default_add_bos)?;
 
         let mut specials: Vec<u32> = (0..n as u32)
             .filter(|&i| {
@@ -240,6 +285,17 @@ impl Tokenizer {
             })
             .collect();
         specials.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+        let mut special_lens: Vec<Vec<usize>> = vec![Vec::new(); 256];
+        let mut special_texts: HashSet<Box<[u8]>> = HashSet::with_capacity(specials.len());
+        for &i in &specials {
+            let t = tokens[i as usize].as_bytes();
+            let lens = &mut special_lens[t[0] as usize];
+            if !lens.contains(&t.len()) {
+                lens.push(t.len());
+            }
+            special_texts.insert(t.into());
+        }
+        let chat = ChatTemplate::from_gguf(g, |p| ids.contains_key(p));
 
         let mut eog: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
         for (i, t) in tokens.iter().enumerate() {
@@ -264,10 +320,12 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             kind,
-            tokens,
             types,
             ids,
             specials,
+            special_texts,
+            special_lens,
+            chat,
             bytes,
             off,
             bos,
@@ -281,17 +339,84 @@ impl Tokenizer {
     /// (e.g. `<|im_start|>`) becomes those tokens; user-defined tokens are always matched.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.encode_into(text, parse_special, &mut out)?;
+        Ok(out)
+    }
+
+    fn encode_into(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) -> Result<()> {
+        let mut after_special = true;
         for frag in self.partition(text, parse_special) {
             match frag {
-                Frag::Token(id) => out.push(id),
-                Frag::Text(s, e) => self.encode_plain(&text[s..e], &mut out)?,
+                Frag::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                }
+                Frag::Text(s, e) => {
+                    self.kind
+                        .encode_plain(&text[s..e], after_special, &self.ids, out)?;
+                    after_special = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The model's chat template family.
+    pub fn chat_template(&self) -> &ChatTemplate {
+        &self.chat
+    }
+
+    /// The text that [`encode_prompt`](Self::encode_prompt) tokenizes (BOS not included):
+    /// chat prompts rendered in the model's template, plain text as it is.
+    pub fn render_prompt(&self, p: &Prompt<'_>) -> String {
+        match p.input {
+            PromptInput::Text(t) if !p.chat => t.to_string(),
+            PromptInput::Text(t) => self
+                .chat
+                .render(&[ChatMessage::new("user", t)], p.generation_prompt),
+            PromptInput::Messages(m) => self.chat.render(m, p.generation_prompt),
+        }
+    }
+
+    /// Token ids of a prompt: BOS first when the model adds one and the prompt opens a
+    /// context, then the rendered text (see [`Prompt`]).
+    pub fn encode_prompt(&self, p: &Prompt<'_>) -> Result<Vec<u32>> {
+        let chat = p.chat || matches!(p.input, PromptInput::Messages(_));
+        let mut out = Vec::new();
+        if p.open && self.add_bos {
+            out.extend(self.bos);
+        }
+        match p.input {
+            PromptInput::Text(t) if !chat => self.encode_into(t, p.parse_special, &mut out)?,
+            _ => {
+                let text = self.render_prompt(&Prompt { chat, ..*p });
+                self.encode_into(&text, true, &mut out)?;
             }
         }
         Ok(out)
     }
 
-    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        self.kind.encode_plain(text, &self.ids, out)
+    /// Ids of the special tokens whose text occurs in `text`, longest first.
+    fn specials_in(&self, text: &str) -> Vec<u32> {
+        let b = text.as_bytes();
+        let mut found: HashSet<&[u8]> = HashSet::new();
+        for (i, &first) in b.iter().enumerate() {
+            for &len in &self.special_lens[first as usize] {
+                if let Some(s) = b.get(i..i + len)
+                    && self.special_texts.contains(s)
+                {
+                    found.insert(s);
+                }
+            }
+        }
+        if found.is_empty() {
+            return Vec::new();
+        }
+        self.specials
+            .iter()
+            .copied()
+            .filter(|&id| found.contains(self.ids.tokens()[id as usize].as_bytes()))
+            .collect()
     }
 
     /// Splits `text` at occurrences of special tokens, longest token first (llama.cpp's
@@ -302,12 +427,12 @@ impl Tokenizer {
             return Vec::new();
         }
         let mut next = Vec::new();
-        for &id in &self.specials {
+        for id in self.specials_in(text) {
             let ty = self.types[id as usize];
             if !parse_special && matches!(ty, TokenType::Control | TokenType::Unknown) {
                 continue;
             }
-            let pat = self.tokens[id as usize].as_str();
+            let pat = self.ids.tokens()[id as usize].as_str();
             next.clear();
             let mut changed = false;
             for f in &frags {
@@ -359,12 +484,12 @@ impl Tokenizer {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.tokens.len()
+        self.ids.tokens().len()
     }
 
     /// The token's text as stored in the vocabulary (byte-level form, e.g. `Ġworld`).
     pub fn token_piece(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        self.ids.tokens().get(id as usize).map(String::as_str)
     }
 
     pub fn token_id(&self, piece: &str) -> Option<u32> {
