@@ -296,7 +296,7 @@ proptest! {
             0.0
         };
         let tol = bound * 1.0001 + 1e-5 * mag + s_term + 1e-30;
-        let mut check = |isa: Isa, vnni_off: bool| -> Result<(), TestCaseError> {
+        let check = |isa: Isa, vnni_off: bool| -> Result<(), TestCaseError> {
             let got = with_flavor(vnni_off, || match ty {
                 GgmlType::Q5_0 => {
                     let mut a = vec![BlockQ8_0::default(); cols / 32];
