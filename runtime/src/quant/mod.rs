@@ -42,6 +42,8 @@ mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod avx512_k;
+#[cfg(target_arch = "x86_64")]
 mod gemm512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
