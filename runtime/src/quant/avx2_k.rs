@@ -14,6 +14,8 @@
 //! Every function is `unsafe`: the caller guarantees AVX2, FMA and F16C and that the weight
 //! bytes hold as many blocks as the activation row.
 
+#![allow(clippy::needless_range_loop)] // block index shared by weights and activation rows
+
 use std::arch::x86_64::*;
 
 use super::ActRow;
