@@ -650,7 +650,8 @@ impl<'a> WeightMatrix<'a> {
 pub enum ActLayout {
     /// ggml blocks (or f16/f32 values) of the given kind, one row after another.
     Blocks(ActKind),
-    /// The packed Q8x4 layout of [`packed`] (AVX-512 tier with VBMI; Q4_0/Q4_1/Q8_0 weights).
+    /// The packed Q8x4 layout of [`packed`] (AVX-512 tier with VBMI; Q4_0/Q4_1/Q5_0/Q8_0
+    /// weights).
     Packed,
 }
 
@@ -666,7 +667,10 @@ impl ActLayout {
             let _ = tier;
             false
         };
-        let packed_ty = matches!(w_ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        let packed_ty = matches!(
+            w_ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+        );
         Some(if packed && packed_ty {
             ActLayout::Packed
         } else {
