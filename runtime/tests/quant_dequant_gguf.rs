@@ -265,3 +265,46 @@ fn gemma3_270m_tensors_match_gguf_dequantize() {
 fn qwen25_coder_tensors_match_gguf_dequantize() {
     model_matches("qwen2.5-coder-0.5b");
 }
+
+/// Types without a layout here (IQ, TQ, MXFP4) are refused while the header is read, with
+/// the tensor's name and the type's ggml name — never guessed.
+#[test]
+fn unsupported_types_are_refused_by_name() {
+    use pocketperf_runtime::gguf::GgufWriter;
+    let name = "blk.0.ffn_down.weight";
+    let data = vec![0u8; 34 * 8];
+    let mut w = GgufWriter::new();
+    w.add_tensor(name, &[256, 1], GgmlType::Q8_0, data.as_slice())
+        .expect("add tensor");
+    let bytes = w.to_bytes();
+    // Tensor info: name (u64 length + bytes), n_dims u32, dims u64 × 2, then the type u32.
+    let at = bytes
+        .windows(name.len())
+        .position(|s| s == name.as_bytes())
+        .expect("tensor name in header")
+        + name.len()
+        + 4
+        + 16;
+    assert_eq!(
+        u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()),
+        GgmlType::Q8_0.id(),
+        "type field located"
+    );
+    for (id, ty) in [
+        (16u32, "IQ2_XXS"),
+        (20, "IQ4_NL"),
+        (23, "IQ4_XS"),
+        (29, "IQ1_M"),
+        (34, "TQ1_0"),
+        (35, "TQ2_0"),
+        (39, "MXFP4"),
+    ] {
+        let mut b = bytes.clone();
+        b[at..at + 4].copy_from_slice(&id.to_le_bytes());
+        let e = GgufFile::from_bytes("synthetic.gguf", b)
+            .err()
+            .unwrap_or_else(|| panic!("type id {id} accepted"))
+            .to_string();
+        assert!(e.contains(name) && e.contains(ty), "type id {id}: {e}");
+    }
+}
