@@ -294,3 +294,19 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], a: &[BlockQ8K]) -> f32 {
     }
     sumf
 }
+
+/// [`vec_dot`] for `R` activation rows at once (the scalar prefill tile): each weight block is
+/// decoded once; every row's result equals [`vec_dot`] bit for bit.
+pub fn vec_dot_rows<const R: usize>(ty: GgmlType, w: &[u8], a: [&[BlockQ8K]; R]) -> [f32; R] {
+    let mut k = KBlock::default();
+    let mut out = [0.0f32; R];
+    for i in 0..a[0].len() {
+        unpack(ty, w, i, &mut k);
+        for (o, ar) in out.iter_mut().zip(a.iter()) {
+            let y = &ar[i];
+            let (isum, msum) = block_ints(&k, y);
+            *o += block_value(k.d, k.dmin, k.has_min, y.d, isum, msum);
+        }
+    }
+    out
+}

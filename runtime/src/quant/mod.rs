@@ -537,6 +537,18 @@ fn dot4_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> [f32; 
             return r;
         }
     }
+    if let (
+        Tier::Scalar,
+        [
+            ActRow::Q8K(a0),
+            ActRow::Q8K(a1),
+            ActRow::Q8K(a2),
+            ActRow::Q8K(a3),
+        ],
+    ) = (t, a)
+    {
+        return kquants::vec_dot_rows(ty, w, [a0, a1, a2, a3]);
+    }
     #[cfg(target_arch = "x86_64")]
     if matches!(t, Tier::Avx2 | Tier::Avx512 { .. }) {
         // SAFETY: both tiers include AVX2, FMA and F16C; lengths checked by the caller.
