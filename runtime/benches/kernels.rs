@@ -7,9 +7,14 @@
 //! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
 //!   from memory, one and two threads;
 //! - `gemm/q4_1/...`: prefill tiles (64 activation rows);
+//! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
+//!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
+//!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
+//!   Gemma's attention output 640x1024), one row and prefill tiles of 64 rows;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
 //!   several context lengths;
-//! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row.
+//! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row (Q8_1
+//!   blocks, and Q8_K for the K-quants).
 //!
 //! Run with `cargo bench -p pocketperf-runtime --bench kernels` (`POCKETPERF_ISA` selects the
 //! tier).
@@ -28,11 +33,16 @@ fn isa() -> quant::Isa {
 /// Pseudo-random weight bytes of `ty` with small finite scales.
 fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize * rows;
-    let (bb, scales) = match ty {
-        GgmlType::Q4_0 => (18, 1),
-        GgmlType::Q4_1 => (20, 2),
-        GgmlType::Q8_0 => (34, 1),
-        _ => (0, 0),
+    // Offsets of the f16 scale fields in one block (ggml-common.h).
+    let (bb, halves): (usize, &[usize]) = match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => (ty.block_bytes(), &[0]),
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => {
+            (ty.block_bytes(), &[0, 2])
+        }
+        GgmlType::Q2K => (84, &[80, 82]),
+        GgmlType::Q3K => (110, &[108]),
+        GgmlType::Q6K => (210, &[208]),
+        _ => (0, &[]),
     };
     let mut x = 0x1234_5678u32;
     let mut v: Vec<u8> = (0..bytes)
@@ -45,8 +55,8 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     if bb > 0 {
         for b in v.chunks_exact_mut(bb) {
-            for s in 0..scales {
-                b[2 * s..2 * s + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            for &o in halves {
+                b[o..o + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
             }
         }
     } else if ty == GgmlType::F16 {
@@ -147,6 +157,65 @@ fn gemm(c: &mut Criterion) {
     g.finish();
 }
 
+/// The five-bit and K-quant formats, with the matrix shapes (rows x cols) that carry them in
+/// the reference models.
+fn new_formats() -> Vec<(GgmlType, Vec<(usize, usize)>)> {
+    let q5 = vec![(4864, 896), (896, 896), (2048, 640), (1024, 640)];
+    let k = vec![(896, 4864), (640, 2048), (640, 1024)];
+    vec![
+        (GgmlType::Q5_0, q5.clone()),
+        (GgmlType::Q5_1, q5),
+        (GgmlType::Q4K, k.clone()),
+        (GgmlType::Q6K, k.clone()),
+        (GgmlType::Q2K, k.clone()),
+        (GgmlType::Q3K, k.clone()),
+        (GgmlType::Q5K, k),
+    ]
+}
+
+fn matvec_k(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("matvec_k");
+    for (ty, shapes) in new_formats() {
+        for (rows, cols) in shapes {
+            let wb = weights(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+            let x = acts(1, cols);
+            let mut qa = QuantizedActs::new(1, cols);
+            qa.quantize_for(isa, ty, &x, 1, cols);
+            let mut y = vec![0.0f32; rows];
+            g.throughput(Throughput::Bytes(wb.len() as u64));
+            g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
+                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn gemm_k(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let n = 64;
+    let mut g = c.benchmark_group("gemm_k");
+    for (ty, shapes) in new_formats() {
+        let (rows, cols) = shapes[0];
+        let wb = weights(ty, rows, cols);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = acts(n, cols);
+        let mut qa = QuantizedActs::new(n, cols);
+        qa.quantize_for(isa, ty, &x, n, cols);
+        let mut y = vec![0.0f32; n * rows];
+        g.throughput(Throughput::Elements((n * rows * cols) as u64));
+        g.bench_function(
+            BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
+            |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+        );
+    }
+    g.finish();
+}
+
 fn attention(c: &mut Criterion) {
     let isa = isa();
     let (hd, nq) = (64, 3);
@@ -182,15 +251,21 @@ fn attention(c: &mut Criterion) {
 fn rmsnorm_quantize(c: &mut Criterion) {
     let isa = isa();
     let mut g = c.benchmark_group("rmsnorm_quantize");
-    for cols in [576usize, 1536] {
+    for (ty, cols) in [
+        (GgmlType::Q4_1, 576usize),
+        (GgmlType::Q4_1, 1536),
+        (GgmlType::Q4K, 2048),
+        (GgmlType::Q4K, 4864),
+    ] {
         let x = acts(1, cols);
         let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 5) as f32 * 0.1).collect();
         let mut qa = QuantizedActs::new(1, cols);
         g.throughput(Throughput::Elements(cols as u64));
-        g.bench_function(BenchmarkId::new("q4_1", cols), |b| {
+        let name = if ty == GgmlType::Q4K { "q8_k" } else { "q4_1" };
+        g.bench_function(BenchmarkId::new(name, cols), |b| {
             b.iter(|| {
                 let s = quant::rms_scale(isa, &x, 1e-5);
-                let mut wr = qa.prepare(isa, GgmlType::Q4_1, 1, cols);
+                let mut wr = qa.prepare(isa, ty, 1, cols);
                 wr.row(0, black_box(&x), Some((s, &w)));
             })
         });
@@ -203,6 +278,8 @@ criterion_group!(
     matvec,
     matvec_dram,
     gemm,
+    matvec_k,
+    gemm_k,
     attention,
     rmsnorm_quantize
 );

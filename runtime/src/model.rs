@@ -200,10 +200,7 @@ fn tensor_ref(g: &GgufFile, name: &str, expect: &[usize], matrix: bool) -> Resul
         });
     }
     let supported = if matrix {
-        matches!(
-            t.ty,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0
-        )
+        quant::ActKind::for_weight(t.ty).is_some()
     } else {
         t.ty == GgmlType::F32
     };

@@ -22,14 +22,14 @@ use crate::GgmlType;
 
 /// Reads 4 bytes at `p` (any alignment) as an i32.
 #[inline(always)]
-unsafe fn rd32(p: *const u8) -> i32 {
+pub(super) unsafe fn rd32(p: *const u8) -> i32 {
     // SAFETY: the caller guarantees four readable bytes at p.
     unsafe { std::ptr::read_unaligned(p as *const i32) }
 }
 
 /// Reads 2 bytes at `p` (any alignment) zero-extended to an i32.
 #[inline(always)]
-unsafe fn rd16(p: *const u8) -> i32 {
+pub(super) unsafe fn rd16(p: *const u8) -> i32 {
     // SAFETY: the caller guarantees two readable bytes at p.
     i32::from(unsafe { std::ptr::read_unaligned(p as *const u16) })
 }
@@ -37,7 +37,7 @@ unsafe fn rd16(p: *const u8) -> i32 {
 /// Lane permutation that spreads lane 0 over the low 8 lanes and lane 2 over the high 8.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn spread_idx() -> __m512i {
+pub(super) fn spread_idx() -> __m512i {
     _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
 }
 
@@ -60,7 +60,7 @@ unsafe fn nibbles2(p0: *const u8, p1: *const u8) -> __m512i {
 /// 32 bytes at `p0` and 32 at `p1` as one register.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn load2x32(p0: *const u8, p1: *const u8) -> __m512i {
+pub(super) unsafe fn load2x32(p0: *const u8, p1: *const u8) -> __m512i {
     // SAFETY: the caller guarantees 32 readable bytes at p0 and at p1.
     unsafe {
         let a = _mm256_loadu_si256(p0 as *const __m256i);
@@ -72,14 +72,14 @@ unsafe fn load2x32(p0: *const u8, p1: *const u8) -> __m512i {
 /// Converts the f16 pairs `e0` (lanes 0, 1) and `e1` (lanes 2, 3) to f32.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn halves(e0: i32, e1: i32) -> __m128 {
+pub(super) fn halves(e0: i32, e1: i32) -> __m128 {
     _mm_cvtph_ps(_mm_set_epi32(0, 0, e1, e0))
 }
 
 /// Sign trick for i8 × i8: returns (|x|, y with x's sign) for an unsigned × signed dot.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn sign_split(x: __m512i, y: __m512i) -> (__m512i, __m512i) {
+pub(super) fn sign_split(x: __m512i, y: __m512i) -> (__m512i, __m512i) {
     let neg = _mm512_movepi8_mask(x);
     (
         _mm512_abs_epi8(x),
@@ -90,21 +90,21 @@ fn sign_split(x: __m512i, y: __m512i) -> (__m512i, __m512i) {
 /// u8 × i8 dot into 16 i32 lanes without VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn dot_us_bw(u: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dot_us_bw(u: __m512i, s: __m512i) -> __m512i {
     _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1))
 }
 
 /// u8 × i8 dot into 16 i32 lanes with VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn dot_us_vnni(u: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dot_us_vnni(u: __m512i, s: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s)
 }
 
 /// Horizontal sum of lanes 1 and 3 (the Q4_1 min terms).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn odd_lanes(v: __m128) -> f32 {
+pub(super) fn odd_lanes(v: __m128) -> f32 {
     let hi = _mm_movehl_ps(v, v); // lanes 2, 3, 2, 3
     let s = _mm_add_ps(v, hi); // lane 1 = v1 + v3
     _mm_cvtss_f32(_mm_shuffle_ps::<0b01>(s, s))
@@ -342,6 +342,9 @@ unsafe fn f32_f32(w: &[u8], a: &[f32]) -> f32 {
 pub(super) unsafe fn dot(vnni: bool, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe {
+        if let Some(v) = super::avx512_k::dot(vnni, ty, w, a) {
+            return v;
+        }
         match (ty, a, vnni) {
             (GgmlType::Q4_1, ActRow::Q8_1(b), true) => vnni::q4_1_q8_1(w, b),
             (GgmlType::Q4_1, ActRow::Q8_1(b), false) => bw::q4_1_q8_1(w, b),
@@ -368,6 +371,9 @@ pub(super) unsafe fn dot4(
 ) -> Option<[f32; 4]> {
     // SAFETY: forwarded caller contract.
     unsafe {
+        if let Some(r) = super::avx512_k::dot4(vnni, ty, w, a) {
+            return Some(r);
+        }
         match (ty, a) {
             (
                 GgmlType::Q4_1,

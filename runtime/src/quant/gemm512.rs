@@ -7,7 +7,8 @@
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
 //! block, and the Q4_1 min term `m_w · s_a / 4` is added lane-wise. Signed weights (Q4_0,
-//! Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does.
+//! Q5_0, Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does; Q5_0's
+//! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test.
 //!
 //! A tile multiplies `W` weight rows with `A` activation rows: each weight group is unpacked
 //! once per tile and each activation group loaded once per tile. The arithmetic of one
@@ -57,6 +58,31 @@ static IDX_Q8_0_HI: [u8; 64] = idx_q(34, 18, 8);
 static IDX_W4_1: [u16; 32] = idx_w(20);
 static IDX_W4_0: [u16; 32] = idx_w(18);
 static IDX_W8_0: [u16; 32] = idx_w(34);
+static IDX_Q5_0: [u8; 64] = idx_q(22, 6, 0);
+static IDX_W5_0: [u16; 32] = idx_w(22);
+
+/// Q5_0 fifth bits: for byte `o` of the low (`hi = false`) or high quant register, the index
+/// of the `qh` byte of its block that holds its bit (`bit = false`), or that bit's mask.
+const fn qh_table(hi: bool, bit: bool) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut o = 0;
+    while o < 64 {
+        let lane = o / 4;
+        let e = 4 * (lane / 4) + o % 4 + if hi { 16 } else { 0 };
+        t[o] = if bit {
+            1 << (e % 8)
+        } else {
+            (22 * (lane % 4) + 2 + e / 8) as u8
+        };
+        o += 1;
+    }
+    t
+}
+
+static IDX_QH_LO: [u8; 64] = qh_table(false, false);
+static IDX_QH_HI: [u8; 64] = qh_table(true, false);
+static BIT_QH_LO: [u8; 64] = qh_table(false, true);
+static BIT_QH_HI: [u8; 64] = qh_table(true, true);
 /// Activation quantizer: 4 × (16 bytes of one block) → packed lane order.
 static IDX_PACK: [u32; 16] = {
     let mut t = [0u32; 16];
@@ -124,6 +150,11 @@ struct Consts {
     w: __m512i,
     nib: __m512i,
     eight: __m512i,
+    /// Q5_0: `qh` byte gathers and bit masks for the low and high registers.
+    h_lo: __m512i,
+    h_hi: __m512i,
+    b_lo: __m512i,
+    b_hi: __m512i,
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -142,6 +173,11 @@ unsafe fn consts(ty: GgmlType) -> Consts {
                 _mm512_setzero_si512(),
                 ld(IDX_W4_0.as_ptr() as *const u8),
             ),
+            GgmlType::Q5_0 => (
+                ld(IDX_Q5_0.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W5_0.as_ptr() as *const u8),
+            ),
             _ => (
                 ld(IDX_Q8_0_LO.as_ptr()),
                 ld(IDX_Q8_0_HI.as_ptr()),
@@ -154,6 +190,10 @@ unsafe fn consts(ty: GgmlType) -> Consts {
             w,
             nib: _mm512_set1_epi8(0x0F),
             eight: _mm512_set1_epi8(8),
+            h_lo: ld(IDX_QH_LO.as_ptr()),
+            h_hi: ld(IDX_QH_HI.as_ptr()),
+            b_lo: ld(BIT_QH_LO.as_ptr()),
+            b_hi: ld(BIT_QH_HI.as_ptr()),
         }
     }
 }
@@ -214,6 +254,40 @@ unsafe fn unpack_q4_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
     }
 }
 
+/// Unpacks the Q5_0 group at `p` (`len` valid bytes, 88 when full): nibbles as Q4_0, the
+/// fifth bit of each quant tested in its block's `qh`, `q - 16` as a signed byte.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn unpack_q5_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 88 readable bytes; the bytes past 64 and a partial group are
+    // read with masks.
+    let (z0, z1) = unsafe {
+        if len == 88 {
+            (ld(p), load_part(p, 64, len))
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let nl = _mm512_and_si512(x, c.nib);
+    let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+    let ml = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_lo, z1), c.b_lo);
+    let mh = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_hi, z1), c.b_hi);
+    // Without the fifth bit the quant is `nibble - 16`: the nibble with the top bits set.
+    let f0 = _mm512_set1_epi8(0xF0u8 as i8);
+    let lo = _mm512_mask_mov_epi8(_mm512_or_si512(nl, f0), ml, nl);
+    let hi = _mm512_mask_mov_epi8(_mm512_or_si512(nh, f0), mh, nh);
+    let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
+    WGroup {
+        sl: _mm512_movepi8_mask(lo),
+        sh: _mm512_movepi8_mask(hi),
+        lo: _mm512_abs_epi8(lo),
+        hi: _mm512_abs_epi8(hi),
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
+
 /// Unpacks the Q8_0 group at `p` (`len` valid bytes, 136 when full).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 #[inline]
@@ -259,6 +333,7 @@ fn prefetch_distance() -> usize {
 const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
+const F_Q5_0: u8 = 3;
 
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
@@ -288,6 +363,7 @@ macro_rules! kernels {
                 let (gb, unsigned) = match F {
                     F_Q4_1 => (80, true),
                     F_Q4_0 => (72, false),
+                    F_Q5_0 => (88, false),
                     _ => (136, false),
                 };
                 let full = nb / 4;
@@ -309,6 +385,7 @@ macro_rules! kernels {
                             slot.write(match F {
                                 F_Q4_1 => unpack_q4_1(c, p, len),
                                 F_Q4_0 => unpack_q4_0(c, p, len),
+                                F_Q5_0 => unpack_q5_0(c, p, len),
                                 _ => unpack_q8_0(c, p, len),
                             });
                         }
@@ -407,7 +484,7 @@ macro_rules! kernels {
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
-            /// rows of `nb` blocks of type `ty` (Q4_0, Q4_1 or Q8_0), `rb` bytes each; `a` at
+            /// rows of `nb` blocks of type `ty` (Q4_0, Q4_1, Q5_0 or Q8_0), `rb` bytes each; `a` at
             /// `n` packed rows of `nb` blocks, `astride` bytes apart; `out` valid for
             /// `(n, r1)` and not written by anyone else at these indices.
             #[target_feature(enable = $feat)]
@@ -432,6 +509,9 @@ macro_rules! kernels {
                         }
                         GgmlType::Q4_0 => {
                             gemm_f::<F_Q4_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
+                        GgmlType::Q5_0 => {
+                            gemm_f::<F_Q5_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
                         _ => gemm_f::<F_Q8_0>(ty, w, rb, nb, r0, r1, a, astride, n, out),
                     }
