@@ -28,6 +28,10 @@
 //! VNNI `vpdpbusd` when the CPU has AVX512-VNNI); [`Isa::Neon`] on aarch64. `POCKETPERF_ISA`
 //! forces a tier so one machine can test them all. A kernel asked for a tier the CPU lacks
 //! runs the best supported tier below it (never an illegal instruction).
+//!
+//! This file is longer than the house limit of about 800 lines: the dispatch, the activation
+//! buffers and the matrix product share the private tier and layout types; the kernels
+//! themselves live in the per-tier modules.
 
 pub mod attn;
 pub mod blocks;
