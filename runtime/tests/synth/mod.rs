@@ -83,7 +83,7 @@ pub fn tiny_gemma3(c: TinyGemma) -> Vec<u8> {
     let norm = |n: usize, base: f32| -> Vec<u8> {
         f32_bytes(&(0..n).map(|i| base + 0.05 * (i % 5) as f32).collect::<Vec<_>>())
     };
-    let mut add = |w: &mut GgufWriter, name: String, dims: &[usize], data: Vec<u8>| {
+    let add = |w: &mut GgufWriter, name: String, dims: &[usize], data: Vec<u8>| {
         let d: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
         w.add_tensor(&name, &d, GgmlType::F32, data)
             .unwrap_or_else(|err| panic!("{name}: {err}"));
