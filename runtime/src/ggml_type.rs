@@ -59,6 +59,30 @@ impl GgmlType {
         })
     }
 
+    /// The ggml name of a type id that [`GgmlType::from_id`] does not map (the IQ, TQ and
+    /// MXFP families and removed ids), so a refusal can name the type; `None` if unknown.
+    pub fn unsupported_name(id: u32) -> Option<&'static str> {
+        Some(match id {
+            4 => "Q4_2 (removed)",
+            5 => "Q4_3 (removed)",
+            16 => "IQ2_XXS",
+            17 => "IQ2_XS",
+            18 => "IQ3_XXS",
+            19 => "IQ1_S",
+            20 => "IQ4_NL",
+            21 => "IQ3_S",
+            22 => "IQ2_S",
+            23 => "IQ4_XS",
+            29 => "IQ1_M",
+            31..=33 => "Q4_0_4_4/Q4_0_4_8/Q4_0_8_8 (removed)",
+            34 => "TQ1_0",
+            35 => "TQ2_0",
+            36..=38 => "IQ4_NL_4_4/IQ4_NL_4_8/IQ4_NL_8_8 (removed)",
+            39 => "MXFP4",
+            _ => return None,
+        })
+    }
+
     pub fn id(self) -> u32 {
         use GgmlType::*;
         match self {

@@ -805,7 +805,13 @@ fn parse_header(file: &str, buf: &[u8]) -> Result<Parsed> {
             r.err(
                 format!("tensor_infos[{i}].type (tensor {name})"),
                 ty_at,
-                format!("unknown ggml tensor type id {ty_id} for tensor `{name}`"),
+                match GgmlType::unsupported_name(ty_id) {
+                    Some(known) => format!(
+                        "unknown ggml tensor type id {ty_id} ({known}, which this runtime does \
+                         not execute) for tensor `{name}`"
+                    ),
+                    None => format!("unknown ggml tensor type id {ty_id} for tensor `{name}`"),
+                },
             )
         })?;
         let row = ty.row_bytes(dims[0]).ok_or_else(|| {

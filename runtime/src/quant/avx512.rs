@@ -342,6 +342,9 @@ unsafe fn f32_f32(w: &[u8], a: &[f32]) -> f32 {
 pub(super) unsafe fn dot(vnni: bool, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe {
+        if let Some(v) = super::avx2_k::dot(ty, w, a) {
+            return v;
+        }
         match (ty, a, vnni) {
             (GgmlType::Q4_1, ActRow::Q8_1(b), true) => vnni::q4_1_q8_1(w, b),
             (GgmlType::Q4_1, ActRow::Q8_1(b), false) => bw::q4_1_q8_1(w, b),

@@ -6,10 +6,12 @@
 //!
 //! # Numerics
 //! Like llama.cpp, activations are quantized before each product with a quantized weight:
-//! Q4_0 and Q8_0 weights take Q8_0 activations, Q4_1 weights take Q8_1 activations (whose
-//! `s = d * sum(q)` carries the Q4_1 min term), F16 weights take f16-rounded activations and
-//! F32 weights plain f32. Every block's integer dot is exact; only the f32 summation order of
-//! the scaled block sums differs between tiers.
+//! Q4_0, Q5_0 and Q8_0 weights take Q8_0 activations, Q4_1 and Q5_1 weights take Q8_1
+//! activations (whose `s = d * sum(q)` carries the min term), the K-quants (Q2_K … Q6_K) take
+//! Q8_K activations (256-element blocks with an f32 scale and 16 group sums; see
+//! [`kquants`]), F16 weights take f16-rounded activations and F32 weights plain f32. Every
+//! block's integer dot is exact; only the f32 summation order of the scaled block sums
+//! differs between tiers.
 //!
 //! Activation quantization follows what ggml-cpu runs on x86 (AVX/AVX2/AVX-512 builds use the
 //! same AVX2 routine): `amax = max|x|`, `d = amax / 127`, `id = 127 / amax` (0 when amax is 0),
@@ -18,7 +20,8 @@
 //! using `id = 1 / d` and rounding halves away from zero; it is kept as
 //! [`quantize_row_q8_0_ref`] / [`quantize_row_q8_1_ref`]. Every tier here, scalar included,
 //! uses the x86 convention, so all tiers produce bit-identical activation blocks and integer
-//! dot products.
+//! dot products. Q8_K activations use ggml's reference quantizer, which is what ggml-cpu
+//! runs for them on x86.
 //!
 //! # Tiers
 //! [`Isa::Scalar`] everywhere; [`Isa::Avx2`] (AVX2+FMA+F16C); [`Isa::Avx512`] (F+BW+VL, with
@@ -28,11 +31,14 @@
 
 pub mod attn;
 pub mod blocks;
+pub mod kquants;
 pub mod packed;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -48,7 +54,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use half::f16;
 use half::slice::HalfBitsSliceExt;
 
-pub use blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+pub use blocks::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
+};
 
 use crate::pool::ThreadPool;
 use crate::{Error, GgmlType, Result};
@@ -277,6 +286,12 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<()> {
         GgmlType::Q4_1 => scalar::dequantize_q4_1(src, out),
         GgmlType::Q8_0 => scalar::dequantize_q8_0(src, out),
         GgmlType::Q8_1 => scalar::dequantize_q8_1(src, out),
+        GgmlType::Q5_0 => scalar::dequantize_q5_0(src, out),
+        GgmlType::Q5_1 => scalar::dequantize_q5_1(src, out),
+        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+            kquants::dequantize(ty, src, out)
+        }
+        GgmlType::Q8K => kquants::dequantize_q8k(src, out),
         _ => {
             return Err(Error::Kernel(format!("no dequantization kernel for {ty}")));
         }
@@ -363,11 +378,27 @@ pub fn quantize_row_q8_1(isa: Isa, x: &[f32], out: &mut [BlockQ8_1]) {
     }
 }
 
+/// Activation quantizer to Q8_K (ggml `quantize_row_q8_K_ref`; identical bits on every tier).
+///
+/// # Panics
+/// If `x.len()` is not a multiple of 256 or `out` is too short.
+pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    assert!(
+        x.len().is_multiple_of(QK_K) && x.len() / QK_K <= out.len(),
+        "quantize_row_q8_k: {} values need {} blocks of {QK_K}, output holds {}",
+        x.len(),
+        x.len().div_ceil(QK_K),
+        out.len()
+    );
+    kquants::quantize_q8k(x, out);
+}
+
 /// One quantized activation row, borrowed.
 #[derive(Clone, Copy, Debug)]
 pub enum ActRow<'a> {
     Q8_0(&'a [BlockQ8_0]),
     Q8_1(&'a [BlockQ8_1]),
+    Q8K(&'a [BlockQ8K]),
     F16(&'a [f16]),
     F32(&'a [f32]),
 }
@@ -378,6 +409,7 @@ impl ActRow<'_> {
         match self {
             ActRow::Q8_0(b) => b.len() * QK,
             ActRow::Q8_1(b) => b.len() * QK,
+            ActRow::Q8K(b) => b.len() * QK_K,
             ActRow::F16(v) => v.len(),
             ActRow::F32(v) => v.len(),
         }
@@ -391,6 +423,7 @@ impl ActRow<'_> {
         match self {
             ActRow::Q8_0(_) => ActKind::Q8_0,
             ActRow::Q8_1(_) => ActKind::Q8_1,
+            ActRow::Q8K(_) => ActKind::Q8K,
             ActRow::F16(_) => ActKind::F16,
             ActRow::F32(_) => ActKind::F32,
         }
@@ -402,6 +435,7 @@ impl ActRow<'_> {
 pub enum ActKind {
     Q8_0,
     Q8_1,
+    Q8K,
     F16,
     F32,
 }
@@ -410,8 +444,11 @@ impl ActKind {
     /// `None` for weight types without a kernel.
     pub fn for_weight(ty: GgmlType) -> Option<Self> {
         match ty {
-            GgmlType::Q4_0 | GgmlType::Q8_0 => Some(ActKind::Q8_0),
-            GgmlType::Q4_1 => Some(ActKind::Q8_1),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => Some(ActKind::Q8_0),
+            GgmlType::Q4_1 | GgmlType::Q5_1 => Some(ActKind::Q8_1),
+            GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+                Some(ActKind::Q8K)
+            }
             GgmlType::F16 => Some(ActKind::F16),
             GgmlType::F32 => Some(ActKind::F32),
             _ => None,
@@ -423,6 +460,7 @@ impl ActKind {
         match self {
             ActKind::Q8_0 => cols / QK * 34,
             ActKind::Q8_1 => cols / QK * 36,
+            ActKind::Q8K => cols / QK_K * 292,
             ActKind::F16 => cols * 2,
             ActKind::F32 => cols * 4,
         }
@@ -473,6 +511,12 @@ fn scalar_dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
         (GgmlType::Q4_0, ActRow::Q8_0(b)) => scalar::vec_dot_q4_0_q8_0(w, b),
         (GgmlType::Q8_0, ActRow::Q8_0(b)) => scalar::vec_dot_q8_0_q8_0(w, b),
         (GgmlType::Q4_1, ActRow::Q8_1(b)) => scalar::vec_dot_q4_1_q8_1(w, b),
+        (GgmlType::Q5_0, ActRow::Q8_0(b)) => scalar::vec_dot_q5_0_q8_0(w, b),
+        (GgmlType::Q5_1, ActRow::Q8_1(b)) => scalar::vec_dot_q5_1_q8_1(w, b),
+        (
+            GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K,
+            ActRow::Q8K(b),
+        ) => kquants::vec_dot(ty, w, b),
         (GgmlType::F16, ActRow::F16(v)) => scalar::vec_dot_f16_f16(w, v),
         (GgmlType::F32, ActRow::F32(v)) => scalar::vec_dot_f32_bytes(w, v),
         // Unreachable after the kind check; an honest zero rather than a panic.
@@ -488,6 +532,13 @@ fn dot4_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> [f32; 
     if let Tier::Avx512 { vnni, .. } = t {
         // SAFETY: the tier was resolved against this CPU; lengths checked by the caller.
         if let Some(r) = unsafe { avx512::dot4(vnni, ty, w, a) } {
+            return r;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if matches!(t, Tier::Avx2 | Tier::Avx512 { .. }) {
+        // SAFETY: both tiers include AVX2, FMA and F16C; lengths checked by the caller.
+        if let Some(r) = unsafe { avx2_k::dot4(ty, w, a) } {
             return r;
         }
     }
@@ -542,7 +593,8 @@ impl<'a> WeightMatrix<'a> {
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
         if ActKind::for_weight(ty).is_none() {
             return Err(Error::Kernel(format!(
-                "no matrix kernel for {ty} weights (supported: F32, F16, Q4_0, Q4_1, Q8_0)"
+                "no matrix kernel for {ty} weights (supported: F32, F16, Q4_0, Q4_1, Q5_0, \
+                 Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)"
             )));
         }
         let row = ty.row_bytes(cols as u64).ok_or_else(|| {
@@ -596,8 +648,7 @@ impl<'a> WeightMatrix<'a> {
 pub enum ActLayout {
     /// ggml blocks (or f16/f32 values) of the given kind, one row after another.
     Blocks(ActKind),
-    /// The packed Q8x4 layout of [`packed`] (AVX-512 tier with VBMI; any Q4_0/Q4_1/Q8_0
-    /// weights).
+    /// The packed Q8x4 layout of [`packed`] (AVX-512 tier with VBMI; Q4_0/Q4_1/Q8_0 weights).
     Packed,
 }
 
@@ -613,7 +664,8 @@ impl ActLayout {
             let _ = tier;
             false
         };
-        Some(if packed && matches!(kind, ActKind::Q8_0 | ActKind::Q8_1) {
+        let packed_ty = matches!(w_ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        Some(if packed && packed_ty {
             ActLayout::Packed
         } else {
             ActLayout::Blocks(kind)
@@ -632,6 +684,7 @@ impl ActLayout {
     pub fn align(self) -> usize {
         match self {
             ActLayout::Blocks(ActKind::Q8_0 | ActKind::Q8_1) => QK,
+            ActLayout::Blocks(ActKind::Q8K) => QK_K,
             ActLayout::Blocks(_) => 1,
             ActLayout::Packed => packed::GROUP_ELEMS,
         }
@@ -724,9 +777,10 @@ impl QuantizedActs {
             self.max_cols
         );
         if !matches!(layout, ActLayout::Blocks(ActKind::F16 | ActKind::F32)) {
+            let bl = w_ty.block_len();
             assert!(
-                cols.is_multiple_of(QK),
-                "quantize_for: {cols} columns is not a multiple of {QK}"
+                cols.is_multiple_of(bl),
+                "quantize_for: {cols} columns is not a multiple of {bl}"
             );
         }
         self.layout = layout;
@@ -788,6 +842,7 @@ impl QuantizedActs {
         match kind {
             ActKind::Q8_0 => ActRow::Q8_0(bytemuck::cast_slice(b)),
             ActKind::Q8_1 => ActRow::Q8_1(bytemuck::cast_slice(b)),
+            ActKind::Q8K => ActRow::Q8K(bytemuck::cast_slice(b)),
             ActKind::F16 => {
                 let bits: &[u16] = bytemuck::cast_slice(b);
                 ActRow::F16(bits.reinterpret_cast())
@@ -927,6 +982,25 @@ impl ActsWriter<'_> {
                                     bytemuck::cast_slice_mut(&mut dst[b * 36..(b + 1) * 36]);
                                 quantize_row_q8_1(isa, src, out);
                             }
+                        }
+                    }
+                    ActKind::Q8K => {
+                        let mut tmp = [0.0f32; QK_K];
+                        for (b, xb) in x.chunks_exact(QK_K).enumerate() {
+                            let src: &[f32] = match norm {
+                                Some((s, g)) => {
+                                    for ((t, &v), &w) in
+                                        tmp.iter_mut().zip(xb).zip(&g[b * QK_K..(b + 1) * QK_K])
+                                    {
+                                        *t = v * s * w;
+                                    }
+                                    &tmp
+                                }
+                                None => xb,
+                            };
+                            let out: &mut [BlockQ8K] =
+                                bytemuck::cast_slice_mut(&mut dst[b * 292..(b + 1) * 292]);
+                            quantize_row_q8_k(src, out);
                         }
                     }
                     ActKind::F16 => {

@@ -10,7 +10,9 @@
 
 use half::f16;
 
-use super::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK, f16_at, read_block};
+use super::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK, f16_at, read_block,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Dequantization (ggml `dequantize_row_*`)
@@ -46,6 +48,39 @@ pub fn dequantize_q4_1(src: &[u8], out: &mut [f32]) {
         for j in 0..QK / 2 {
             o[j] = f32::from(b.qs[j] & 0x0F) * d + m;
             o[j + QK / 2] = f32::from(b.qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/// The 32 five-bit quants of a Q5_0/Q5_1 block (0..=31): nibbles as Q4, bit `i` of the
+/// little-endian `qh` is bit 4 of element `i`.
+#[inline(always)]
+pub fn q5_quants(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+    let h = u32::from_le_bytes(qh);
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0x0F) | ((((h >> j) & 1) as u8) << 4);
+        q[j + QK / 2] = (qs[j] >> 4) | ((((h >> (j + QK / 2)) & 1) as u8) << 4);
+    }
+    q
+}
+
+pub fn dequantize_q5_0(src: &[u8], out: &mut [f32]) {
+    for (i, o) in out.chunks_exact_mut(QK).enumerate() {
+        let b: BlockQ5_0 = read_block(src, i);
+        let d = b.d.to_f32();
+        for (oj, &q) in o.iter_mut().zip(q5_quants(b.qh, &b.qs).iter()) {
+            *oj = d * (i32::from(q) - 16) as f32;
+        }
+    }
+}
+
+pub fn dequantize_q5_1(src: &[u8], out: &mut [f32]) {
+    for (i, o) in out.chunks_exact_mut(QK).enumerate() {
+        let b: BlockQ5_1 = read_block(src, i);
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (oj, &q) in o.iter_mut().zip(q5_quants(b.qh, &b.qs).iter()) {
+            *oj = d * f32::from(q) + m;
         }
     }
 }
@@ -213,6 +248,34 @@ pub fn vec_dot_q4_1_q8_1(w: &[u8], a: &[BlockQ8_1]) -> f32 {
             let v1 = i32::from(x.qs[j] >> 4);
             sumi += v0 * i32::from(y.qs[j]) + v1 * i32::from(y.qs[j + QK / 2]);
         }
+        sumf += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
+    }
+    sumf
+}
+
+pub fn vec_dot_q5_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (i, y) in a.iter().enumerate() {
+        let x: BlockQ5_0 = read_block(w, i);
+        let sumi: i32 = q5_quants(x.qh, &x.qs)
+            .iter()
+            .zip(y.qs.iter())
+            .map(|(&p, &q)| (i32::from(p) - 16) * i32::from(q))
+            .sum();
+        sumf += (x.d.to_f32() * y.d.to_f32()) * sumi as f32;
+    }
+    sumf
+}
+
+pub fn vec_dot_q5_1_q8_1(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (i, y) in a.iter().enumerate() {
+        let x: BlockQ5_1 = read_block(w, i);
+        let sumi: i32 = q5_quants(x.qh, &x.qs)
+            .iter()
+            .zip(y.qs.iter())
+            .map(|(&p, &q)| i32::from(p) * i32::from(q))
+            .sum();
         sumf += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
     }
     sumf

@@ -1,0 +1,485 @@
+//! AVX2 + FMA + F16C kernels (x86_64) for the five-bit and K-quant weights: Q5_0 and Q5_1
+//! with Q8_0/Q8_1 activations, Q2_K … Q6_K with Q8_K activations, for one activation row
+//! and for the four-row prefill tile (each weight block decoded once for four rows).
+//!
+//! Q5_0/Q5_1 follow ggml-cpu/arch/x86/quants.c: the 32 high bits spread to bytes
+//! (`vpshufb` + compare), merged into the nibbles, then the block dot as for Q4_0/Q4_1.
+//! K-quants: each block is decoded in registers to the unsigned quants of
+//! [`super::kquants::KBlock`] (8 × 32 bytes, every value ≤ 63); `vpmaddubsw` with the Q8_K
+//! quants gives pairs, `vpmaddwd` with the group scales (one per 16 elements) gives exact
+//! i32 sums. The offset (`off · Σ sc·bsum`) and min (`Σ mn·bsum`) terms use the activation's
+//! group sums, and each block ends with the scalar reference's f32 operations, so these
+//! kernels return exactly the scalar result.
+//!
+//! Every function is `unsafe`: the caller guarantees AVX2, FMA and F16C and that the weight
+//! bytes hold as many blocks as the activation row.
+
+use std::arch::x86_64::*;
+
+use super::ActRow;
+use super::avx2::f16_to_f32;
+use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
+use super::kquants::{block_value, scale_min_k4, scales_q3k};
+use crate::GgmlType;
+
+/// Type codes for the const-generic K kernels.
+pub(super) const K2: u8 = 2;
+pub(super) const K3: u8 = 3;
+pub(super) const K4: u8 = 4;
+pub(super) const K5: u8 = 5;
+pub(super) const K6: u8 = 6;
+
+/// The const-generic code of a K-quant type, `None` for other types.
+pub(super) fn k_code(ty: GgmlType) -> Option<u8> {
+    match ty {
+        GgmlType::Q2K => Some(K2),
+        GgmlType::Q3K => Some(K3),
+        GgmlType::Q4K => Some(K4),
+        GgmlType::Q5K => Some(K5),
+        GgmlType::Q6K => Some(K6),
+        _ => None,
+    }
+}
+
+/// Bytes of one block of K type `T`.
+pub(super) const fn k_bytes(t: u8) -> usize {
+    match t {
+        K2 => 84,
+        K3 => 110,
+        K4 => 144,
+        K5 => 176,
+        _ => 210,
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Bit `i` of the little-endian u32 at `p` → byte `i` = 0xFF if set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees four readable bytes at p.
+    let x = unsafe { std::ptr::read_unaligned(p as *const u32) };
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(x as i32),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// 16 packed nibble bytes at `p` → 32 bytes in 0..=15 (low nibbles first).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes at p.
+    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+        _mm256_set1_epi8(0x0F),
+    )
+}
+
+/// The 32 quants of a Q5_0 block at `wp` as signed bytes (`q - 16`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q5_0_quants(wp: *const u8) -> __m256i {
+    // SAFETY: a 22-byte block at wp (caller contract).
+    unsafe {
+        let hb = bits_to_bytes(wp.add(2));
+        _mm256_or_si256(
+            nibbles(wp.add(6)),
+            _mm256_andnot_si256(hb, _mm256_set1_epi8(0xF0u8 as i8)),
+        )
+    }
+}
+
+/// The 32 quants of a Q5_1 block at `wp` (0..=31).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q5_1_quants(wp: *const u8) -> __m256i {
+    // SAFETY: a 24-byte block at wp (caller contract).
+    unsafe {
+        let hb = bits_to_bytes(wp.add(4));
+        _mm256_or_si256(
+            nibbles(wp.add(8)),
+            _mm256_and_si256(hb, _mm256_set1_epi8(0x10)),
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_us(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// Q5_0 weights · Q8_0 activations for `R` rows (1 or 4).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_0_q8_0<const R: usize>(w: &[u8], a: [&[BlockQ8_0]; R]) -> [f32; R] {
+    let nb = a[0].len();
+    let mut acc = [_mm256_setzero_ps(); R];
+    for i in 0..nb {
+        // SAFETY: w holds nb blocks of 22 bytes; each a[r] holds nb blocks (caller contract).
+        unsafe {
+            let wp = w.as_ptr().add(i * 22);
+            let wd = f16_to_f32(wp);
+            let qx = q5_0_quants(wp);
+            let ax = _mm256_sign_epi8(qx, qx);
+            for r in 0..R {
+                let y = &a[r][i];
+                let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let p = dot_us(ax, _mm256_sign_epi8(qy, qx));
+                let d = _mm256_set1_ps(wd * y.d.to_f32());
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+    }
+    out
+}
+
+/// Q5_1 weights · Q8_1 activations for `R` rows (1 or 4).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_1_q8_1<const R: usize>(w: &[u8], a: [&[BlockQ8_1]; R]) -> [f32; R] {
+    let nb = a[0].len();
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut mins = [0.0f32; R];
+    for i in 0..nb {
+        // SAFETY: w holds nb blocks of 24 bytes; each a[r] holds nb blocks (caller contract).
+        unsafe {
+            let wp = w.as_ptr().add(i * 24);
+            let (wd, wm) = (f16_to_f32(wp), f16_to_f32(wp.add(2)));
+            let qx = q5_1_quants(wp);
+            for r in 0..R {
+                let y = &a[r][i];
+                mins[r] += wm * y.s.to_f32();
+                let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let d = _mm256_set1_ps(wd * y.d.to_f32());
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us(qx, qy)), acc[r]);
+            }
+        }
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + mins[r];
+    }
+    out
+}
+
+/// One K block decoded in registers: quants of 32-element chunk `c` in `u[c]`, group scales
+/// and mins (16 each), super-block scales, offset.
+pub(super) struct KRegs {
+    pub u: [__m256i; 8],
+    pub sc: [i16; 16],
+    pub mn: [i16; 16],
+    pub d: f32,
+    pub dmin: f32,
+}
+
+/// Whether K type `T` has group mins (Q2_K, Q4_K, Q5_K) and its quant offset.
+pub(super) const fn k_min_off(t: u8) -> (bool, i32) {
+    match t {
+        K3 => (false, 4),
+        K6 => (false, 32),
+        _ => (true, 0),
+    }
+}
+
+#[inline(always)]
+fn twelve(p: *const u8) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    // SAFETY: callers pass a pointer to a block's 12 scale bytes.
+    unsafe { std::ptr::copy_nonoverlapping(p, s.as_mut_ptr(), 12) };
+    s
+}
+
+/// 32 bytes at `p + o`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn ld32(p: *const u8, o: usize) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes at p + o.
+    unsafe { _mm256_loadu_si256(p.add(o) as *const __m256i) }
+}
+
+/// Decodes the K block of type `T` at `p`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let z = _mm256_setzero_si256();
+    let mut k = KRegs {
+        u: [z; 8],
+        sc: [0; 16],
+        mn: [0; 16],
+        d: 0.0,
+        dmin: 0.0,
+    };
+    // SAFETY: a whole block of type T at p (caller contract); all loads lie inside it.
+    unsafe {
+        match T {
+            K2 => {
+                for h in 0..2 {
+                    let v = ld32(p, 16 + 32 * h);
+                    k.u[4 * h] = _mm256_and_si256(v, m2);
+                    k.u[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m2);
+                    k.u[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m2);
+                    k.u[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m2);
+                }
+                for g in 0..16 {
+                    let s = *p.add(g);
+                    k.sc[g] = i16::from(s & 0x0F);
+                    k.mn[g] = i16::from(s >> 4);
+                }
+                k.d = f16_to_f32(p.add(80));
+                k.dmin = f16_to_f32(p.add(82));
+            }
+            K3 => {
+                let hm = ld32(p, 0);
+                let one = _mm256_set1_epi8(1);
+                for h in 0..2 {
+                    let v = ld32(p, 32 + 32 * h);
+                    let lows = [
+                        v,
+                        _mm256_srli_epi16(v, 2),
+                        _mm256_srli_epi16(v, 4),
+                        _mm256_srli_epi16(v, 6),
+                    ];
+                    for j in 0..4 {
+                        let c = 4 * h + j;
+                        let hb = match c {
+                            0 => hm,
+                            1 => _mm256_srli_epi16(hm, 1),
+                            2 => _mm256_srli_epi16(hm, 2),
+                            3 => _mm256_srli_epi16(hm, 3),
+                            4 => _mm256_srli_epi16(hm, 4),
+                            5 => _mm256_srli_epi16(hm, 5),
+                            6 => _mm256_srli_epi16(hm, 6),
+                            _ => _mm256_srli_epi16(hm, 7),
+                        };
+                        let hb = _mm256_slli_epi16(_mm256_and_si256(hb, one), 2);
+                        k.u[c] = _mm256_or_si256(_mm256_and_si256(lows[j], m2), hb);
+                    }
+                }
+                k.sc = scales_q3k(&twelve(p.add(96)));
+                k.d = f16_to_f32(p.add(108));
+            }
+            K4 | K5 => {
+                let qs = if T == K4 { 16 } else { 48 };
+                let qh = if T == K5 { ld32(p, 16) } else { z };
+                let b16 = _mm256_set1_epi8(16);
+                for c in 0..4 {
+                    let v = ld32(p, qs + 32 * c);
+                    let mut lo = _mm256_and_si256(v, m4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if T == K5 {
+                        // Bit 2c of qh[l] is bit 4 of element 64c + l, bit 2c + 1 of 64c+32+l.
+                        let bl = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
+                        let bh = _mm256_set1_epi8((2u8 << (2 * c)) as i8);
+                        let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
+                        let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+                    }
+                    k.u[2 * c] = lo;
+                    k.u[2 * c + 1] = hi;
+                }
+                let s = twelve(p.add(4));
+                for j in 0..8 {
+                    let (sc, mn) = scale_min_k4(j, &s);
+                    k.sc[2 * j] = i16::from(sc);
+                    k.sc[2 * j + 1] = i16::from(sc);
+                    k.mn[2 * j] = i16::from(mn);
+                    k.mn[2 * j + 1] = i16::from(mn);
+                }
+                k.d = f16_to_f32(p);
+                k.dmin = f16_to_f32(p.add(2));
+            }
+            _ => {
+                let m30 = _mm256_set1_epi8(0x30);
+                for h in 0..2 {
+                    let l0 = ld32(p, 64 * h);
+                    let l1 = ld32(p, 64 * h + 32);
+                    let qh = ld32(p, 128 + 32 * h);
+                    let h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);
+                    let h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);
+                    let h2 = _mm256_and_si256(qh, m30);
+                    let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
+                    k.u[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+                    k.u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+                    let l0h = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4);
+                    let l1h = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
+                    k.u[4 * h + 2] = _mm256_or_si256(l0h, h2);
+                    k.u[4 * h + 3] = _mm256_or_si256(l1h, h3);
+                }
+                for g in 0..16 {
+                    k.sc[g] = i16::from(*p.add(192 + g) as i8);
+                }
+                k.d = f16_to_f32(p.add(208));
+            }
+        }
+    }
+    k
+}
+
+/// Per-chunk scale vectors: i16 lanes 0..8 = scale of group 2c, 8..16 = group 2c + 1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn chunk_scales(sc: &[i16; 16]) -> [__m256i; 8] {
+    let mut v = [_mm256_setzero_si256(); 8];
+    for (c, vc) in v.iter_mut().enumerate() {
+        *vc = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+    }
+    v
+}
+
+/// `Σ a[g] · b[g]` over 16 i16 pairs.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn dot16(a: *const i16, b: *const i16) -> i32 {
+    // SAFETY: 16 readable i16 at a and at b (caller contract).
+    unsafe {
+        let va = _mm256_loadu_si256(a as *const __m256i);
+        let vb = _mm256_loadu_si256(b as *const __m256i);
+        hsum_epi32(_mm256_madd_epi16(va, vb))
+    }
+}
+
+/// K-quant weights of type `T` · Q8_K activations for `R` rows (1 or 4).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K]; R]) -> [f32; R] {
+    let nb = a[0].len();
+    let bb = k_bytes(T);
+    let (has_min, off) = k_min_off(T);
+    let mut out = [0.0f32; R];
+    for i in 0..nb {
+        // SAFETY: w holds nb blocks of bb bytes; each a[r] holds nb blocks (caller contract).
+        unsafe {
+            let k = unpack_k::<T>(w.as_ptr().add(i * bb));
+            let sv = chunk_scales(&k.sc);
+            for r in 0..R {
+                let y = &a[r][i];
+                let q = y.qs.as_ptr();
+                let mut acc = _mm256_setzero_si256();
+                for c in 0..8 {
+                    let qy = _mm256_loadu_si256(q.add(32 * c) as *const __m256i);
+                    let p = _mm256_maddubs_epi16(k.u[c], qy);
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv[c]));
+                }
+                let mut isum = hsum_epi32(acc);
+                if off != 0 {
+                    isum -= off * dot16(k.sc.as_ptr(), y.bsums.as_ptr());
+                }
+                let msum = if has_min {
+                    dot16(k.mn.as_ptr(), y.bsums.as_ptr())
+                } else {
+                    0
+                };
+                out[r] += block_value(k.d, k.dmin, has_min, y.d, isum, msum);
+            }
+        }
+    }
+    out
+}
+
+/// Runs the K kernel of `ty` for `R` rows; `None` if `ty` is not a K-quant type.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_dispatch<const R: usize>(
+    ty: GgmlType,
+    w: &[u8],
+    a: [&[BlockQ8K]; R],
+) -> Option<[f32; R]> {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        Some(match k_code(ty)? {
+            K2 => k_q8k::<K2, R>(w, a),
+            K3 => k_q8k::<K3, R>(w, a),
+            K4 => k_q8k::<K4, R>(w, a),
+            K5 => k_q8k::<K5, R>(w, a),
+            _ => k_q8k::<K6, R>(w, a),
+        })
+    }
+}
+
+/// The AVX2 kernel for a new-format (weight, activation) pair; `None` for other pairs.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; `w` holds the row.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Option<f32> {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        match (ty, a) {
+            (GgmlType::Q5_0, ActRow::Q8_0(b)) => Some(q5_0_q8_0::<1>(w, [b])[0]),
+            (GgmlType::Q5_1, ActRow::Q8_1(b)) => Some(q5_1_q8_1::<1>(w, [b])[0]),
+            (_, ActRow::Q8K(b)) => k_dispatch::<1>(ty, w, [b]).map(|r| r[0]),
+            _ => None,
+        }
+    }
+}
+
+/// One new-format weight row with four activation rows; `None` for other pairs.
+///
+/// # Safety
+/// As [`dot`]; the four rows have equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot4(ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> Option<[f32; 4]> {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        match (ty, a) {
+            (
+                GgmlType::Q5_0,
+                [
+                    ActRow::Q8_0(a0),
+                    ActRow::Q8_0(a1),
+                    ActRow::Q8_0(a2),
+                    ActRow::Q8_0(a3),
+                ],
+            ) => Some(q5_0_q8_0::<4>(w, [a0, a1, a2, a3])),
+            (
+                GgmlType::Q5_1,
+                [
+                    ActRow::Q8_1(a0),
+                    ActRow::Q8_1(a1),
+                    ActRow::Q8_1(a2),
+                    ActRow::Q8_1(a3),
+                ],
+            ) => Some(q5_1_q8_1::<4>(w, [a0, a1, a2, a3])),
+            (
+                _,
+                [
+                    ActRow::Q8K(a0),
+                    ActRow::Q8K(a1),
+                    ActRow::Q8K(a2),
+                    ActRow::Q8K(a3),
+                ],
+            ) => k_dispatch::<4>(ty, w, [a0, a1, a2, a3]),
+            _ => None,
+        }
+    }
+}

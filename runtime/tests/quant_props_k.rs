@@ -1,0 +1,328 @@
+//! Property tests of the five-bit and K-quant kernels (Q5_0, Q5_1, Q2_K … Q6_K): every SIMD
+//! tier this CPU runs (AVX2, AVX-512 with and without VNNI) against the scalar reference on
+//! odd row counts, block tails, every prefill-tile remainder and extreme scales; the Q8_K
+//! activation quantizer against its definition; and each dot product against the exact dot
+//! of the dequantized weights with the unquantized activations, within the bound that the
+//! activation rounding allows (`Σ |w_i| · d_block / 2`).
+//!
+//! The K-quant kernels of every tier compute each block's integer sums exactly and finish
+//! with the scalar reference's f32 operations, so they must equal it bit for bit. Q5_0/Q5_1
+//! tiers accumulate f32 in lanes (as ggml does): bound `1e-5 · Σ|w_i · a_i|`.
+
+use half::f16;
+use pocketperf_runtime::GgmlType;
+use pocketperf_runtime::pool::ThreadPool;
+use pocketperf_runtime::quant::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
+use pocketperf_runtime::quant::{self, ActRow, Isa, QuantizedActs, WeightMatrix};
+use proptest::prelude::*;
+
+fn tiers() -> Vec<(Isa, bool)> {
+    let mut t = Vec::new();
+    if quant::supported(Isa::Avx2) {
+        t.push((Isa::Avx2, false));
+    }
+    if quant::supported(Isa::Avx512) {
+        t.push((Isa::Avx512, false));
+        if quant::has_vnni() {
+            t.push((Isa::Avx512, true));
+        }
+    }
+    if quant::supported(Isa::Neon) {
+        t.push((Isa::Neon, false));
+    }
+    t
+}
+
+fn with_flavor<T>(vnni_off: bool, f: impl FnOnce() -> T) -> T {
+    quant::set_vnni_disabled(vnni_off);
+    let r = f();
+    quant::set_vnni_disabled(false);
+    r
+}
+
+struct Rng(u32);
+
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+}
+
+const TYPES: [GgmlType; 7] = [
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Byte offsets of the f16 scale fields in one block of `ty`.
+fn half_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q5_0 => &[0],
+        GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        _ => &[208],
+    }
+}
+
+/// Raw bytes of `rows` rows of `nb` blocks: every quant and sub-scale bit pattern random,
+/// f16 scales finite with magnitude about `10^wexp`.
+fn random_weights(ty: GgmlType, rows: usize, nb: usize, wexp: i32, rng: &mut Rng) -> Vec<u8> {
+    let bb = ty.block_bytes();
+    let mut out: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next() as u8).collect();
+    let s = 10f32.powi(wexp);
+    for b in 0..rows * nb {
+        for &off in half_fields(ty) {
+            let h = f16::from_f32(rng.unit() * s);
+            out[b * bb + off..b * bb + off + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Values in [-1, 1) × 10^exp with zeros and 1000× outliers (up to 2000: beyond, the f16 sum
+/// of a Q8_1 block overflows, in ggml as here).
+fn random_acts(n: usize, cols: usize, exp: i32, rng: &mut Rng) -> Vec<f32> {
+    let s = 10f32.powi(exp);
+    let outlier = if exp <= 0 { 1000.0 } else { 1.0 };
+    (0..n * cols)
+        .map(|i| match rng.next() % 16 {
+            0 => 0.0,
+            1 if i % 7 == 0 => rng.unit() * s * outlier,
+            _ => rng.unit() * s,
+        })
+        .collect()
+}
+
+/// The scalar reference: ggml's activation blocks for `ty` and its scalar `vec_dot`.
+fn reference_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    match ty {
+        GgmlType::Q5_0 => {
+            let mut a = vec![BlockQ8_0::default(); x.len() / 32];
+            quant::quantize_row_q8_0(Isa::Scalar, x, &mut a);
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8_0(&a))
+        }
+        GgmlType::Q5_1 => {
+            let mut a = vec![BlockQ8_1::default(); x.len() / 32];
+            quant::quantize_row_q8_1(Isa::Scalar, x, &mut a);
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8_1(&a))
+        }
+        _ => {
+            let mut a = vec![BlockQ8K::default(); x.len() / 256];
+            quant::quantize_row_q8_k(x, &mut a);
+            quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8K(&a))
+        }
+    }
+}
+
+fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Vec<f32> {
+    let mut wd = vec![0.0f32; n];
+    quant::dequantize_row(ty, w, &mut wd).unwrap();
+    wd
+}
+
+fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
+    let pool = ThreadPool::new(threads);
+    let mut acts = QuantizedActs::new(n, w.cols);
+    acts.quantize_for(isa, w.ty, x, n, w.cols);
+    let mut y = vec![f32::NAN; n * w.rows];
+    quant::matmul(&pool, isa, w, &acts, n, &mut y);
+    y
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Matrix products of every tier against the scalar reference, element by element.
+    #[test]
+    fn matmul_tiers_match_scalar(
+        ti in 0usize..TYPES.len(),
+        nb_i in 1usize..=20,
+        rows in 1usize..=9,
+        n in 1usize..=11,
+        exp in -6i32..=3,
+        wexp in -8i32..=4,
+        seed in 1u32..u32::MAX,
+    ) {
+        let ty = TYPES[ti];
+        let bl = ty.block_len();
+        // K rows: 1..=5 super-blocks; Q5 rows: 1..=20 blocks.
+        let nb = if bl == 256 { 1 + nb_i % 5 } else { nb_i };
+        let cols = nb * bl;
+        let mut rng = Rng(seed);
+        let wb = random_weights(ty, rows, nb, wexp, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, exp, &mut rng);
+        let reference: Vec<f32> = (0..n * rows)
+            .map(|i| reference_dot(ty, w.row(i % rows), &x[(i / rows) * cols..(i / rows + 1) * cols]))
+            .collect();
+        let scalar = matmul(Isa::Scalar, 1, &w, &x, n);
+        prop_assert_eq!(&scalar, &reference, "scalar matmul differs from the scalar dot");
+        for (isa, vnni_off) in tiers() {
+            let y = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
+            for a in 0..n {
+                let xa = &x[a * cols..(a + 1) * cols];
+                for r in 0..rows {
+                    let (got, want) = (y[a * rows + r], reference[a * rows + r]);
+                    if bl == 256 {
+                        prop_assert!(
+                            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                            "{isa} (vnni off: {vnni_off}) {ty} nb {nb} act {a} row {r}: {got} vs {want}"
+                        );
+                    } else {
+                        let wd = dequant(ty, w.row(r), cols);
+                        let mag: f64 = wd.iter().zip(xa)
+                            .map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum();
+                        let tol = 2e-5 * mag + 1e-30;
+                        prop_assert!(
+                            got == want || (f64::from(got) - f64::from(want)).abs() <= tol,
+                            "{isa} (vnni off: {vnni_off}) {ty} nb {nb} act {a} row {r}: {got} vs {want} (tol {tol:e})"
+                        );
+                    }
+                }
+            }
+            for a in 0..n {
+                let one = with_flavor(vnni_off, || matmul(isa, 1, &w, &x[a * cols..(a + 1) * cols], 1));
+                prop_assert_eq!(&one[..], &y[a * rows..(a + 1) * rows], "{} row {} alone", isa, a);
+            }
+        }
+    }
+
+    /// The Q8_K quantizer by its definition: the value of largest magnitude maps to -127
+    /// (`d = -max / 127`), every value is within `|d| / 2` of `d · q`, and `bsums` are the
+    /// group sums.
+    #[test]
+    fn q8k_quantizer_definition(
+        nb in 1usize..=4,
+        exp in -6i32..=3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let mut rng = Rng(seed);
+        let x = random_acts(1, nb * 256, exp, &mut rng);
+        let mut b = vec![BlockQ8K::default(); nb];
+        quant::quantize_row_q8_k(&x, &mut b);
+        for (blk, xb) in b.iter().zip(x.chunks_exact(256)) {
+            let (i_max, _) = xb.iter().enumerate()
+                .fold((0, 0.0f32), |(bi, bm), (i, &v)| if v.abs() > bm { (i, v.abs()) } else { (bi, bm) });
+            if xb[i_max] == 0.0 {
+                prop_assert!(blk.d == 0.0 && blk.qs.iter().all(|&q| q == 0));
+                continue;
+            }
+            prop_assert_eq!(blk.qs[i_max], -127);
+            let d = f64::from(blk.d);
+            prop_assert!((d - f64::from(-xb[i_max]) / 127.0).abs() <= 1e-6 * d.abs());
+            for (&q, &v) in blk.qs.iter().zip(xb) {
+                let err = (f64::from(v) - d * f64::from(q)).abs();
+                prop_assert!(err <= d.abs() * 0.5 * (1.0 + 1e-5), "{v} -> {q} (d {d})");
+            }
+            for (g, &s) in blk.bsums.iter().enumerate() {
+                let want: i32 = blk.qs[16 * g..16 * g + 16].iter().map(|&q| i32::from(q)).sum();
+                prop_assert_eq!(i32::from(s), want);
+            }
+        }
+    }
+
+    /// Each dot product against the exact dot of the dequantized weights with the original
+    /// activations: the only error is the activation rounding, at most half an activation
+    /// step per element (`Σ_i |w_i| · |d_block(i)| / 2`), plus f32 summation.
+    #[test]
+    fn dot_within_activation_rounding(
+        ti in 0usize..TYPES.len(),
+        nb_i in 1usize..=8,
+        exp in -3i32..=2,
+        seed in 1u32..u32::MAX,
+    ) {
+        let ty = TYPES[ti];
+        let bl = ty.block_len();
+        let nb = if bl == 256 { 1 + nb_i % 3 } else { nb_i };
+        let cols = nb * bl;
+        let mut rng = Rng(seed);
+        let wb = random_weights(ty, 1, nb, -2, &mut rng);
+        let x = random_acts(1, cols, exp, &mut rng);
+        let wd = dequant(ty, &wb, cols);
+        let exact: f64 = wd.iter().zip(&x).map(|(&p, &q)| f64::from(p) * f64::from(q)).sum();
+        // Activation step of each element's block (Q8_0/Q8_1: amax/127 per 32, rounded to
+        // f16; Q8_K: amax/127 per 256).
+        let abl = if bl == 256 { 256 } else { 32 };
+        let mut bound = 0.0f64;
+        for (wb_, xb) in wd.chunks(abl).zip(x.chunks(abl)) {
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            // Q8_0/Q8_1 store `d` as f16: each of up to 127 steps is off by that rounding.
+            let d_err = if abl == 32 { (f16::from_f32(d).to_f32() - d).abs() } else { 0.0 };
+            let per = f64::from(d) * 0.5 * (1.0 + 1e-5) + f64::from(d_err) * 127.0;
+            bound += wb_.iter().map(|v| f64::from(v.abs())).sum::<f64>() * per;
+        }
+        // Scale of the f32 rounding: the scale and min parts of each weight separately (they
+        // can cancel), obtained by dequantizing with the other super-scale zeroed.
+        let mag = {
+            let parts: Vec<Vec<f32>> = match ty {
+                GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q2K => {
+                    let (d_off, m_off) = if ty == GgmlType::Q2K { (80, 82) } else { (0, 2) };
+                    [d_off, m_off].iter().map(|&o| {
+                        let mut z = wb.clone();
+                        for b in 0..nb {
+                            let p = b * ty.block_bytes() + o;
+                            z[p..p + 2].copy_from_slice(&[0, 0]);
+                        }
+                        dequant(ty, &z, cols)
+                    }).collect()
+                }
+                _ => vec![wd.clone()],
+            };
+            parts.iter().map(|wp| wp.iter().zip(&x)
+                .map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum::<f64>()).sum::<f64>()
+        };
+        // Q8_1's stored `s = f16(d · Σq)` rounds once more, times the Q5_1 min.
+        let s_term = if ty == GgmlType::Q5_1 {
+            (0..nb)
+                .map(|b| {
+                    let m = f16::from_le_bytes([wb[b * 24 + 2], wb[b * 24 + 3]]).to_f32();
+                    let xs: f64 = x[32 * b..32 * b + 32].iter().map(|v| f64::from(v.abs())).sum();
+                    f64::from(m.abs()) * 2.0 * xs * (2.0f64).powi(-10)
+                })
+                .sum()
+        } else {
+            0.0
+        };
+        let tol = bound * 1.0001 + 1e-5 * mag + s_term + 1e-30;
+        let mut check = |isa: Isa, vnni_off: bool| -> Result<(), TestCaseError> {
+            let got = with_flavor(vnni_off, || match ty {
+                GgmlType::Q5_0 => {
+                    let mut a = vec![BlockQ8_0::default(); cols / 32];
+                    quant::quantize_row_q8_0(isa, &x, &mut a);
+                    quant::vec_dot(isa, ty, &wb, ActRow::Q8_0(&a))
+                }
+                GgmlType::Q5_1 => {
+                    let mut a = vec![BlockQ8_1::default(); cols / 32];
+                    quant::quantize_row_q8_1(isa, &x, &mut a);
+                    quant::vec_dot(isa, ty, &wb, ActRow::Q8_1(&a))
+                }
+                _ => {
+                    let mut a = vec![BlockQ8K::default(); cols / 256];
+                    quant::quantize_row_q8_k(&x, &mut a);
+                    quant::vec_dot(isa, ty, &wb, ActRow::Q8K(&a))
+                }
+            });
+            prop_assert!(
+                (f64::from(got) - exact).abs() <= tol,
+                "{isa} {ty} nb {nb}: {got} vs exact {exact} (bound {tol:e})"
+            );
+            Ok(())
+        };
+        check(Isa::Scalar, false)?;
+        for (isa, vnni_off) in tiers() {
+            check(isa, vnni_off)?;
+        }
+    }
+}
