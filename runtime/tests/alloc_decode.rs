@@ -60,7 +60,10 @@ fn sliding_window_decode_allocates_nothing() {
         }
         COUNTING.store(false, Ordering::SeqCst);
         let n = ALLOCS.load(Ordering::SeqCst);
-        assert_eq!(n, 0, "{n} heap allocations during 32 decoded tokens at {threads} threads");
+        assert_eq!(
+            n, 0,
+            "{n} heap allocations during 32 decoded tokens at {threads} threads"
+        );
         assert!(f.kv_swa().is_some_and(|r| r.has_wrapped()));
     }
 }

@@ -89,7 +89,11 @@ fn logits_and_greedy(name: &str) {
              identical for {agreed} tokens"
         ));
     }
-    eprintln!("{}\n{name}: {:.1} s", report.join("\n"), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{}\n{name}: {:.1} s",
+        report.join("\n"),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// Perplexity on the shared text under the protocol of the model's `perplexity.json`.
@@ -109,7 +113,11 @@ fn perplexity(name: &str) {
         tokens.push(tok.bos().expect("BOS id"));
     }
     tokens.extend(tok.encode(&text, false).unwrap());
-    assert_eq!(tokens.len() as u64, v["n_tokens"].as_u64().unwrap(), "{name}: token count");
+    assert_eq!(
+        tokens.len() as u64,
+        v["n_tokens"].as_u64().unwrap(),
+        "{name}: token count"
+    );
     let ctx = 128;
     let mut f = forward(
         &model,

@@ -76,7 +76,12 @@ fn llama3_rope_freqs_give_the_closed_form_angles() {
         if let Some(t) = ty {
             set.push(("llama.rope.scaling.type", Value::String(t.into())));
         }
-        let bytes = rewrite(&base, &set, &[], vec![f32_tensor("rope_freqs.weight", &factors)]);
+        let bytes = rewrite(
+            &base,
+            &set,
+            &[],
+            vec![f32_tensor("rope_freqs.weight", &factors)],
+        );
         let m = load(bytes).unwrap();
         let inv = m.rope_inv_freq();
         assert_eq!(inv.len(), d / 2);
@@ -134,8 +139,16 @@ fn refusal(set: &[(&str, Value)]) -> String {
 #[test]
 fn unimplemented_metadata_is_refused_naming_key_and_value() {
     for (key, value, shown) in [
-        ("llama.rope.scaling.type", Value::String("yarn".into()), "yarn"),
-        ("llama.rope.scaling.type", Value::String("longrope".into()), "longrope"),
+        (
+            "llama.rope.scaling.type",
+            Value::String("yarn".into()),
+            "yarn",
+        ),
+        (
+            "llama.rope.scaling.type",
+            Value::String("longrope".into()),
+            "longrope",
+        ),
         ("llama.final_logit_softcapping", Value::F32(30.0), "30"),
         ("llama.attn_logit_softcapping", Value::F32(50.0), "50"),
         ("llama.attention.sliding_window", Value::U32(4096), "4096"),
@@ -192,7 +205,10 @@ fn run(m: &Model, max_batch: usize, max_seq_len: usize, toks: &[u32]) -> Vec<f32
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn tokens(n: usize) -> Vec<u32> {
@@ -231,7 +247,10 @@ fn gemma3_local_layer_sees_exactly_its_window() {
     for (mb, cap) in [(1, 64), (3, 64), (64, 64), (2, 32)] {
         let full = run(&m, mb, cap, &toks);
         let d = max_diff(&full, &window_only);
-        assert!(d < 2e-3, "max_batch {mb}: differs from the window alone by {d}");
+        assert!(
+            d < 2e-3,
+            "max_batch {mb}: differs from the window alone by {d}"
+        );
     }
     // One position less changes the result: the window is not narrower (and the equality
     // above shows it is not wider, since earlier tokens differ).

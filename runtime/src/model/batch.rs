@@ -163,7 +163,13 @@ impl BatchForward {
                 slot_swa,
             };
         }
-        pass.layers(&mut self.ws, b, &mut SeqKv(seqs), (false, false), &mut self.counters);
+        pass.layers(
+            &mut self.ws,
+            b,
+            &mut SeqKv(seqs),
+            (false, false),
+            &mut self.counters,
+        );
         pass.head(&mut self.ws, 0, b, 0, &mut self.counters);
         for i in 0..b {
             let f = seqs.seq_mut(i);
@@ -176,4 +182,3 @@ impl BatchForward {
         Ok(&self.ws.logits[..b * c.vocab_size])
     }
 }
-

@@ -32,7 +32,9 @@ pub enum FfnAct {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (`rope.scaling.type = linear`).
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// Per-dimension divisors of the frequencies from the `rope_freqs.weight` tensor
     /// (Llama 3.x; `rope.scaling.type = llama3` or the tensor alone).
     FreqFactors,
@@ -232,7 +234,7 @@ impl ModelConfig {
             Some(_) => g.get_u32(&k("attention.key_length"))? as usize,
             None => n_embd / n_heads,
         };
-        if let Some(_) = g.get(&k("attention.value_length")) {
+        if g.get(&k("attention.value_length")).is_some() {
             let vl = g.get_u32(&k("attention.value_length"))? as usize;
             if vl != head_dim {
                 return Err(Error::Metadata {

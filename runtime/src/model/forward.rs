@@ -349,4 +349,3 @@ impl Forward {
         Ok(())
     }
 }
-

@@ -62,7 +62,12 @@ pub(super) fn lcm(a: usize, b: usize) -> usize {
 
 /// Runs `f(lo, hi)` over `0..total` in chunks of `chunk` shared out to the pool through an
 /// atomic counter.
-pub(super) fn par_chunks(pool: &ThreadPool, total: usize, chunk: usize, f: impl Fn(usize, usize) + Sync) {
+pub(super) fn par_chunks(
+    pool: &ThreadPool,
+    total: usize,
+    chunk: usize,
+    f: impl Fn(usize, usize) + Sync,
+) {
     if total == 0 {
         return;
     }

@@ -224,9 +224,7 @@ impl Pass<'_> {
                         let out = buf.out(n, *width, *width, false);
                         // SAFETY: chunks are disjoint row ranges of Q|K|V.
                         unsafe { quant::matmul_rows(self.isa, w, acts, n, r0, r1, out) };
-                        bias_rope(
-                            *buf, n, *width, r0, r1, *bias, *norm, *rope_on, c, cos, sin,
-                        );
+                        bias_rope(*buf, n, *width, r0, r1, *bias, *norm, *rope_on, c, cos, sin);
                     }
                     base += width;
                 }
@@ -493,4 +491,3 @@ impl Pass<'_> {
         }
     }
 }
-

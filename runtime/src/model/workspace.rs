@@ -49,7 +49,13 @@ pub(super) struct Workspace {
 }
 
 impl Workspace {
-    pub(super) fn new(c: &ModelConfig, rows: usize, cap: usize, threads: usize, logit_rows: usize) -> Self {
+    pub(super) fn new(
+        c: &ModelConfig,
+        rows: usize,
+        cap: usize,
+        threads: usize,
+        logit_rows: usize,
+    ) -> Self {
         let hd = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
         let ldk = cap.next_multiple_of(16);
@@ -82,4 +88,3 @@ impl Workspace {
         }
     }
 }
-

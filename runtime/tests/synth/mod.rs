@@ -81,14 +81,23 @@ pub fn tiny_gemma3(c: TinyGemma) -> Vec<u8> {
         f32_bytes(&(0..n).map(|_| rng.unit() * scale).collect::<Vec<_>>())
     };
     let norm = |n: usize, base: f32| -> Vec<u8> {
-        f32_bytes(&(0..n).map(|i| base + 0.05 * (i % 5) as f32).collect::<Vec<_>>())
+        f32_bytes(
+            &(0..n)
+                .map(|i| base + 0.05 * (i % 5) as f32)
+                .collect::<Vec<_>>(),
+        )
     };
     let add = |w: &mut GgufWriter, name: String, dims: &[usize], data: Vec<u8>| {
         let d: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
         w.add_tensor(&name, &d, GgmlType::F32, data)
             .unwrap_or_else(|err| panic!("{name}: {err}"));
     };
-    add(&mut w, "token_embd.weight".into(), &[e, c.vocab], mat(e * c.vocab, 0.1));
+    add(
+        &mut w,
+        "token_embd.weight".into(),
+        &[e, c.vocab],
+        mat(e * c.vocab, 0.1),
+    );
     for l in 0..c.n_layers {
         let n = |s: &str| format!("blk.{l}.{s}");
         add(&mut w, n("attn_norm.weight"), &[e], norm(e, 1.0));
@@ -113,7 +122,12 @@ pub fn tiny_gemma3(c: TinyGemma) -> Vec<u8> {
 pub type ExtraTensor = (String, Vec<u64>, GgmlType, Vec<u8>);
 
 /// `src` with metadata `set` added or replaced, keys `drop` removed, and `tensors` appended.
-pub fn rewrite(src: &[u8], set: &[(&str, Value)], drop: &[&str], tensors: Vec<ExtraTensor>) -> Vec<u8> {
+pub fn rewrite(
+    src: &[u8],
+    set: &[(&str, Value)],
+    drop: &[&str],
+    tensors: Vec<ExtraTensor>,
+) -> Vec<u8> {
     let g = GgufFile::from_bytes("src", src.to_vec()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
@@ -135,5 +149,10 @@ pub fn rewrite(src: &[u8], set: &[(&str, Value)], drop: &[&str], tensors: Vec<Ex
 }
 
 pub fn f32_tensor(name: &str, v: &[f32]) -> ExtraTensor {
-    (name.into(), vec![v.len() as u64], GgmlType::F32, f32_bytes(v))
+    (
+        name.into(),
+        vec![v.len() as u64],
+        GgmlType::F32,
+        f32_bytes(v),
+    )
 }

@@ -147,7 +147,9 @@ pub fn check_model(model: &Model) -> Result<()> {
         return unsupported("this architecture");
     }
     if c.qk_norm || c.post_norms || c.embd_scale.is_some() || c.n_swa_layers() > 0 {
-        return unsupported("a layer feature of this file (Q/K norm, post-norms, scaled embeddings or sliding-window layers)");
+        return unsupported(
+            "a layer feature of this file (Q/K norm, post-norms, scaled embeddings or sliding-window layers)",
+        );
     }
     if c.ffn_act != crate::model::FfnAct::Silu {
         return unsupported("a gated activation other than SiLU");
@@ -160,7 +162,10 @@ pub fn check_model(model: &Model) -> Result<()> {
         if matrix && !weights::is_matrix_type(t.ty) {
             return Err(Error::UnsupportedType {
                 name: t.name.clone(),
-                ty: format!("{} (no OpenCL kernel; run it on the CPU backend)", t.ty.name()),
+                ty: format!(
+                    "{} (no OpenCL kernel; run it on the CPU backend)",
+                    t.ty.name()
+                ),
             });
         }
     }
