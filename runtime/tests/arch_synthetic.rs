@@ -68,7 +68,7 @@ fn llama3_rope_freqs_give_the_closed_form_angles() {
         .collect();
     // A short original context so that the tiny head's frequencies fall in all three bands.
     let div = llama3_divisors(&freqs, 8.0, 1.0, 4.0, 64.0);
-    assert!(div.iter().any(|&x| x == 1.0) && div.iter().any(|&x| x == 8.0));
+    assert!(div.contains(&1.0) && div.contains(&8.0));
     assert!(div.iter().any(|&x| x > 1.0 && x < 8.0), "{div:?}");
     let factors: Vec<f32> = div.iter().map(|&x| x as f32).collect();
     for ty in [None, Some("llama3")] {
