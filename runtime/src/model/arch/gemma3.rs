@@ -1,6 +1,7 @@
 //! `gemma3` (Gemma 3 text models), as llama.cpp's converter writes them:
 //!
-//! - token embeddings scaled by sqrt(n_embd); output tied to the embedding;
+//! - token embeddings scaled by sqrt(n_embd); output tied to the embedding unless the file
+//!   has `output.weight`;
 //! - per-head RMSNorm of Q and K before RoPE (NeoX layout); head size from `key_length`;
 //! - RMSNorm of the attention output and of the FFN output before each residual add;
 //! - GeGLU feed-forward (GELU, tanh form, on the gate);
@@ -15,7 +16,7 @@
 //! well above 1), so they multiply as plain RMSNorm gains.
 
 use super::Family;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::model::config::{FfnAct, ModelConfig, RopeLayout};
 
@@ -41,14 +42,6 @@ impl Family for Gemma3 {
         cfg.qk_norm = true;
         cfg.post_norms = true;
         cfg.ffn_act = FfnAct::GeluTanh;
-        if !cfg.tied_output {
-            return Err(Error::Tensor {
-                name: "output.weight".into(),
-                reason: "gemma3 ties its output to token_embd; a separate output matrix is \
-                         not expected"
-                    .into(),
-            });
-        }
         let scale_dim = if cfg.n_layers == 62 {
             cfg.n_embd / cfg.n_heads
         } else {
