@@ -28,7 +28,7 @@ pub enum Error {
     Tensor { name: String, reason: String },
     #[error("tensor `{name}`: unsupported tensor type {ty}")]
     UnsupportedType { name: String, ty: String },
-    #[error("unsupported architecture `{0}` (supported: llama, qwen2)")]
+    #[error("unsupported architecture `{0}` (supported: llama, qwen2, gemma3)")]
     UnsupportedArch(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),

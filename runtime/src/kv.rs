@@ -145,6 +145,11 @@ impl KvCache {
         self.used
     }
 
+    /// Whether the ring has overwritten a slot since the last reset (its prefix is gone).
+    pub fn has_wrapped(&self) -> bool {
+        self.wrapped
+    }
+
     /// Tokens written since reset (may exceed capacity under the sliding policy).
     pub fn logical_len(&self) -> usize {
         self.logical_len

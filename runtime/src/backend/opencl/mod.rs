@@ -132,6 +132,46 @@ pub struct ClEngine {
     inner: Arc<Inner>,
 }
 
+/// Refuses, before touching a device, a model whose computation the kernels do not
+/// implement: anything beyond the llama/qwen2 layer (gemma3's norms, GeGLU, scaled
+/// embeddings and sliding-window layers; RoPE scaling) and weight types without a kernel.
+pub fn check_model(model: &Model) -> Result<()> {
+    let c = model.config();
+    let unsupported = |what: &str| {
+        Err(Error::OpenCl(format!(
+            "architecture `{}`: {what} is not implemented by the OpenCL kernels; run it on              the CPU backend",
+            c.arch
+        )))
+    };
+    if !matches!(c.arch.as_str(), "llama" | "qwen2") {
+        return unsupported("this architecture");
+    }
+    if c.qk_norm || c.post_norms || c.embd_scale.is_some() || c.n_swa_layers() > 0 {
+        return unsupported(
+            "a layer feature of this file (Q/K norm, post-norms, scaled embeddings or sliding-window layers)",
+        );
+    }
+    if c.ffn_act != crate::model::FfnAct::Silu {
+        return unsupported("a gated activation other than SiLU");
+    }
+    if c.rope_scaling != crate::model::RopeScaling::None {
+        return unsupported("RoPE frequency scaling");
+    }
+    for t in model.gguf().tensors() {
+        let matrix = t.dims.len() == 2;
+        if matrix && !weights::is_matrix_type(t.ty) {
+            return Err(Error::UnsupportedType {
+                name: t.name.clone(),
+                ty: format!(
+                    "{} (no OpenCL kernel; run it on the CPU backend)",
+                    t.ty.name()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn cl_err(what: &str) -> impl FnOnce(opencl3::error_codes::ClError) -> Error + '_ {
     move |e| Error::OpenCl(format!("{what}: {e} ({})", e.0))
 }
@@ -139,6 +179,7 @@ fn cl_err(what: &str) -> impl FnOnce(opencl3::error_codes::ClError) -> Error + '
 impl ClEngine {
     /// Selects the device, builds the kernels for this model and imports the weights.
     pub fn new(model: &Model, opts: &ClOptions) -> Result<Self> {
+        check_model(model)?;
         let (platform, dev, info) =
             device::select(opts.platform.as_deref(), opts.device.as_deref())?;
         let c = model.config().clone();

@@ -82,7 +82,7 @@ fn page_size() -> usize {
     if p > 0 { p as usize } else { 4096 }
 }
 
-fn is_matrix_type(ty: GgmlType) -> bool {
+pub(super) fn is_matrix_type(ty: GgmlType) -> bool {
     matches!(
         ty,
         GgmlType::F32 | GgmlType::F16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0
