@@ -12,6 +12,7 @@ use pocketperf::cmd::mmlu;
 use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
+use pocketperf::run as runs;
 use pocketperf::cmd::runtime as rt;
 use pocketperf::cmd::scenario_bench as sbcmd;
 use pocketperf::cmd::serve as servecmd;
@@ -90,7 +91,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Logits(a) => rt::logits(&a),
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
-        Cmd::Run(a) => runcmd::run(&a),
+        Cmd::Run(a) => match a.scenario {
+            runcmd::ScenarioArg::Dialogue => runs::dialogue::run(&a),
+            _ => runs::perf::run(&a),
+        },
         Cmd::Governor { cmd } => govcmd::governor_cmd(&cmd),
         Cmd::Probe(a) => probecmd::probe(&a),
         Cmd::Report(a) => reportcmd::report(&a),

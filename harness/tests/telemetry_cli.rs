@@ -123,7 +123,7 @@ fn dialogue_run_on_a_simulated_handset_writes_telemetry_and_energy() {
 
 #[test]
 fn kv_reuse_across_turns_equals_recomputing_the_conversation() {
-    use pocketperf::cmd::dialogue::{DialogueSut, RuntimeSut, dialogue_set, run_dialogues};
+    use pocketperf::run::dialogue::{DialogueSut, RuntimeSut, dialogue_set, run_dialogues};
     use pocketperf::cmd::run::PresetArg;
     use pocketperf_runtime::model::SessionOptions;
     use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};

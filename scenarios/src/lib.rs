@@ -13,6 +13,7 @@ pub mod error;
 pub mod logs;
 pub mod null;
 pub mod results;
+pub mod sampling;
 pub mod settings;
 pub mod stats;
 pub mod sut;
@@ -22,7 +23,8 @@ pub use early_stopping::{
     EarlyStoppingOutcome, EarlyStoppingPlan, EsRank, MinPassingFinder, min_passing_queries,
     min_queries_for_over_bound, min_queries_for_percentile, single_stream_rank,
 };
-pub use engine::{OFFLINE_ISSUE_CHUNK, offline_sample_count, run_test};
+pub use engine::{OFFLINE_ISSUE_CHUNK, run_test};
+pub use sampling::offline_sample_count;
 pub use error::{Error, Result};
 pub use logs::{LogMeta, parse_summary};
 pub use null::{NullQsl, NullSut};

@@ -17,9 +17,10 @@
 //! tokenized whole, so reuse changes which tokens are recomputed, never which tokens the model
 //! sees; `--prefix-reuse off` recomputes every prompt from an empty cache.
 
-use crate::cmd::run::{log_meta, run_meta};
+use crate::outputs::{log_meta, run_meta};
 use crate::cmd::runtime::EngineArgs;
 use crate::meta::{self, OutputHeader};
+use crate::sut::prompts::{PromptText, default_system, encode_prompt};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
@@ -30,7 +31,7 @@ use pocketperf_datasets::subset;
 use pocketperf_reports::schema::{self, GroupAccuracy, QuestionRecord, ResultFile};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, Session, argmax};
-use pocketperf_runtime::tokenizer::{self, ChatMessage};
+use pocketperf_runtime::tokenizer::ChatMessage;
 use pocketperf_scenarios::{
     AccuracyEntry, QslError, Query, QuerySampleLibrary, RealClock, Responder, Scenario,
     SystemUnderTest, TestMode, TestSettings, run_test,
@@ -221,12 +222,13 @@ pub struct Item {
 /// Token ids of a plain-text prompt (BOS first when the model wants one). Question text is
 /// never parsed for control tokens.
 pub fn encode_text(engine: &Engine, text: &str) -> Result<Vec<u32>> {
-    let mut ids = Vec::with_capacity(text.len() / 3 + 2);
-    if engine.tokenizer.add_bos() {
-        ids.extend(engine.tokenizer.bos());
-    }
-    ids.extend(engine.tokenizer.encode(text, false)?);
-    Ok(ids)
+    Ok(encode_prompt(
+        &engine.tokenizer,
+        PromptText::Raw {
+            text,
+            special: false,
+        },
+    )?)
 }
 
 /// Token ids of chat messages rendered with the model's template (its default system prompt
@@ -244,9 +246,14 @@ pub fn encode_chat(engine: &Engine, messages: &[DsMessage]) -> Result<Vec<u32>> 
             content: m.content.clone(),
         })
         .collect();
-    let sys = tokenizer::default_system_prompt(engine.model.gguf());
-    let text = tokenizer::chat_prompt(&msgs, true, sys.as_deref());
-    Ok(engine.tokenizer.encode(&text, true)?)
+    let system = default_system(engine);
+    Ok(encode_prompt(
+        &engine.tokenizer,
+        PromptText::Chat {
+            messages: &msgs,
+            system: system.as_deref(),
+        },
+    )?)
 }
 
 /// The token of each answer letter: `" A"` … `" D"` after a text prompt (which ends with

@@ -13,6 +13,7 @@
 //! The layout is documented in `docs/RESULTS.md`.
 
 pub mod inventory;
+pub mod names;
 pub mod shell;
 pub mod suite;
 pub mod transport;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::journal::{Journal, Record, ThermalRecord};
-use super::runner::SoakClock;
+use super::clock::SoakClock;
 use crate::sim::model::Activity;
 use crate::sim::{ActivitySource, SimDevice, SimDriver};
 use crate::telemetry::{MonotonicClock, SamplerConfig, SamplerCore, probe};
