@@ -14,12 +14,7 @@ use pocketperf::sim::SimDevice;
 use pocketperf::telemetry::probe;
 use pocketperf::telemetry::sampler::{MonotonicClock, SamplerConfig, SamplerCore};
 
-fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
+use pocketperf_testkit::shared_dir;
 
 fn bench_root(c: &mut Criterion, label: &str, root: &Path) {
     let p = probe(root);

@@ -23,9 +23,9 @@ use pocketperf_runtime::governor::{
 use pocketperf_runtime::session::Engine;
 use serde::Serialize;
 
+use crate::cmd::governor::sim_profile;
 use crate::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
 use crate::sim::governor::{SimActuator, SimSensor, status_name};
-use crate::cmd::governor::sim_profile;
 use crate::sim::model::{HandsetProfile, profile};
 use crate::telemetry::Gauge;
 use crate::telemetry::probe::{ZoneRole, probe};

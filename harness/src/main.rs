@@ -12,11 +12,11 @@ use pocketperf::cmd::mmlu;
 use pocketperf::cmd::probe as probecmd;
 use pocketperf::cmd::report as reportcmd;
 use pocketperf::cmd::run as runcmd;
-use pocketperf::run as runs;
 use pocketperf::cmd::runtime as rt;
 use pocketperf::cmd::scenario_bench as sbcmd;
 use pocketperf::cmd::serve as servecmd;
 use pocketperf::cmd::soak as soakcmd;
+use pocketperf::run as runs;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -103,7 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Farm { cmd } => farmcmd::farm_cmd(&cmd),
         Cmd::EarlyStopping(a) => escmd::run(&a),
         Cmd::ScenarioBench(a) => sbcmd::run(&a),
-        Cmd::Mmlu { cmd } => mmlu::mmlu_cmd(&cmd),
+        Cmd::Mmlu { cmd } => pocketperf::mmlu::mmlu_cmd(&cmd),
         Cmd::Serve(a) => servecmd::serve(&a),
         Cmd::Soak(a) => soakcmd::soak(&a),
     }

@@ -305,4 +305,3 @@ pub fn summary_line(f: &ResultFile) -> String {
         None => "no performance result".into(),
     }
 }
-

@@ -4,8 +4,8 @@
 //! a model/handset mismatch, and the `pocketperf governor sim` command.
 
 use pocketperf::sim::governor::{
-    self as governor_sim, SimActuator, SimPolicy, SimSensor, SimSpec, compare, ladder, simulate, sustainable,
-    time_constants,
+    self as governor_sim, SimActuator, SimPolicy, SimSensor, SimSpec, compare, ladder, simulate,
+    sustainable, time_constants,
 };
 use pocketperf::sim::model::{Activity, HandsetModel, HandsetProfile, profile, profile_names};
 use pocketperf_runtime::governor::StepStatus;

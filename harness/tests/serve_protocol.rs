@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pocketperf::serve::protocol::{LoadRequest, Message, PromptSpec, QueryRequest, ScoreRequest};
 use pocketperf::serve::client::{ServeClient, ServeCommand, SutError};
+use pocketperf::serve::protocol::{LoadRequest, Message, PromptSpec, QueryRequest, ScoreRequest};
 use pocketperf::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant;

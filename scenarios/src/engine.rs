@@ -23,7 +23,6 @@ use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest}
 /// Largest slice of queries handed to one `issue_queries` call in Offline.
 pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
 
-
 struct Waiter<'c> {
     clock: &'c dyn Clock,
     timeout_ns: Option<u64>,

@@ -26,7 +26,6 @@ pub enum Error {
 /// Result of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-
 /// Two-sided 95% standard normal quantile.
 pub const Z95: f64 = 1.959_963_984_540_054;
 

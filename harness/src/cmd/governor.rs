@@ -259,4 +259,3 @@ pub enum ActuatorArg {
     /// sysfs frequency caps, then duty cycle at the lowest cap (opt-in, root).
     CapsDuty,
 }
-

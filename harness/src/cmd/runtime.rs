@@ -1,5 +1,8 @@
 //! Runtime commands: `model fetch|info|align`, `tokenize`, `generate`, `logits`,
 //! `perplexity`, `bench`.
+//!
+//! Size: over 800 lines: the model commands (`model`, `tokenize`, `generate`, `logits`,
+//! `perplexity`) and `bench` with its rows; `bench` is the next file to split out.
 
 use crate::cmd::backend::{BackendArgs, BackendCounters, backend_counters};
 use crate::cmd::roofline;

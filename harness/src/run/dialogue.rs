@@ -24,8 +24,8 @@ use pocketperf_scenarios::{Clock, RealClock};
 use crate::cmd::run::{PresetArg, RunArgs};
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
-use crate::sut::prompts::{default_system, encode_rendered, render_chat};
 use crate::sim::model::Activity;
+use crate::sut::prompts::{default_system, encode_rendered, render_chat};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
 
@@ -526,7 +526,8 @@ pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
 pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFile) -> Result<()> {
     let (path, mut w) = tokens_csv(dir, &file_header(file))?;
     let cant = || format!("{}: cannot write", path.display());
-    w.write_record(["query", "token", "t_ms"]).with_context(cant)?;
+    w.write_record(["query", "token", "t_ms"])
+        .with_context(cant)?;
     let start = records.first().map_or(0, |r| r.start_ns);
     let turns = records.iter().flat_map(|d| d.turns.iter());
     for (q, t) in turns.enumerate() {

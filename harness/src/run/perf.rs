@@ -99,9 +99,8 @@ pub fn run(a: &RunArgs) -> Result<i32> {
                     max_new_tokens: p.max_new_tokens as usize,
                 })
                 .collect();
-            let mut cfg =
-                ProcessSutConfig::for_model(&model_path, a.engine.threads)
-                    .context("--sut process: locating this executable")?;
+            let mut cfg = ProcessSutConfig::for_model(&model_path, a.engine.threads)
+                .context("--sut process: locating this executable")?;
             cfg.load.ctx = library.longest_sequence().max(1);
             let p = ProcessSut::start(cfg, prompts)
                 .context("--sut process: starting pocketperf serve")?;
@@ -192,4 +191,3 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     println!("results in {}", a.out.display());
     Ok(if result.is_valid() { 0 } else { 1 })
 }
-

@@ -342,9 +342,9 @@ impl SystemUnderTest for InProcessSut<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pocketperf_datasets::perf::PerfPrompt;
     use crate::cmd::run::{PresetArg, preset_settings};
     use crate::sut::prompts::PromptQsl;
+    use pocketperf_datasets::perf::PerfPrompt;
     use pocketperf_scenarios::{TestResult, VirtualClock, run_test};
     use std::cell::RefCell;
     use std::rc::Rc;

@@ -215,4 +215,3 @@ pub fn process_sut(
     })?;
     ProcessSut::start(cfg, prompts)
 }
-

@@ -205,4 +205,3 @@ pub struct Job<'a> {
     pub prompt: &'a [u32],
     pub max_new_tokens: usize,
 }
-
