@@ -4,7 +4,7 @@
 //! is under 1 % (under 1 ms per sample). Figures go to `docs/PERFORMANCE.md` ("Telemetry cost
 //! and energy"). Run: `cargo bench -p pocketperf --bench telemetry`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
