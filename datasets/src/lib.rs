@@ -4,6 +4,11 @@
 //! The crate knows nothing of tokenizers or models: it produces prompt strings (or chat
 //! messages) and scores answers from numbers the caller supplies. Specifications live in
 //! `docs/MMLU576.md` and `docs/DATASETS.md`.
+//!
+//! Map: [`mmlu`] (the CSV reader) → [`subset`] (MMLU-576 and its manifest) → [`prompt`]
+//! (5-shot, 0-shot, chat) → [`score`] (answer choice, accuracy, McNemar; the statistics are
+//! `pocketperf-stats`'); [`dialogue`] (scripted chats); [`perf`] (the performance prompt
+//! set); [`error`].
 
 pub mod dialogue;
 pub mod error;

@@ -11,6 +11,9 @@
 //!   match of the regex `\b[ABCD]\b`. No match: wrong, and counted as unparsed.
 //! - Wilson score interval, closed form, z = 1.959964.
 //! - McNemar exact: p = min(1, 2·P(X ≤ min(b, c))), X ~ Binomial(b + c, 1/2).
+//!
+//! Both come from `pocketperf-stats`, the one home of the project's statistics (the reports
+//! and the gate use the same functions).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::mmlu::{Category, Letter, Question, category_of};
+pub use pocketperf_stats::{mcnemar_exact, wilson_interval};
 
 /// The normal quantile for a two-sided 95% interval.
 pub const WILSON_Z: f64 = 1.959964;
@@ -147,21 +151,6 @@ impl Record {
     }
 }
 
-/// Wilson score interval for `correct` successes out of `total`, with normal quantile `z`.
-/// `(0, 1)` when `total` is 0.
-pub fn wilson_interval(correct: u64, total: u64, z: f64) -> (f64, f64) {
-    if total == 0 {
-        return (0.0, 1.0);
-    }
-    let n = total as f64;
-    let p = correct.min(total) as f64 / n;
-    let z2 = z * z;
-    let denom = 1.0 + z2 / n;
-    let center = (p + z2 / (2.0 * n)) / denom;
-    let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
-    ((center - half).max(0.0), (center + half).min(1.0))
-}
-
 /// Accuracy with its Wilson 95% interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
@@ -231,30 +220,6 @@ pub fn summarize(records: &[Record]) -> Summary {
             .map(|(k, (c, t))| (k, Accuracy::new(c, t)))
             .collect(),
     }
-}
-
-/// Exact two-sided McNemar p-value for `b` and `c` discordant pairs:
-/// `min(1, 2·P(X ≤ min(b, c)))` with `X ~ Binomial(b + c, 1/2)`; 1 when there are none.
-pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
-    let n = b + c;
-    if n == 0 {
-        return 1.0;
-    }
-    let k = b.min(c);
-    let nf = n as f64;
-    let ln2n = nf * std::f64::consts::LN_2;
-    // ln C(n, i) - n ln 2 for i = 0..=k, accumulated exactly in log space; the largest
-    // term is the last (k ≤ n/2), so the sum is taken relative to it.
-    let mut ln_choose = 0.0f64;
-    let mut terms = Vec::with_capacity(k as usize + 1);
-    for i in 0..=k {
-        terms.push(ln_choose - ln2n);
-        let fi = i as f64;
-        ln_choose += (nf - fi).ln() - (fi + 1.0).ln();
-    }
-    let top = terms.last().copied().unwrap_or(0.0);
-    let tail = top.exp() * terms.iter().map(|t| (t - top).exp()).sum::<f64>();
-    (2.0 * tail).min(1.0)
 }
 
 /// A paired comparison of two runs over the same questions.

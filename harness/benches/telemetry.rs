@@ -4,7 +4,7 @@
 //! is under 1 % (under 1 ms per sample). Figures go to `docs/PERFORMANCE.md` ("Telemetry cost
 //! and energy"). Run: `cargo bench -p pocketperf --bench telemetry`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,12 +14,7 @@ use pocketperf::sim::SimDevice;
 use pocketperf::telemetry::probe;
 use pocketperf::telemetry::sampler::{MonotonicClock, SamplerConfig, SamplerCore};
 
-fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
+use pocketperf_testkit::shared_dir;
 
 fn bench_root(c: &mut Criterion, label: &str, root: &Path) {
     let p = probe(root);

@@ -1,13 +1,33 @@
 //! The `pocketperf` harness library: SUT adapters, telemetry, devices, commands.
+//!
+//! Map (`docs/ARCHITECTURE.md` follows one `run` through it):
+//! - [`cmd`] — the CLI: flag structs and their resolution, one file per command; `main`
+//!   dispatches each to the module below that does the work;
+//! - [`run`] — runs that fill a result directory: [`run::perf`] (SingleStream, Offline,
+//!   Server) and [`run::dialogue`];
+//! - [`sut`] — systems under test: [`sut::prompts`] (the one text-to-tokens route, prompt
+//!   libraries), [`sut::in_process`] (decoders), [`sut::process`] (`serve` as a child);
+//! - [`outputs`] — result.json assembly, percentiles, tokens.csv, provenance, log header;
+//! - [`mmlu`] — MMLU-576 accuracy runs and their comparison;
+//! - [`serve`] — `pocketperf serve`: protocol and line framing, server, client, faults;
+//! - [`governor_hook`] — the thermal governor inside a decode loop;
+//! - [`telemetry`] — probe, sampler, energy, attribution, a run's recorder;
+//! - [`sim`] — simulated handsets and the governor's closed-loop simulation;
+//! - [`soak`] — hours-long robustness runs through `serve`;
+//! - [`farm`] — suites on many devices;
+//! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress.
 
 pub mod cmd;
 pub mod farm;
-pub mod governor_sim;
+pub mod governor_hook;
 pub mod meta;
+pub mod mmlu;
 pub mod model_store;
+pub mod outputs;
 pub mod progress;
+pub mod run;
 pub mod serve;
 pub mod sim;
 pub mod soak;
-pub mod sut_process;
+pub mod sut;
 pub mod telemetry;

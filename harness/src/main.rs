@@ -16,6 +16,7 @@ use pocketperf::cmd::runtime as rt;
 use pocketperf::cmd::scenario_bench as sbcmd;
 use pocketperf::cmd::serve as servecmd;
 use pocketperf::cmd::soak as soakcmd;
+use pocketperf::run as runs;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -90,7 +91,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Logits(a) => rt::logits(&a),
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
-        Cmd::Run(a) => runcmd::run(&a),
+        Cmd::Run(a) => match a.scenario {
+            runcmd::ScenarioArg::Dialogue => runs::dialogue::run(&a),
+            _ => runs::perf::run(&a),
+        },
         Cmd::Governor { cmd } => govcmd::governor_cmd(&cmd),
         Cmd::Probe(a) => probecmd::probe(&a),
         Cmd::Report(a) => reportcmd::report(&a),
@@ -99,7 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Farm { cmd } => farmcmd::farm_cmd(&cmd),
         Cmd::EarlyStopping(a) => escmd::run(&a),
         Cmd::ScenarioBench(a) => sbcmd::run(&a),
-        Cmd::Mmlu { cmd } => mmlu::mmlu_cmd(&cmd),
+        Cmd::Mmlu { cmd } => pocketperf::mmlu::mmlu_cmd(&cmd),
         Cmd::Serve(a) => servecmd::serve(&a),
         Cmd::Soak(a) => soakcmd::soak(&a),
     }

@@ -1,15 +1,9 @@
 //! `pocketperf early-stopping` through the binary agrees with LoadGen's reference vectors:
 //! the SingleStream rank for N queries, and the queries needed with T over the bound.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
+use pocketperf_testkit::shared_dir;
 
 fn vectors() -> serde_json::Value {
     let p = shared_dir().join("reference/loadgen/early_stopping_vectors.json");

@@ -26,12 +26,7 @@ use std::sync::OnceLock;
 /// moves log-probabilities by tenths.
 const REUSE_TOL: f64 = 2e-3;
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("POCKETPERF_SHARED") {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
-}
+use pocketperf_testkit::shared_dir;
 
 fn mmlu_dir() -> PathBuf {
     let d = shared_dir().join("datasets/mmlu");

@@ -4,17 +4,12 @@
 //! Runs are cut to three queries by a `--config` file (the binary's own parser), so the
 //! test stays in seconds.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use pocketperf_scenarios::parse_summary;
 
-fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
+use pocketperf_testkit::shared_dir;
 
 fn pocketperf(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pocketperf"))

@@ -2,25 +2,16 @@
 //! one-line error naming the cause, exit code 2) and on good ones (checked against
 //! llama.cpp's reference outputs in `../shared/reference/smollm2-135m`).
 
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod fuzz_body;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fuzz_body::{TinyLlama, tiny_llama};
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::gguf::GgufFile;
 use pocketperf_runtime::tokenizer::Tokenizer;
+use pocketperf_testkit::{TinyLlama, tiny_llama};
 use serde_json::Value as Json;
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("POCKETPERF_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
-}
+use pocketperf_testkit::shared_dir;
 
 fn reference(file: &str) -> Json {
     let p = shared_dir().join("reference/smollm2-135m").join(file);
@@ -29,17 +20,11 @@ fn reference(file: &str) -> Json {
     serde_json::from_str(&text).expect("reference JSON")
 }
 
+/// The cached reference model (`$POCKETPERF_MODEL` first).
 fn model_path() -> PathBuf {
-    let p = match std::env::var_os("POCKETPERF_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => pocketperf::model_store::reference_model_path().expect("model cache directory"),
-    };
-    assert!(
-        p.is_file(),
-        "reference model not found at {}: run `pocketperf model fetch`",
-        p.display()
-    );
-    p
+    pocketperf_testkit::reference_model(|| {
+        pocketperf::model_store::reference_model_path().expect("model cache directory")
+    })
 }
 
 fn pocketperf(args: &[&str]) -> Output {

@@ -3,9 +3,9 @@
 //! closed-form sustainable throughput against an independent brute force, sensor dropout,
 //! a model/handset mismatch, and the `pocketperf governor sim` command.
 
-use pocketperf::governor_sim::{
-    self, SimActuator, SimPolicy, SimSensor, SimSpec, compare, ladder, simulate, sustainable,
-    time_constants,
+use pocketperf::sim::governor::{
+    self as governor_sim, SimActuator, SimPolicy, SimSensor, SimSpec, compare, ladder, simulate,
+    sustainable, time_constants,
 };
 use pocketperf::sim::model::{Activity, HandsetModel, HandsetProfile, profile, profile_names};
 use pocketperf_runtime::governor::StepStatus;

@@ -11,10 +11,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use pocketperf::serve::client::{ServeClient, ServeCommand, SutError};
 use pocketperf::serve::protocol::{LoadRequest, Message, PromptSpec, QueryRequest, ScoreRequest};
-use pocketperf::sut_process::{
-    ProcessSut, ProcessSutConfig, ServeClient, ServeCommand, SutError, SutPrompt,
-};
+use pocketperf::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, log_prob};

@@ -7,17 +7,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The cached reference model (`$POCKETPERF_MODEL` first).
 fn model_path() -> PathBuf {
-    let p = match std::env::var_os("POCKETPERF_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => pocketperf::model_store::reference_model_path().expect("model cache directory"),
-    };
-    assert!(
-        p.exists(),
-        "reference model not found at {} (run `pocketperf model fetch` or set POCKETPERF_MODEL)",
-        p.display()
-    );
-    p
+    pocketperf_testkit::reference_model(|| {
+        pocketperf::model_store::reference_model_path().expect("model cache directory")
+    })
 }
 
 #[test]
@@ -123,8 +117,8 @@ fn dialogue_run_on_a_simulated_handset_writes_telemetry_and_energy() {
 
 #[test]
 fn kv_reuse_across_turns_equals_recomputing_the_conversation() {
-    use pocketperf::cmd::dialogue::{DialogueSut, RuntimeSut, dialogue_set, run_dialogues};
     use pocketperf::cmd::run::PresetArg;
+    use pocketperf::run::dialogue::{DialogueSut, RuntimeSut, dialogue_set, run_dialogues};
     use pocketperf_runtime::model::SessionOptions;
     use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};
 

@@ -4,7 +4,7 @@
 //! real dialogue loop over the committed dialogues with a decoder at the handset's own speed,
 //! in virtual time (fast-forwarded: a few minutes of handset time in well under a second).
 
-use pocketperf::cmd::dialogue::{SimulatedSut, run_dialogues};
+use pocketperf::run::dialogue::{SimulatedSut, run_dialogues};
 use pocketperf::sim::model::{Activity, profile};
 use pocketperf::telemetry::probe::MeterKind;
 use pocketperf::telemetry::recorder::{SimTruth, energy_section, truth_check};

@@ -383,13 +383,29 @@ type Channel = (u32, String, Option<u64>);
 
 #[test]
 fn odpm_devices_in_the_other_order_read_the_same() {
-    let (_g, a) = copy_fixture("pixel-8-pro");
-    let (_h, b) = copy_fixture("pixel-8-pro");
+    odpm_swap_reads_the_same(Links::AsFound);
+}
+
+/// The same with the fixture's links as real symbolic links, whatever form the checkout holds
+/// them in (swapping them must re-point the links, not overwrite what they lead to).
+#[test]
+fn odpm_devices_in_the_other_order_read_the_same_with_real_links() {
+    odpm_swap_reads_the_same(Links::Real);
+}
+
+fn odpm_swap_reads_the_same(links: Links) {
+    let (_g, a) = copy_fixture_as("pixel-8-pro", links);
+    let (_h, b) = copy_fixture_as("pixel-8-pro", links);
     let l0 = b.join("bus/iio/devices/iio:device0");
     let l1 = b.join("bus/iio/devices/iio:device1");
-    let (t0, t1) = (read(&l0), read(&l1));
-    write(&l0, &format!("{t1}\n"));
-    write(&l1, &format!("{t0}\n"));
+    if links == Links::Real {
+        let kind = fs::symlink_metadata(&l0).expect("iio:device0").file_type();
+        assert!(kind.is_symlink(), "{} is not a symbolic link", l0.display());
+    }
+    let t0 = link_target(&l0).expect("iio:device0 is a link");
+    let t1 = link_target(&l1).expect("iio:device1 is a link");
+    set_link_target(&l0, &t1);
+    set_link_target(&l1, &t0);
     let name0 = |root: &Path| read(&follow(&root.join("bus/iio/devices/iio:device0")).join("name"));
     assert_ne!(
         name0(&a),

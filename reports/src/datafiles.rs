@@ -232,36 +232,57 @@ fn meta_lines(meta: &BTreeMap<String, String>) -> String {
     s
 }
 
+/// The `# key=value` lines, then the rows `csv::Writer` formats.
+fn csv_text(
+    meta: &BTreeMap<String, String>,
+    rows: impl FnOnce(&mut csv::Writer<Vec<u8>>) -> csv::Result<()>,
+    path: &Path,
+) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(meta_lines(meta).into_bytes());
+    let bad = |e: &dyn std::fmt::Display| ReportError::Csv {
+        path: path.to_path_buf(),
+        line: 0,
+        problem: e.to_string(),
+    };
+    rows(&mut w).map_err(|e| bad(&e))?;
+    w.into_inner().map_err(|e| bad(e.error()))
+}
+
 /// Writes a `tokens.csv`.
 pub fn write_tokens(path: impl AsRef<Path>, log: &TokenLog) -> Result<()> {
     let path = path.as_ref();
-    let mut s = meta_lines(&log.meta);
-    s.push_str("query,token,t_ms\n");
-    for e in &log.events {
-        let _ = writeln!(s, "{},{},{}", e.query, e.token, e.t_ms);
-    }
-    fs::write(path, s).map_err(|e| ReportError::io("writing", path, e))
+    let text = csv_text(
+        &log.meta,
+        |w| {
+            w.write_record(["query", "token", "t_ms"])?;
+            for e in &log.events {
+                w.write_record([e.query.to_string(), e.token.to_string(), e.t_ms.to_string()])?;
+            }
+            Ok(())
+        },
+        path,
+    )?;
+    fs::write(path, text).map_err(|e| ReportError::io("writing", path, e))
 }
 
-/// Writes a `telemetry.csv`; column names must not contain commas or quotes.
+/// Writes a `telemetry.csv` (column names with commas or quotes are quoted, as CSV says).
 pub fn write_telemetry(path: impl AsRef<Path>, t: &Telemetry) -> Result<()> {
     let path = path.as_ref();
-    let mut s = meta_lines(&t.meta);
-    s.push_str("t_s");
-    for (name, _) in &t.columns {
-        s.push(',');
-        s.push_str(name);
-    }
-    s.push('\n');
-    for (i, time) in t.t_s.iter().enumerate() {
-        let _ = write!(s, "{time}");
-        for (_, col) in &t.columns {
-            s.push(',');
-            if let Some(Some(v)) = col.get(i) {
-                let _ = write!(s, "{v}");
+    let text = csv_text(
+        &t.meta,
+        |w| {
+            let header = std::iter::once("t_s").chain(t.columns.iter().map(|(n, _)| n.as_str()));
+            w.write_record(header)?;
+            for (i, time) in t.t_s.iter().enumerate() {
+                let cells = t.columns.iter().map(|(_, col)| match col.get(i) {
+                    Some(Some(v)) => v.to_string(),
+                    _ => String::new(),
+                });
+                w.write_record(std::iter::once(time.to_string()).chain(cells))?;
             }
-        }
-        s.push('\n');
-    }
-    fs::write(path, s).map_err(|e| ReportError::io("writing", path, e))
+            Ok(())
+        },
+        path,
+    )?;
+    fs::write(path, text).map_err(|e| ReportError::io("writing", path, e))
 }

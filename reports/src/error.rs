@@ -110,3 +110,9 @@ impl ReportError {
         }
     }
 }
+
+impl From<pocketperf_stats::Error> for ReportError {
+    fn from(e: pocketperf_stats::Error) -> Self {
+        ReportError::Stats(e.to_string())
+    }
+}

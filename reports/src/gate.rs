@@ -9,6 +9,9 @@
 //! - Accuracy: exact McNemar on paired per-question records when both runs have them,
 //!   otherwise non-overlapping Wilson intervals; either way the drop must exceed `max_drop`.
 //! - Validity and robustness: counts (crashes, output drift) against maxima.
+//!
+//! Size: over 800 lines: rules, checks and the verdict with its three exports (text, JUnit
+//! XML, Markdown). The exports are the seam for a later split (one file per exporter).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,11 @@
 //! `pocketperf-reports` reads result directories (see `docs/RESULTS.md`) and never runs
 //! anything. Entry points: [`load_result`] / [`write_result`], [`write_report`],
 //! [`compare()`], [`GateRules::from_toml_file`] and [`gate()`].
+//!
+//! Map: [`schema`] (result.json v1, migration of v0) and [`datafiles`] (tokens.csv,
+//! telemetry.csv) are read; [`stats`] (re-exports `pocketperf-stats`) computes; [`plots`]
+//! (SVG) and [`render`] (text, JSON, CSV, Markdown, the HTML page skeleton every page shares)
+//! format; [`report`], [`compare`] and [`gate`] are the three products; [`error`].
 
 pub mod compare;
 pub mod datafiles;

@@ -133,6 +133,26 @@ pub struct Percentiles {
     pub p999: f64,
 }
 
+impl Percentiles {
+    /// Summary of the finite values in `samples`; `None` when there are none.
+    pub fn from_samples(samples: &[f64]) -> Option<Percentiles> {
+        let s = pocketperf_stats::finite_sorted(samples);
+        let pct = |p| pocketperf_stats::loadgen_percentile(&s, p);
+        Some(Percentiles {
+            n: s.len() as u64,
+            mean: pocketperf_stats::mean(&s)?,
+            min: *s.first()?,
+            max: *s.last()?,
+            p50: pct(0.50)?,
+            p90: pct(0.90)?,
+            p95: pct(0.95)?,
+            p97: pct(0.97)?,
+            p99: pct(0.99)?,
+            p999: pct(0.999)?,
+        })
+    }
+}
+
 /// One scenario's timing results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Performance {
@@ -522,7 +542,7 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
             "p95": p99, "p97": p99, "p99": p99, "p999": max,
         });
         let summary = |v: &[f64]| {
-            crate::stats::Percentiles::from_samples(v)
+            Percentiles::from_samples(v)
                 .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
                 .unwrap_or(Value::Null)
         };
@@ -549,7 +569,7 @@ fn migrate_v0(v0: Value, path: &Path) -> Result<Value> {
         Some(acc) => {
             let n = v0.get("accuracy_n").and_then(Value::as_u64).unwrap_or(0);
             let correct = (acc * n as f64).round() as u64;
-            let (lo, hi) = crate::stats::wilson_interval(correct, n, crate::stats::Z95);
+            let (lo, hi) = pocketperf_stats::wilson_interval(correct, n, pocketperf_stats::Z95);
             Some(serde_json::json!({
                 "dataset": "mmlu", "mode": "generate", "shots": 0, "n": n, "correct": correct,
                 "accuracy": acc, "ci95": [lo, hi], "wall_s": 0.0,

@@ -4,6 +4,12 @@
 //! (`tokenizer`), the numeric kernels (`quant`, `pool`), the forward pass (`model`), the
 //! preallocated ring KV cache (`kv`), the prefill/decode API with per-token timing
 //! (`session`) and the PID thermal governor (`governor`).
+//!
+//! Map: [`gguf`] + [`ggml_type`] (model file) → [`tokenizer`] (text ↔ ids) → [`model`]
+//! (forward pass over [`quant`] kernels on the [`pool`], KV in [`kv`], dispatched through
+//! [`backend`]: CPU or OpenCL) → [`session`] (`Engine`, `Session`, batched decode, sampling);
+//! [`governor`] (controllers in `pid`/`step_wise`, actuators, sysfs sensor and caps) throttles
+//! a decode loop from outside; [`error`] is the crate's one error type.
 
 pub mod backend;
 pub mod error;

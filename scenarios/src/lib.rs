@@ -5,6 +5,11 @@
 //! [`SystemUnderTest`], times queries and the tokens the SUT reports, judges the run
 //! VALID/INVALID with every cause listed, and writes `mlperf_log_summary.txt`,
 //! `mlperf_log_detail.txt` and `mlperf_log_accuracy.json`. See docs/SCENARIOS.md.
+//!
+//! Map: [`settings`] (TestSettings, config files) → [`engine`] (issue loops, stop rules) over
+//! a [`sut`] on a [`clock`], drawing samples from [`sampling`] → [`results`] (records,
+//! statistics from [`stats`], validity, [`early_stopping`]) → [`logs`]; [`null`] is the
+//! engine's own overhead; [`error`]. `results` never reaches back into `engine`.
 
 pub mod clock;
 pub mod early_stopping;
@@ -13,6 +18,7 @@ pub mod error;
 pub mod logs;
 pub mod null;
 pub mod results;
+pub mod sampling;
 pub mod settings;
 pub mod stats;
 pub mod sut;
@@ -22,13 +28,14 @@ pub use early_stopping::{
     EarlyStoppingOutcome, EarlyStoppingPlan, EsRank, MinPassingFinder, min_passing_queries,
     min_queries_for_over_bound, min_queries_for_percentile, single_stream_rank,
 };
-pub use engine::{OFFLINE_ISSUE_CHUNK, offline_sample_count, run_test};
+pub use engine::{OFFLINE_ISSUE_CHUNK, run_test};
 pub use error::{Error, Result};
 pub use logs::{LogMeta, parse_summary};
 pub use null::{NullQsl, NullSut};
 pub use results::{
     AccuracyEntry, EndReason, InvalidCause, PerformanceResult, QueryRecord, TestResult,
 };
+pub use sampling::offline_sample_count;
 pub use settings::{Scenario, TestMode, TestSettings};
 pub use stats::{
     LatencyStats, REPORTED_PERCENTILES, percentile, percentile_index, select_kth, tpot_ns,

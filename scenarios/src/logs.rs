@@ -4,6 +4,9 @@
 //! `mlperf_log_accuracy.json` (`seq_id`, `qsl_idx`, upper-case hex `data`, optional
 //! `token_count`). PocketPerf-only figures are added as extra lines and keys that MLPerf
 //! tooling ignores.
+//!
+//! Size: over 800 lines: three LoadGen log formats whose key order and number formatting
+//! follow `logging.cc`/`results.cc` line by line; kept in one file to be read against them.
 
 use std::fmt::Write as _;
 use std::path::Path;

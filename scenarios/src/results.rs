@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use crate::early_stopping::{self, EarlyStoppingOutcome};
-use crate::engine::{SampleSeq, offline_sample_count};
+use crate::sampling::{SampleSeq, offline_sample_count};
 use crate::settings::{Scenario, TestSettings};
 use crate::stats::{LatencyStats, percentile, percentile_index, select_kth, tpot_ns};
 use crate::sut::Records;

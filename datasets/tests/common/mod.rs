@@ -2,19 +2,11 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The shared-material directory; panics with instructions when it is missing.
 pub fn shared_dir() -> PathBuf {
-    let dir = match std::env::var_os("POCKETPERF_SHARED") {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => {
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("the crate lives inside the workspace");
-            workspace.join("..").join("shared")
-        }
-    };
+    let dir = pocketperf_testkit::shared_dir();
     assert!(
         dir.is_dir(),
         "shared material not found at {}: set POCKETPERF_SHARED to the directory holding datasets/mmlu",

@@ -2,7 +2,6 @@
 
 pub mod backend;
 pub mod compare;
-pub mod dialogue;
 pub mod early_stopping;
 pub mod farm;
 pub mod gate;

@@ -1,10 +1,14 @@
 //! Runtime commands: `model fetch|info|align`, `tokenize`, `generate`, `logits`,
 //! `perplexity`, `bench`.
+//!
+//! Size: over 800 lines: the model commands (`model`, `tokenize`, `generate`, `logits`,
+//! `perplexity`) and `bench` with its rows; `bench` is the next file to split out.
 
 use crate::cmd::backend::{BackendArgs, BackendCounters, backend_counters};
 use crate::cmd::roofline;
 use crate::meta::{self, OutputHeader};
 use crate::model_store;
+use crate::sut::prompts::{PromptText, encode_prompt, prompt_tokens};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use pocketperf_runtime::backend::DeviceCounters;
@@ -12,7 +16,7 @@ use pocketperf_runtime::gguf::{GgufFile, Value};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, log_prob};
-use pocketperf_runtime::tokenizer::{self, ChatMessage, StreamDecoder};
+use pocketperf_runtime::tokenizer::{self, StreamDecoder};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -327,26 +331,6 @@ pub struct GenerateArgs {
     pub governor: crate::cmd::governor::GovernorArgs,
 }
 
-/// Builds the token sequence of a prompt, optionally wrapped in the chat template.
-pub fn prompt_tokens(engine: &Engine, text: &str, chat: bool) -> Result<Vec<u32>> {
-    if chat {
-        let sys = tokenizer::default_system_prompt(engine.model.gguf());
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: text.into(),
-        }];
-        let p = tokenizer::chat_prompt(&msgs, true, sys.as_deref());
-        Ok(engine.tokenizer.encode(&p, true)?)
-    } else {
-        let mut ids = Vec::new();
-        if engine.tokenizer.add_bos() {
-            ids.extend(engine.tokenizer.bos());
-        }
-        ids.extend(engine.tokenizer.encode(text, true)?);
-        Ok(ids)
-    }
-}
-
 pub fn generate(a: &GenerateArgs) -> Result<i32> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p {}: must be in (0, 1]", a.top_p);
@@ -390,7 +374,7 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
         },
     };
     let mut dec = StreamDecoder::default();
-    let mut gov = crate::cmd::governor::GovernorHook::new(&a.governor, engine.threads())?;
+    let mut gov = crate::governor_hook::GovernorHook::new(&a.governor, engine.threads())?;
     if let Some(g) = gov.as_mut() {
         eprintln!("governor: {}", g.describe());
         g.begin();
@@ -593,11 +577,13 @@ pub fn perplexity(a: &PerplexityArgs) -> Result<i32> {
     if text.ends_with('\n') {
         text.pop();
     }
-    let mut tokens = Vec::new();
-    if engine.tokenizer.add_bos() {
-        tokens.extend(engine.tokenizer.bos());
-    }
-    tokens.extend(engine.tokenizer.encode(&text, false)?);
+    let tokens = encode_prompt(
+        &engine.tokenizer,
+        PromptText::Raw {
+            text: &text,
+            special: false,
+        },
+    )?;
     let r = perplexity_of(&engine, &tokens, a.ctx)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

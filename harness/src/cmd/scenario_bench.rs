@@ -108,7 +108,7 @@ pub fn run(a: &ScenarioBenchArgs) -> Result<i32> {
         .as_ref()
         .context("the null-SUT run produced no performance pass")?;
     if let Some(dir) = &a.out {
-        result.write_logs(dir, &crate::cmd::run::log_meta(&started, &finished))?;
+        result.write_logs(dir, &crate::outputs::log_meta(&started, &finished))?;
     }
     let lat = p.latency.clone();
     let n = p.queries_completed;

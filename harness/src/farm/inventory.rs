@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::FarmError;
+pub use super::names::{BUILTIN_PLACEHOLDERS, valid_name};
 
 /// How the farm reaches a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,14 +161,6 @@ pub struct Inventory {
 /// Default remote directory on adb devices (writable by the shell user without root).
 pub const DEFAULT_ADB_DIR: &str = "/data/local/tmp/pocketperf";
 
-/// A name usable as one directory component: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 64 bytes.
-pub fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    name.len() <= 64
-        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
 fn duration(path: &Path, field: &str, v: Option<f64>, default: f64) -> Result<Duration, FarmError> {
     let s = v.unwrap_or(default);
     if !(0.0..1e9).contains(&s) {
@@ -246,7 +239,7 @@ impl Inventory {
             let mut vars = d.vars.clone();
             vars.extend(r.vars);
             for k in vars.keys() {
-                if super::suite::BUILTIN_PLACEHOLDERS.contains(&k.as_str()) {
+                if BUILTIN_PLACEHOLDERS.contains(&k.as_str()) {
                     return Err(bad(format!("vars.{k} would shadow a built-in placeholder")));
                 }
             }

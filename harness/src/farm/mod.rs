@@ -11,8 +11,12 @@
 //! gated against the same device and step of the previous run in `OUT`
 //! (`gate/<device>/<step>.{junit.xml,md}`). `farm.json` and `farm.md` summarise it all.
 //! The layout is documented in `docs/RESULTS.md`.
+//!
+//! Size: over 800 lines: the per-device thread (push, run, pull, retries) and the dated
+//! result tree with its compare/gate step. The result-tree step is the seam for a split.
 
 pub mod inventory;
+pub mod names;
 pub mod shell;
 pub mod suite;
 pub mod transport;

@@ -14,10 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::FarmError;
-use super::inventory::valid_name;
-
-/// Placeholders the farm always defines.
-pub const BUILTIN_PLACEHOLDERS: &[&str] = &["model", "out", "device", "suite", "dir"];
+pub use super::names::{BUILTIN_PLACEHOLDERS, valid_name};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

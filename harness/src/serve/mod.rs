@@ -3,11 +3,13 @@
 //! process isolates crashes (a soak records them and restarts the server), and the same
 //! protocol carries a run to a remote device (`adb shell pocketperf serve`).
 //!
-//! - [`protocol`]: requests, events and error codes, shared with the client
-//!   ([`crate::sut_process`]);
+//! - [`protocol`]: requests, events, error codes and the line framing, shared by both ends;
 //! - [`server`]: the serving loop;
+//! - [`client`]: the client, [`client::ServeClient`] (child process, timeouts, crash
+//!   reports), used by the child-process SUT ([`crate::sut::process`]) and the soak;
 //! - [`fault`]: fault injection for robustness tests (`POCKETPERF_FAULT`).
 
+pub mod client;
 pub mod fault;
 pub mod protocol;
 pub mod server;

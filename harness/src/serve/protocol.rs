@@ -6,7 +6,10 @@
 //! `v` (optional) must equal [`PROTOCOL_VERSION`]. Unknown fields are errors, never ignored.
 //! Every event carries `event`, `id` and `t_ns`, the server's monotonic clock (nanoseconds
 //! since the server started). The types here are shared by the server and the client, so
-//! both sides agree on every field by construction.
+//! both sides agree on every field by construction, and so is the line framing
+//! ([`read_line_capped`]): a line over the cap is skipped whole, never split.
+
+use std::io::{self, BufRead};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -557,6 +560,67 @@ pub fn parse_request(line: &[u8]) -> Result<(Option<Value>, Request), Refusal> {
     Ok((id, req))
 }
 
+// ---- Line framing (both ends: the server reads requests, the client reads events) ----
+
+/// One line of input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LineRead {
+    /// A line without its newline (and without a trailing `\r`).
+    Line(Vec<u8>),
+    /// A line longer than the cap; its bytes were skipped up to the newline.
+    TooLong(usize),
+    /// End of input.
+    Eof,
+}
+
+/// Reads one line of at most `cap` bytes. A longer line is consumed and reported as
+/// [`LineRead::TooLong`] with its length, so one bad line never desynchronizes the stream.
+pub fn read_line_capped<R: BufRead>(r: &mut R, cap: usize) -> io::Result<LineRead> {
+    let mut buf = Vec::new();
+    let mut len = 0usize;
+    let mut any = false;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match (any, len > cap) {
+                (false, _) => LineRead::Eof,
+                (true, true) => LineRead::TooLong(len),
+                (true, false) => LineRead::Line(trim_cr(buf)),
+            });
+        }
+        any = true;
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        if len + take <= cap {
+            buf.extend_from_slice(&chunk[..take]);
+        } else {
+            buf = Vec::new();
+        }
+        len += take;
+        r.consume(if done { take + 1 } else { take });
+        if done {
+            return Ok(if len > cap {
+                LineRead::TooLong(len)
+            } else {
+                LineRead::Line(trim_cr(buf))
+            });
+        }
+    }
+}
+
+fn trim_cr(mut b: Vec<u8>) -> Vec<u8> {
+    if b.last() == Some(&b'\r') {
+        b.pop();
+    }
+    b
+}
+
 /// Parses one event line.
 pub fn parse_event(line: &str) -> Result<Event, serde_json::Error> {
     serde_json::from_str(line)
@@ -565,6 +629,39 @@ pub fn parse_event(line: &str) -> Result<Event, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines(input: &[u8], cap: usize) -> Vec<LineRead> {
+        let mut r = io::BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        loop {
+            let l = read_line_capped(&mut r, cap).unwrap();
+            let eof = l == LineRead::Eof;
+            out.push(l);
+            if eof {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn capped_lines_skip_overlong_ones_and_keep_sync() {
+        let got = lines(b"ab\r\n0123456789\ncd\nlast", 5);
+        assert_eq!(
+            got,
+            vec![
+                LineRead::Line(b"ab".to_vec()),
+                LineRead::TooLong(10),
+                LineRead::Line(b"cd".to_vec()),
+                LineRead::Line(b"last".to_vec()),
+                LineRead::Eof,
+            ]
+        );
+        assert_eq!(lines(b"", 5), vec![LineRead::Eof]);
+        assert_eq!(
+            lines(b"0123456", 5),
+            vec![LineRead::TooLong(7), LineRead::Eof]
+        );
+    }
 
     #[test]
     fn requests_round_trip_through_their_line() {

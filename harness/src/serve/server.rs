@@ -10,7 +10,7 @@ use std::time::Instant;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session, log_prob};
-use pocketperf_runtime::tokenizer::{self, ChatMessage, StreamDecoder};
+use pocketperf_runtime::tokenizer::{ChatMessage, StreamDecoder};
 use serde_json::Value;
 
 use super::fault::Faults;
@@ -19,66 +19,9 @@ use super::protocol::{
     PROTOCOL_VERSION, PromptSpec, QueryRequest, Refusal, Request, ScoreRequest, ScoredContinuation,
     parse_request,
 };
+use super::protocol::{LineRead, read_line_capped};
 use crate::meta;
-
-/// One line of input.
-#[derive(Debug, PartialEq, Eq)]
-pub enum LineRead {
-    /// A line without its newline (and without a trailing `\r`).
-    Line(Vec<u8>),
-    /// A line longer than the cap; its bytes were skipped up to the newline.
-    TooLong(usize),
-    /// End of input.
-    Eof,
-}
-
-/// Reads one line of at most `cap` bytes. A longer line is consumed and reported as
-/// [`LineRead::TooLong`] with its length, so one bad line never desynchronizes the stream.
-pub fn read_line_capped<R: BufRead>(r: &mut R, cap: usize) -> io::Result<LineRead> {
-    let mut buf = Vec::new();
-    let mut len = 0usize;
-    let mut any = false;
-    loop {
-        let chunk = match r.fill_buf() {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if chunk.is_empty() {
-            return Ok(match (any, len > cap) {
-                (false, _) => LineRead::Eof,
-                (true, true) => LineRead::TooLong(len),
-                (true, false) => LineRead::Line(trim_cr(buf)),
-            });
-        }
-        any = true;
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i, true),
-            None => (chunk.len(), false),
-        };
-        if len + take <= cap {
-            buf.extend_from_slice(&chunk[..take]);
-        } else {
-            buf = Vec::new();
-        }
-        len += take;
-        r.consume(if done { take + 1 } else { take });
-        if done {
-            return Ok(if len > cap {
-                LineRead::TooLong(len)
-            } else {
-                LineRead::Line(trim_cr(buf))
-            });
-        }
-    }
-}
-
-fn trim_cr(mut b: Vec<u8>) -> Vec<u8> {
-    if b.last() == Some(&b'\r') {
-        b.pop();
-    }
-    b
-}
+use crate::sut::prompts::{PromptText, encode_prompt};
 
 /// Memory of this process: `/proc/self/statm` for resident and virtual size, `/proc/self/status`
 /// for the anonymous/file split and the peak. Missing figures are 0.
@@ -256,7 +199,7 @@ impl<R: BufRead, W: Write> Server<R, W> {
             session,
             history: Vec::new(),
             ctx,
-            system: tokenizer::default_system_prompt(engine.model.gguf()),
+            system: crate::sut::prompts::default_system(engine),
         }))
     }
 
@@ -626,14 +569,14 @@ fn prompt_tokens(l: &Loaded<'_>, p: &PromptSpec, op: &str) -> Result<Vec<u32>, F
             )));
         }
         (Some(text), None) if !p.chat => {
-            let mut ids = Vec::new();
-            if tk.add_bos() {
-                ids.extend(tk.bos());
-            }
-            ids.extend(
-                tk.encode(text, true)
-                    .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?,
-            );
+            let ids = encode_prompt(
+                tk,
+                PromptText::Raw {
+                    text,
+                    special: true,
+                },
+            )
+            .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
             return non_empty(ids, op);
         }
         (Some(text), None) => vec![ChatMessage::new("user", text)],
@@ -654,10 +597,14 @@ fn prompt_tokens(l: &Loaded<'_>, p: &PromptSpec, op: &str) -> Result<Vec<u32>, F
             v
         }
     };
-    let rendered = tokenizer::chat_prompt(&text, true, l.system.as_deref());
-    let ids = tk
-        .encode(&rendered, true)
-        .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
+    let ids = encode_prompt(
+        tk,
+        PromptText::Chat {
+            messages: &text,
+            system: l.system.as_deref(),
+        },
+    )
+    .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
     non_empty(ids, op)
 }
 
@@ -708,39 +655,6 @@ fn load_engine(req: &LoadRequest) -> Result<Engine, Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines(input: &[u8], cap: usize) -> Vec<LineRead> {
-        let mut r = io::BufReader::with_capacity(4, input);
-        let mut out = Vec::new();
-        loop {
-            let l = read_line_capped(&mut r, cap).unwrap();
-            let eof = l == LineRead::Eof;
-            out.push(l);
-            if eof {
-                return out;
-            }
-        }
-    }
-
-    #[test]
-    fn capped_lines_skip_overlong_ones_and_keep_sync() {
-        let got = lines(b"ab\r\n0123456789\ncd\nlast", 5);
-        assert_eq!(
-            got,
-            vec![
-                LineRead::Line(b"ab".to_vec()),
-                LineRead::TooLong(10),
-                LineRead::Line(b"cd".to_vec()),
-                LineRead::Line(b"last".to_vec()),
-                LineRead::Eof,
-            ]
-        );
-        assert_eq!(lines(b"", 5), vec![LineRead::Eof]);
-        assert_eq!(
-            lines(b"0123456", 5),
-            vec![LineRead::TooLong(7), LineRead::Eof]
-        );
-    }
 
     #[test]
     fn requests_without_a_model_get_errors_and_the_loop_goes_on() {

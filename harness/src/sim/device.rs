@@ -9,6 +9,9 @@
 //! CPU-dynamic and memory components). Temperatures of on-die zones follow the die node,
 //! board NTCs the skin node, each scaled about the ambient by a fixed factor; the hottest SoC
 //! zone is the die node and the hottest skin zone is the skin node exactly.
+//!
+//! Size: over 800 lines: the whole simulated tree of both handsets (thermal, power_supply,
+//! cpufreq, GPU, ODPM) must mirror the fixtures file for file, and it is read as one layout.
 
 use std::collections::HashMap;
 use std::fs;

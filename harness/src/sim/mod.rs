@@ -1,12 +1,14 @@
 //! Simulated handsets (`--device sim:<profile>`): the thermal/power model ([`model`]) and the
 //! sysfs tree a simulated handset exposes ([`device`]), so the probe, the sampler, the energy
-//! meters and the thermal governor run in CI exactly as on a phone.
+//! meters and the thermal governor run in CI exactly as on a phone; [`governor`] closes the
+//! governor's loop on a handset model in virtual time (`pocketperf governor sim`).
 //!
 //! The tree mirrors the layout of the shared fixture snapshots of the same handsets (Linux
 //! thermal, power_supply, cpufreq ABIs; Adreno kgsl / Mali; Pixel ODPM). See
 //! `docs/TELEMETRY.md` ("Simulated handsets").
 
 pub mod device;
+pub mod governor;
 pub mod model;
 
 pub use device::{

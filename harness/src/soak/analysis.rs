@@ -2,6 +2,9 @@
 //! and the final report agree): crashes, timeouts, RSS growth (grouped Theil–Sen), output
 //! drift, latency drift (P99 TPOT), stability (worst/best window throughput) and thermal
 //! limits. Rules and defaults: `docs/SOAK.md`.
+//!
+//! Size: over 800 lines, a quarter of them tests: the seven checks read the same journal
+//! windows and share their thresholds; each check is a function of its own here.
 
 use std::collections::BTreeMap;
 

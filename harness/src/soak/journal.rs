@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::config::SoakConfig;
-use crate::sut_process::{ExitInfo, HelloInfo, LoadedInfo};
+use crate::serve::client::{ExitInfo, HelloInfo, LoadedInfo};
 
 /// File name of the journal inside the soak directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";

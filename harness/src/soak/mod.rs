@@ -7,6 +7,7 @@
 //! completed request is appended to an fsynced journal, from which the position of a resumed
 //! soak and every figure of the report are derived.
 //!
+//! - [`clock`] — soak time, continued across resumes;
 //! - [`config`] — settings, durations, thresholds, windows;
 //! - [`journal`] — the append-only journal;
 //! - [`runner`] — the loop, crash and stall handling, resume position;
@@ -18,6 +19,7 @@
 //! - [`signal`] — SIGINT/SIGTERM.
 
 pub mod analysis;
+pub mod clock;
 pub mod config;
 pub mod fit;
 pub mod journal;

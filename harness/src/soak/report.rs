@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use pocketperf_reports::plots::{Series, line_chart};
 use pocketperf_reports::render::escape_html;
+use pocketperf_reports::render::html_helpers::{page_end, page_start_styled};
 use serde_json::{Value, json};
 
 use super::analysis::{Analysis, ThermalPoint, Verdict, analyze};
@@ -181,13 +182,8 @@ pub fn robustness_html(
         if a.passed { "PASS" } else { "FAIL" },
         a.status
     );
-    let _ = write!(
-        s,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
-         <title>{t}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{t}</h1>\n",
-        t = escape_html(&title)
-    );
+    s.push_str(&page_start_styled(&title, STYLE));
+    let _ = writeln!(s, "<h1>{}</h1>", escape_html(&title));
     s.push_str("<h2>Provenance</h2>\n<table>\n");
     let prov = contents.provenance().cloned().unwrap_or(Value::Null);
     let field = |k: &str| -> String {
@@ -471,6 +467,6 @@ pub fn robustness_html(
         }
         s.push_str("</table>\n");
     }
-    s.push_str("</body>\n</html>\n");
+    s.push_str(page_end());
     Ok(s)
 }

@@ -5,6 +5,9 @@
 //! Every completed request is journaled before the next one starts, so the schedule position
 //! is a pure function of the journal ([`Position::apply`]): a resumed soak continues exactly
 //! after the last completed request.
+//!
+//! Size: over 800 lines with its tests: the loop, crash and stall recovery and the resume
+//! position are one state machine over the journal; the tests exercise it end to end.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -18,6 +21,7 @@ use pocketperf_datasets::Dialogue;
 use pocketperf_datasets::mmlu::Letter;
 use pocketperf_datasets::score::choose_by_logprob;
 
+pub use super::clock::SoakClock;
 use super::config::{SoakConfig, format_duration};
 use super::journal::{
     EndReason, Entry, FailureRecord, ItemKey, Journal, ProbeKind, ProbeRecord, QueryRecord, Record,
@@ -26,10 +30,10 @@ use super::journal::{
 use super::probes::{ANSWER_CONTINUATIONS, Probe};
 use super::telemetry::SoakTelemetry;
 use crate::serve::FAULT_ENV;
-use crate::serve::protocol::{LoadRequest, Message, PromptSpec, QueryRequest, ScoreRequest};
-use crate::sut_process::{
+use crate::serve::client::{
     LoadedInfo, QueryOutcome, ScoreOutcome, ServeClient, ServeCommand, SutError,
 };
+use crate::serve::protocol::{LoadRequest, Message, PromptSpec, QueryRequest, ScoreRequest};
 
 /// Server failures in a row after which the soak gives up (the SUT cannot be kept running).
 pub const MAX_CONSECUTIVE_FAILURES: u32 = 6;
@@ -37,26 +41,6 @@ pub const MAX_CONSECUTIVE_FAILURES: u32 = 6;
 pub const START_TRIES: u32 = 3;
 /// Longest wait for a server's `hello` and `load`.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// Soak time: seconds of harness activity, continued across resumes from the journal's last
-/// record.
-#[derive(Clone, Copy, Debug)]
-pub struct SoakClock {
-    offset_s: f64,
-    start: Instant,
-}
-
-impl SoakClock {
-    pub fn new(offset_s: f64) -> Self {
-        SoakClock {
-            offset_s,
-            start: Instant::now(),
-        }
-    }
-    pub fn now_s(&self) -> f64 {
-        self.offset_s + self.start.elapsed().as_secs_f64()
-    }
-}
 
 /// Where the schedule stands, rebuilt from journal records.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,29 +1,20 @@
 //! Shared by the serve and soak tests: the built binary, the shared reference material, the
 //! reference model, and a tiny synthetic model (the fuzz target's builder) with a context long
-//! enough for the scripted dialogues.
+//! enough for the scripted dialogues (the builder is `pocketperf-testkit`'s).
 
 #![allow(dead_code)]
-
-#[path = "../../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod fuzz_body;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub use fuzz_body::{TinyLlama, tiny_llama};
+pub use pocketperf_testkit::{TinyLlama, tiny_llama};
 
 /// The `pocketperf` binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_pocketperf")
 }
 
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("POCKETPERF_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
-}
+pub use pocketperf_testkit::shared_dir;
 
 /// The MMLU copy: `$POCKETPERF_MMLU_DIR`, else `../shared/datasets/mmlu`.
 pub fn mmlu_dir() -> PathBuf {
@@ -33,18 +24,11 @@ pub fn mmlu_dir() -> PathBuf {
     }
 }
 
-/// The cached reference model (SmolLM2-135M-Instruct Q4_1).
+/// The cached reference model (`$POCKETPERF_MODEL` first).
 pub fn reference_model() -> PathBuf {
-    let p = match std::env::var_os("POCKETPERF_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => pocketperf::model_store::reference_model_path().expect("model cache directory"),
-    };
-    assert!(
-        p.is_file(),
-        "reference model not found at {}: run `pocketperf model fetch`",
-        p.display()
-    );
-    p
+    pocketperf_testkit::reference_model(|| {
+        pocketperf::model_store::reference_model_path().expect("model cache directory")
+    })
 }
 
 /// Context length written into the tiny model (its builder writes 256).

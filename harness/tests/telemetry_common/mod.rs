@@ -6,16 +6,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// `../shared` beside the checkout, or `$POCKETPERF_SHARED`.
-pub fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("../shared")
-}
+#[allow(unused_imports)]
+pub use pocketperf_testkit::fixtures::{
+    Links, copy_tree_as, follow_link, link_target, set_link_target,
+};
+
+pub use pocketperf_testkit::shared_dir;
 
 /// A fixture tree by name (`snapdragon-8gen3`, `pixel-8-pro`).
 pub fn fixture(name: &str) -> PathBuf {
@@ -28,35 +24,19 @@ pub fn fixture(name: &str) -> PathBuf {
     d
 }
 
-/// Copies a tree (files, directories, and symbolic links as links) into a fresh temp dir and
-/// returns (guard, root of the copy). Copied files are made writable.
+/// Copies a fixture tree (files, directories, and links in the form they have) into a fresh
+/// temp dir and returns (guard, root of the copy). Copied files are made writable.
 pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dst = tmp.path().join(name);
-    copy_tree(&fixture(name), &dst);
-    (tmp, dst)
+    copy_fixture_as(name, Links::AsFound)
 }
 
-fn copy_tree(src: &Path, dst: &Path) {
-    fs::create_dir_all(dst).expect("mkdir");
-    for e in fs::read_dir(src).expect("read_dir") {
-        let e = e.expect("entry");
-        let from = e.path();
-        let to = dst.join(e.file_name());
-        let ft = e.file_type().expect("file type");
-        if ft.is_symlink() {
-            let target = fs::read_link(&from).expect("readlink");
-            std::os::unix::fs::symlink(target, &to).expect("symlink");
-        } else if ft.is_dir() {
-            copy_tree(&from, &to);
-        } else {
-            fs::copy(&from, &to).expect("copy");
-            let mut perm = fs::metadata(&to).expect("meta").permissions();
-            #[allow(clippy::permissions_set_readonly_false)]
-            perm.set_readonly(false);
-            fs::set_permissions(&to, perm).expect("chmod");
-        }
-    }
+/// [`copy_fixture`] with the links written as `links` says (`Links::Real` turns link
+/// stand-ins into real symbolic links).
+pub fn copy_fixture_as(name: &str, links: Links) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dst = tmp.path().join(name);
+    copy_tree_as(&fixture(name), &dst, links);
+    (tmp, dst)
 }
 
 /// Reads a fixture file, trimmed.
@@ -77,27 +57,7 @@ pub fn read_i64(path: &Path) -> i64 {
 /// Follows a directory that may be a real link or a link stand-in file (a file holding a
 /// relative path, as in the fixtures).
 pub fn follow(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        return path.to_path_buf();
-    }
-    let target = read(path);
-    let mut out = path.parent().expect("parent").to_path_buf();
-    for comp in Path::new(&target).components() {
-        match comp {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c.as_os_str()),
-        }
-    }
-    assert!(
-        out.is_dir(),
-        "{} → {} is not a directory",
-        path.display(),
-        out.display()
-    );
-    out
+    follow_link(path)
 }
 
 /// Entries of a directory whose names start with `prefix` followed by digits, with the index.

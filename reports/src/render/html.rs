@@ -20,14 +20,26 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}\
 figure{margin:1em 0}figcaption{font-weight:bold}pre{white-space:pre-wrap;word-break:break-all}\
 td{overflow-wrap:anywhere}svg{max-width:100%;height:auto}";
 
-/// Page head with a title (escaped here).
-pub(crate) fn page_start(title: &str) -> String {
+/// Page head with a title (escaped here), in the reports' style.
+pub fn page_start(title: &str) -> String {
+    page_start_styled(title, STYLE)
+}
+
+/// Page head with a title (escaped here) and a style sheet of the caller's: every page the
+/// project writes (run report, comparison, soak robustness, governor simulation) opens here,
+/// self-contained, loading nothing from the network.
+pub fn page_start_styled(title: &str, style: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+         <title>{}</title>\n<style>{style}</style>\n</head>\n<body>\n",
         escape_html(title)
     )
+}
+
+/// The end of a page opened with [`page_start`].
+pub fn page_end() -> &'static str {
+    "</body>\n</html>\n"
 }
 
 /// Provenance as an HTML table.
@@ -41,7 +53,7 @@ pub(crate) fn provenance_table(p: &Provenance) -> String {
 }
 
 /// A figure with an HTML caption around an SVG (or a note when there was nothing to plot).
-pub(crate) fn figure(caption: &str, svg: Option<String>) -> String {
+pub fn figure(caption: &str, svg: Option<String>) -> String {
     match svg {
         Some(svg) => format!(
             "<figure><figcaption>{}</figcaption>\n{svg}\n</figure>\n",
@@ -368,6 +380,6 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
         "<h3>Settings</h3>\n<pre>{}</pre>",
         escape_html(&serde_json::to_string_pretty(&r.meta.settings).unwrap_or_default())
     );
-    s.push_str("</body>\n</html>\n");
+    s.push_str(page_end());
     Ok(s)
 }

@@ -24,7 +24,10 @@ pub use html::render_html;
 
 /// Series derived from the CSV members, as the HTML report plots them.
 pub mod html_helpers {
-    pub use super::html::{cumulative_energy_j, tokens_per_s_over_time};
+    pub use super::html::{
+        cumulative_energy_j, figure, page_end, page_start, page_start_styled,
+        tokens_per_s_over_time,
+    };
 }
 
 /// Seed of every bootstrap interval the reports print, so reruns print the same figures.

@@ -1,20 +1,9 @@
 //! Shared test helpers: locating the shared reference material and simulated SUT/QSL.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-
 use pocketperf_scenarios::{QslError, Query, QuerySampleLibrary, Responder, SystemUnderTest};
 
-/// `$POCKETPERF_SHARED`, else `<workspace root>/../shared`.
-pub fn shared_dir() -> PathBuf {
-    if let Ok(p) = std::env::var("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("crate sits inside the workspace");
-    root.join("..").join("shared")
-}
+pub use pocketperf_testkit::shared_dir;
 
 /// Reads a shared file or fails with a clear message.
 pub fn read_shared(rel: &str) -> String {

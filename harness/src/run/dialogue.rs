@@ -15,15 +15,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use pocketperf_datasets::dialogue::{Dialogue, dialogues};
-use pocketperf_reports::schema::{Percentiles, Performance, QuerySample, ResultFile};
+use pocketperf_reports::schema::{Performance, QuerySample, ResultFile};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
-use pocketperf_runtime::tokenizer::{self, ChatMessage};
-use pocketperf_scenarios::{Clock, LatencyStats, RealClock};
+use pocketperf_runtime::tokenizer::ChatMessage;
+use pocketperf_scenarios::{Clock, RealClock};
 
-use crate::cmd::run::{PresetArg, RunArgs, file_header, run_meta};
+use crate::cmd::run::{PresetArg, RunArgs};
 use crate::meta;
+use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
 use crate::sim::model::Activity;
+use crate::sut::prompts::{default_system, encode_rendered, render_chat};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
 
@@ -202,7 +204,7 @@ impl<'e> RuntimeSut<'e> {
     pub fn new(engine: &'e Engine, session: Session<'e>) -> Self {
         Self {
             engine,
-            system: tokenizer::default_system_prompt(engine.model.gguf()),
+            system: default_system(engine),
             session,
             rendered: String::new(),
             context: Vec::new(),
@@ -223,14 +225,14 @@ impl<'e> RuntimeSut<'e> {
 
     /// KV slots a dialogue needs: its fully rendered conversation plus every reply budget.
     pub fn tokens_needed(engine: &Engine, d: &Dialogue) -> Result<usize> {
-        let system = tokenizer::default_system_prompt(engine.model.gguf());
+        let system = default_system(engine);
         let mut msgs = Vec::new();
         for t in &d.turns {
             msgs.push(ChatMessage::new("user", &t.user));
             msgs.push(ChatMessage::new("assistant", ""));
         }
-        let text = tokenizer::chat_prompt(&msgs, true, system.as_deref());
-        let n = engine.tokenizer.encode(&text, true)?.len();
+        let text = render_chat(&msgs, system.as_deref());
+        let n = encode_rendered(&engine.tokenizer, &text)?.len();
         Ok(n + d.total_new_tokens() as usize)
     }
 }
@@ -258,7 +260,7 @@ impl DialogueSut for RuntimeSut<'_> {
         max_new_tokens: u32,
         on_token: &mut dyn FnMut(),
     ) -> Result<TurnOutput> {
-        let full = tokenizer::chat_prompt(history, true, self.system.as_deref());
+        let full = render_chat(history, self.system.as_deref());
         // ChatML is append-only: the new turn's text follows what the cache already holds.
         let reuse = self.session.n_past() > 0 && full.starts_with(&self.rendered);
         let (suffix, reused) = if reuse {
@@ -272,7 +274,7 @@ impl DialogueSut for RuntimeSut<'_> {
         if reuse {
             ids.extend(self.last_reply.last().copied());
         }
-        ids.extend(self.engine.tokenizer.encode(suffix, true)?);
+        ids.extend(encode_rendered(&self.engine.tokenizer, suffix)?);
         let opts = GenerateOptions {
             max_new_tokens: max_new_tokens as usize,
             stop_at_eog: false,
@@ -379,7 +381,7 @@ impl DialogueSut for SimulatedSut<'_> {
         max_new_tokens: u32,
         on_token: &mut dyn FnMut(),
     ) -> Result<TurnOutput> {
-        let full = tokenizer::chat_prompt(history, true, None);
+        let full = render_chat(history, None);
         let new_chars = full.len().saturating_sub(self.rendered_chars);
         let prefilled = new_chars.div_ceil(4).max(1);
         self.work(prefilled as f64, Self::PREFILL_SPEEDUP)?;
@@ -439,28 +441,6 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     }
 }
 
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
-fn percentiles(mut v: Vec<u64>) -> Option<Percentiles> {
-    v.sort_unstable();
-    let s = LatencyStats::from_sorted(&v)?;
-    let at = |p: f64| s.at(p).map_or(f64::NAN, ms);
-    Some(Percentiles {
-        n: s.count,
-        mean: ms(s.mean),
-        min: ms(s.min),
-        max: ms(s.max),
-        p50: at(0.5),
-        p90: at(0.9),
-        p95: at(0.95),
-        p97: at(0.97),
-        p99: at(0.99),
-        p999: at(0.999),
-    })
-}
-
 /// The `performance` section of a dialogue run: every turn is a query (its `sample_index` is
 /// the dialogue's position), latency from turn start to last token.
 pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Option<Performance> {
@@ -509,10 +489,10 @@ pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Opt
         } else {
             0.0
         },
-        latency_ms: percentiles(lat)?,
-        ttft_ms: percentiles(ttft),
-        tpot_ms: percentiles(tpot),
-        itl_ms: percentiles(itl),
+        latency_ms: percentiles_of_ns(lat)?,
+        ttft_ms: percentiles_of_ns(ttft),
+        tpot_ms: percentiles_of_ns(tpot),
+        itl_ms: percentiles_of_ns(itl),
         early_stopping: None,
         per_query,
         backend_counters: None,
@@ -544,26 +524,20 @@ pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
 /// Writes `tokens.csv` (one row per generated token, ms from the first dialogue's start;
 /// `query` numbers the turns as in `performance.per_query`).
 pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFile) -> Result<()> {
-    use std::io::Write;
-    let path = dir.join(pocketperf_reports::schema::TOKENS_FILE);
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(&path)
-            .with_context(|| format!("{}: cannot create", path.display()))?,
-    );
-    for (k, v) in file_header(file) {
-        writeln!(f, "# {k}={v}")?;
-    }
-    writeln!(f, "query,token,t_ms")?;
+    let (path, mut w) = tokens_csv(dir, &file_header(file))?;
+    let cant = || format!("{}: cannot write", path.display());
+    w.write_record(["query", "token", "t_ms"])
+        .with_context(cant)?;
     let start = records.first().map_or(0, |r| r.start_ns);
     let turns = records.iter().flat_map(|d| d.turns.iter());
     for (q, t) in turns.enumerate() {
         for (k, ns) in t.token_ns.iter().enumerate() {
-            writeln!(f, "{q},{k},{:.3}", ms(ns.saturating_sub(start)))?;
+            let t_ms = format!("{:.3}", ms(ns.saturating_sub(start)));
+            w.write_record([q.to_string(), k.to_string(), t_ms])
+                .with_context(cant)?;
         }
     }
-    f.flush()
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    Ok(())
+    finish_csv(&path, w)
 }
 
 /// `pocketperf run --scenario dialogue`.

@@ -11,6 +11,9 @@
 //! tuned to the same maximum skin temperature ([`compare`]), the acceptance checks
 //! ([`Comparison::checks`]), and the files `pocketperf governor sim --out` writes.
 //! Derivations: `docs/GOVERNOR.md`.
+//!
+//! Size: over 800 lines: actuator ladders, tuning from the RC model, the closed loop, the
+//! metrics and the report files (JSON, trace CSV, SVG, HTML). The report files are the seam.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,8 @@ use pocketperf_runtime::governor::{
 use serde::Serialize;
 
 use crate::sim::model::{Activity, HandsetModel, HandsetProfile};
+use pocketperf_reports::render::escape_html;
+use pocketperf_reports::render::html_helpers::{figure, page_end, page_start_styled};
 
 /// Errors of the governor simulation.
 #[derive(Debug, thiserror::Error)]
@@ -884,28 +889,53 @@ impl Comparison {
             h.settings,
             h.timestamp_utc
         );
-        text += "governor,t_s,skin_c,die_c,level,output,freq_level,vendor_cap_level,vendor_throttling,busy,power_w,tokens_per_s,tokens,status\n";
+        f.write_all(text.as_bytes()).map_err(wr(&csv_path))?;
+        let mut w = csv::Writer::from_writer(f);
+        let bad = |e: csv::Error| GovSimError::Write {
+            path: csv_path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        };
+        w.write_record([
+            "governor",
+            "t_s",
+            "skin_c",
+            "die_c",
+            "level",
+            "output",
+            "freq_level",
+            "vendor_cap_level",
+            "vendor_throttling",
+            "busy",
+            "power_w",
+            "tokens_per_s",
+            "tokens",
+            "status",
+        ])
+        .map_err(bad)?;
         for (name, run) in self.runs() {
             for p in &run.trace {
-                text += &format!(
-                    "{name},{:.1},{:.4},{:.4},{},{:.4},{},{},{},{:.3},{:.4},{:.4},{:.2},{}\n",
-                    p.t_s,
-                    p.skin_c,
-                    p.die_c,
-                    p.level,
-                    p.output,
-                    p.freq_level,
-                    p.vendor_cap_level,
-                    u8::from(p.vendor_throttling),
-                    p.busy,
-                    p.power_w,
-                    p.tokens_per_s,
-                    p.tokens,
-                    status_name(p.status)
-                );
+                w.write_record([
+                    name.to_string(),
+                    format!("{:.1}", p.t_s),
+                    format!("{:.4}", p.skin_c),
+                    format!("{:.4}", p.die_c),
+                    p.level.to_string(),
+                    format!("{:.4}", p.output),
+                    p.freq_level.to_string(),
+                    p.vendor_cap_level.to_string(),
+                    u8::from(p.vendor_throttling).to_string(),
+                    format!("{:.3}", p.busy),
+                    format!("{:.4}", p.power_w),
+                    format!("{:.4}", p.tokens_per_s),
+                    format!("{:.2}", p.tokens),
+                    status_name(p.status).to_string(),
+                ])
+                .map_err(bad)?;
             }
         }
-        f.write_all(text.as_bytes()).map_err(wr(&csv_path))?;
+        let mut f = w
+            .into_inner()
+            .map_err(|e| bad(csv::Error::from(std::io::Error::other(e.to_string()))))?;
         f.flush().map_err(wr(&csv_path))?;
         written.push(csv_path);
 
@@ -1016,11 +1046,7 @@ impl Comparison {
     }
 
     fn html(&self, report: &SimReport<'_>, plots: &Plots) -> String {
-        let esc = |s: &str| {
-            s.replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-        };
+        let esc = escape_html;
         let mut rows = String::new();
         for (name, run) in self.runs() {
             let s = &run.summary;
@@ -1052,17 +1078,14 @@ impl Comparison {
             })
             .collect();
         let h = &report.header;
-        format!(
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>governor sim {dev}</title>\n\
-<style>body{{font-family:sans-serif;max-width:60em;margin:auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>\n\
-<h1>Thermal governor in closed loop: {dev}</h1>\n\
+        let mut page = page_start_styled(&format!("governor sim {}", report.device), STYLE);
+        page += &format!(
+            "<h1>Thermal governor in closed loop: {dev}</h1>\n\
 <p>Skin target {target:.1} °C, ambient {amb:.1} °C, {min:.0} simulated minutes, governor period {per:.1} s, actuator {act:?}. \
 Sustainable maximum (closed form): {sus:.2} tokens/s at {pw:.2} W. step trip tuned to {trip:.2} °C (hysteresis {hy:.1} °C) so its maximum skin equals pid's.</p>\n\
 <table><tr><th>governor</th><th>tokens</th><th>steady tok/s</th><th>max skin °C</th><th>max die °C</th><th>settling</th><th>overshoot °C</th><th>final p-p °C</th><th>vendor throttled s</th><th>tokens lost to vendor</th></tr>\n{rows}</table>\n\
 <p>pid / step tokens: {ps:.3}; pid steady / sustainable: {pss:.3}</p>\n\
-<h2>Checks</h2><table><tr><th>check</th><th>value</th><th>limit</th><th></th></tr>\n{checks}</table>\n\
-<h2>Temperature</h2>\n{skin}\n<h2>Output level</h2>\n{level}\n<h2>Decode speed</h2>\n{speed}\n\
-<p><small>{tool} {ver}, commit {commit}, {ts}</small></p>\n</body></html>\n",
+<h2>Checks</h2><table><tr><th>check</th><th>value</th><th>limit</th><th></th></tr>\n{checks}</table>\n",
             dev = esc(&report.device),
             target = self.spec.target_c,
             amb = self.spec.handset.ambient_c,
@@ -1075,16 +1098,25 @@ Sustainable maximum (closed form): {sus:.2} tokens/s at {pw:.2} W. step trip tun
             hy = self.step_config.hyst_c,
             ps = self.pid_over_step(),
             pss = self.pid_over_sustainable(),
-            tool = h.tool,
-            ver = h.tool_version,
-            commit = esc(h.git_commit),
-            ts = h.timestamp_utc,
-            skin = plots.skin,
-            level = plots.level,
-            speed = plots.speed,
-        )
+        );
+        page += &figure("Temperature", Some(plots.skin.clone()));
+        page += &figure("Output level", Some(plots.level.clone()));
+        page += &figure("Decode speed", Some(plots.speed.clone()));
+        page += &format!(
+            "<p><small>{} {}, commit {}, {}</small></p>\n",
+            esc(h.tool),
+            esc(h.tool_version),
+            esc(h.git_commit),
+            esc(&h.timestamp_utc),
+        );
+        page += page_end();
+        page
     }
 }
+
+/// The page's own style (the tables are numeric, right-aligned).
+const STYLE: &str = "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}\
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}";
 
 /// The SVG plots of a comparison.
 #[derive(Debug, Clone)]

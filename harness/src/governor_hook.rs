@@ -1,0 +1,699 @@
+//! The governor inside real decode loops: [`GovernorHook`], which the decode loop calls after
+//! every token (configured by `--governor off|pid|step`, `--target-temp C`, sensor, actuator:
+//! [`crate::cmd::governor::GovernorArgs`]). It ticks the runtime's [`Governor`] at its
+//! period, applies the actuator (idles between decode steps for the duty cycle, changes the
+//! kernels' thread count, writes sysfs frequency caps when explicitly allowed), and records
+//! the governor state per token for `tokens.csv`, for telemetry gauges and for
+//! `result.json`. Frequency caps are written back on exit, on error (drop) and on Ctrl-C /
+//! SIGTERM ([`CapsSignalGuard`]).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use pocketperf_runtime::governor::{
+    Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, Governor, GovernorRecord,
+    PidConfig, PlantModel, Policy, StepStatus, StepWiseConfig, SysfsFreqCap, ThreadCount,
+    TuningGoal, ZoneSensor, ZoneSpec,
+};
+use pocketperf_runtime::session::Engine;
+use serde::Serialize;
+
+use crate::cmd::governor::sim_profile;
+use crate::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
+use crate::sim::governor::{SimActuator, SimSensor, status_name};
+use crate::sim::model::{HandsetProfile, profile};
+use crate::telemetry::Gauge;
+use crate::telemetry::probe::{ZoneRole, probe};
+
+/// The run's governor hook, shared between the decoder and the code that writes the outputs.
+pub type SharedGovernor = std::rc::Rc<std::cell::RefCell<GovernorHook>>;
+
+/// Duty levels of the real duty actuator (busy 1 → 0.2 in 0.05 steps).
+const DUTY_LEVELS: usize = 17;
+/// Duty levels appended after threads or caps (busy 1, 0.8, 0.6, 0.4, 0.2).
+const CHAINED_DUTY_LEVELS: usize = 5;
+const MIN_BUSY: f64 = 0.2;
+/// Frequency-cap levels when no model is given.
+const CAP_LEVELS: usize = 10;
+
+/// Lets the hook change the kernels' thread count (the engine, or a test double).
+pub trait ThreadControl {
+    fn set_threads(&self, n: usize) -> usize;
+}
+
+impl ThreadControl for Engine {
+    fn set_threads(&self, n: usize) -> usize {
+        self.set_active_threads(n)
+    }
+}
+
+/// Governor state at one token (a row of `tokens.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenGov {
+    pub query: u64,
+    pub token: usize,
+    /// Last valid reading, °C.
+    pub temp_c: Option<f64>,
+    pub level: usize,
+    pub output: f64,
+    pub status: StepStatus,
+    pub busy: Option<f64>,
+    pub threads: Option<usize>,
+    pub caps: Vec<u64>,
+    /// Idle inserted after this token, ms.
+    pub pause_ms: f64,
+}
+
+/// Latest governor state for telemetry gauges (lock-free).
+#[derive(Debug, Default)]
+struct Shared {
+    temp: AtomicU64,
+    level: AtomicU64,
+    output: AtomicU64,
+    busy: AtomicU64,
+    threads: AtomicU64,
+    cap0: AtomicU64,
+}
+
+const NONE_BITS: u64 = u64::MAX;
+
+fn store(a: &AtomicU64, v: Option<f64>) {
+    a.store(v.map_or(NONE_BITS, f64::to_bits), Ordering::Relaxed);
+}
+
+fn load(a: &AtomicU64) -> Option<f64> {
+    let b = a.load(Ordering::Relaxed);
+    (b != NONE_BITS).then(|| f64::from_bits(b))
+}
+
+/// The governor inside a decode loop. Build with [`GovernorHook::new`]; call
+/// [`GovernorHook::begin`] before each generation and [`GovernorHook::on_token`] after each
+/// token.
+pub struct GovernorHook {
+    kind: GovernorKind,
+    gov: Governor,
+    sensor: ZoneSensor,
+    actuator: Box<dyn Actuator>,
+    duty: Option<DutyCycleHandle>,
+    threads_wanted: bool,
+    _signals: Option<CapsSignalGuard>,
+    period: Duration,
+    start: Instant,
+    last_tick: Option<Instant>,
+    mark: Instant,
+    last: Option<GovernorRecord>,
+    last_temp: Option<f64>,
+    tokens: Vec<TokenGov>,
+    ticks: Vec<GovernorRecord>,
+    warnings: Vec<String>,
+    warned_zones: Vec<String>,
+    in_dropout: bool,
+    shared: Arc<Shared>,
+    describe: String,
+    failed: bool,
+}
+
+impl std::fmt::Debug for GovernorHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GovernorHook")
+            .field("kind", &self.kind)
+            .field("describe", &self.describe)
+            .finish()
+    }
+}
+
+fn sensor_zones(root: &std::path::Path, choice: &str) -> Result<Vec<ZoneSpec>> {
+    let p = probe(root);
+    let scale = |u: crate::telemetry::probe::TempUnit| u.to_celsius(1000) / 1000.0;
+    let pick: Vec<ZoneSpec> = p
+        .thermal_zones
+        .iter()
+        .filter(|z| match choice {
+            "skin" => z.role == ZoneRole::Skin,
+            "soc" => z.role == ZoneRole::Soc,
+            other => other.strip_prefix("zone:") == Some(z.name.as_str()),
+        })
+        .map(|z| ZoneSpec {
+            name: z.name.clone(),
+            path: z.dir.join("temp"),
+            scale: scale(z.unit),
+        })
+        .collect();
+    if !matches!(choice, "skin" | "soc") && !choice.starts_with("zone:") {
+        bail!("--governor-sensor {choice}: expected skin, soc or zone:NAME");
+    }
+    if pick.is_empty() {
+        let names: Vec<String> = p
+            .thermal_zones
+            .iter()
+            .map(|z| format!("{} ({:?})", z.name, z.role))
+            .collect();
+        bail!(
+            "--governor-sensor {choice}: no matching readable thermal zone under {} (zones: {})",
+            root.display(),
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
+    Ok(pick)
+}
+
+impl GovernorHook {
+    /// Builds the hook, or `None` for `--governor off`. `max_threads` is the engine's pool
+    /// size (the thread actuator's top level).
+    pub fn new(a: &GovernorArgs, max_threads: usize) -> Result<Option<Self>> {
+        if a.governor == GovernorKind::Off {
+            return Ok(None);
+        }
+        if !(a.target_temp.is_finite() && (0.0..=120.0).contains(&a.target_temp)) {
+            bail!("--target-temp {}: must be in [0, 120] °C", a.target_temp);
+        }
+        if !(10..=60_000).contains(&a.governor_period_ms) {
+            bail!(
+                "--governor-period-ms {}: must be in [10, 60000]",
+                a.governor_period_ms
+            );
+        }
+        let model = a.governor_model.as_deref().map(sim_profile).transpose()?;
+        let root = &a.governor_sysfs_root;
+        let zones = sensor_zones(root, &a.governor_sensor)?;
+        let sensor = ZoneSensor::new(zones)?;
+        let uses_caps = matches!(
+            a.governor_actuator,
+            ActuatorArg::Caps | ActuatorArg::CapsDuty
+        );
+        if uses_caps && !a.allow_sysfs_caps {
+            bail!(
+                "--governor-actuator {:?} writes frequency caps: pass --allow-sysfs-caps to allow it (needs root), or use duty / threads",
+                a.governor_actuator
+            );
+        }
+        let cap_levels = model.as_ref().map_or(CAP_LEVELS, |m| m.opps.len());
+        let mut signals = None;
+        let mut duty_handle = None;
+        let mut parts: Vec<Box<dyn Actuator>> = Vec::new();
+        let threads_wanted = matches!(
+            a.governor_actuator,
+            ActuatorArg::Threads | ActuatorArg::ThreadsDuty
+        );
+        if threads_wanted {
+            parts.push(Box::new(ThreadCount::new(max_threads.max(1))?));
+        }
+        if uses_caps {
+            let caps = SysfsFreqCap::discover(root, true, cap_levels)?;
+            signals = Some(CapsSignalGuard::install(&caps.restore_plan())?);
+            parts.push(Box::new(caps));
+        }
+        let duty_levels = match a.governor_actuator {
+            ActuatorArg::Duty => Some(DUTY_LEVELS),
+            ActuatorArg::ThreadsDuty | ActuatorArg::CapsDuty => Some(CHAINED_DUTY_LEVELS),
+            _ => None,
+        };
+        if let Some(n) = duty_levels {
+            let d = DutyCycle::new(n, MIN_BUSY)?;
+            duty_handle = Some(d.handle());
+            parts.push(Box::new(d));
+        }
+        let actuator: Box<dyn Actuator> = if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Box::new(Chain::new(parts)?)
+        };
+        let levels = actuator.levels();
+        let (table, plant) =
+            level_table(a.governor_actuator, levels, model.as_ref(), a.target_temp);
+        let policy = match a.governor {
+            GovernorKind::Pid => Policy::Pid(PidConfig::tuned(
+                a.target_temp,
+                &plant,
+                &table,
+                &TuningGoal::default(),
+            )?),
+            GovernorKind::Step => Policy::Step(StepWiseConfig {
+                trip_c: a.target_temp,
+                hyst_c: crate::sim::governor::STEP_HYST_C,
+            }),
+            GovernorKind::Off => Policy::Off,
+        };
+        let gov = Governor::with_level_outputs(policy, table)?;
+        let describe = format!(
+            "{} at {:.1} °C, sensor {} ({}), actuator {:?} ({} levels), period {} ms",
+            a.governor.name(),
+            a.target_temp,
+            a.governor_sensor,
+            sensor
+                .zones()
+                .iter()
+                .map(|z| z.name.as_str())
+                .collect::<Vec<_>>()
+                .join("+"),
+            a.governor_actuator,
+            levels,
+            a.governor_period_ms
+        );
+        let shared = Arc::new(Shared::default());
+        for g in [
+            &shared.temp,
+            &shared.output,
+            &shared.busy,
+            &shared.threads,
+            &shared.cap0,
+        ] {
+            store(g, None);
+        }
+        let now = Instant::now();
+        Ok(Some(Self {
+            kind: a.governor,
+            gov,
+            sensor,
+            actuator,
+            duty: duty_handle,
+            threads_wanted,
+            _signals: signals,
+            period: Duration::from_millis(a.governor_period_ms),
+            start: now,
+            last_tick: None,
+            mark: now,
+            last: None,
+            last_temp: None,
+            tokens: Vec::new(),
+            ticks: Vec::new(),
+            warnings: Vec::new(),
+            warned_zones: Vec::new(),
+            in_dropout: false,
+            shared,
+            describe,
+            failed: false,
+        }))
+    }
+
+    /// One line saying what runs.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// Marks the start of a generation: the first token's compute time counts from here.
+    pub fn begin(&mut self) {
+        self.mark = Instant::now();
+    }
+
+    /// Called by the decode loop after token `token` of query `query`: ticks the governor when
+    /// its period has passed, applies the thread count, records the state and idles for the
+    /// duty cycle. Never fails: a broken actuator stops the governor (caps restored) and is
+    /// reported in [`GovernorHook::warnings`].
+    pub fn on_token(&mut self, query: u64, token: usize, threads: &dyn ThreadControl) {
+        let now = Instant::now();
+        let compute = now.saturating_duration_since(self.mark);
+        let due = self
+            .last_tick
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.period);
+        if due && !self.failed {
+            self.last_tick = Some(now);
+            self.tick(now, threads);
+        }
+        let st = self.actuator.state();
+        let rec = self.last.as_ref();
+        let pause = match (&self.duty, self.failed) {
+            (Some(d), false) => d.pause_after_token(compute),
+            _ => Duration::ZERO,
+        };
+        self.tokens.push(TokenGov {
+            query,
+            token,
+            temp_c: self.last_temp,
+            level: rec.map_or(0, |r| r.level),
+            output: rec.map_or(f64::NAN, |r| r.output),
+            status: rec.map_or(StepStatus::Started, |r| r.status),
+            busy: st.busy,
+            threads: st.threads,
+            caps: st.caps.clone(),
+            pause_ms: pause.as_secs_f64() * 1e3,
+        });
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        self.mark = Instant::now();
+    }
+
+    fn tick(&mut self, now: Instant, threads: &dyn ThreadControl) {
+        let t_s = now.saturating_duration_since(self.start).as_secs_f64();
+        match self.gov.tick(t_s, &mut self.sensor, &mut *self.actuator) {
+            Ok(rec) => {
+                self.note_sensor(&rec);
+                if let Some(t) = rec.temp_c {
+                    self.last_temp = Some(t);
+                }
+                let st = self.actuator.state();
+                if self.threads_wanted
+                    && let Some(n) = st.threads
+                {
+                    threads.set_threads(n);
+                }
+                self.publish(&rec, &st);
+                self.ticks.push(rec.clone());
+                self.last = Some(rec);
+            }
+            Err(e) => {
+                self.failed = true;
+                let restored = self.actuator.apply(0);
+                if self.threads_wanted {
+                    threads.set_threads(usize::MAX);
+                }
+                self.warnings.push(format!(
+                    "governor stopped at t = {t_s:.1} s: {e}; actuator reset to unthrottled{}",
+                    match restored {
+                        Ok(()) => String::new(),
+                        Err(e) => format!(" failed too: {e}"),
+                    }
+                ));
+            }
+        }
+    }
+
+    fn note_sensor(&mut self, rec: &GovernorRecord) {
+        for z in self.sensor.failed() {
+            if !self.warned_zones.contains(z) {
+                self.warned_zones.push(z.clone());
+                self.warnings.push(format!(
+                    "governor sensor zone `{z}` did not read at t = {:.1} s (left out of the maximum)",
+                    rec.t_s
+                ));
+            }
+        }
+        let dropout = matches!(rec.status, StepStatus::SensorDropout | StepStatus::Failsafe);
+        if dropout && !self.in_dropout {
+            self.warnings.push(format!(
+                "governor sensor dropout at t = {:.1} s: holding level {} (output {:.3}); most throttled after {:.0} s of silence",
+                rec.t_s,
+                rec.level,
+                rec.output,
+                self.gov.pid().map_or(0.0, |p| p.config().dropout_failsafe_s)
+            ));
+        }
+        if rec.status == StepStatus::Failsafe && self.in_dropout {
+            let msg = "governor sensor silent past the failsafe delay: most throttled level";
+            if !self.warnings.iter().any(|w| w == msg) {
+                self.warnings.push(msg.into());
+            }
+        }
+        if !dropout && self.in_dropout {
+            self.warnings
+                .push(format!("governor sensor back at t = {:.1} s", rec.t_s));
+        }
+        self.in_dropout = dropout;
+    }
+
+    fn publish(&self, rec: &GovernorRecord, st: &ActuatorState) {
+        let s = &self.shared;
+        store(&s.temp, self.last_temp);
+        s.level.store(rec.level as u64, Ordering::Relaxed);
+        store(&s.output, Some(rec.output));
+        store(&s.busy, st.busy);
+        store(&s.threads, st.threads.map(|n| n as f64));
+        store(&s.cap0, st.caps.first().map(|c| *c as f64));
+    }
+
+    /// Telemetry gauges with the latest governor state (register them with the sampler).
+    pub fn gauges(&self) -> Vec<(String, Gauge)> {
+        let g = |f: fn(&Shared) -> Option<f64>, s: &Arc<Shared>| -> Gauge {
+            let s = Arc::clone(s);
+            Box::new(move || f(&s))
+        };
+        let sh = &self.shared;
+        vec![
+            ("governor.temp.c".into(), g(|s| load(&s.temp), sh)),
+            (
+                "governor.level".into(),
+                g(|s| Some(s.level.load(Ordering::Relaxed) as f64), sh),
+            ),
+            ("governor.output".into(), g(|s| load(&s.output), sh)),
+            ("governor.busy".into(), g(|s| load(&s.busy), sh)),
+            ("governor.threads".into(), g(|s| load(&s.threads), sh)),
+            ("governor.cap0".into(), g(|s| load(&s.cap0), sh)),
+        ]
+    }
+
+    /// Per-token state, in call order.
+    pub fn tokens(&self) -> &[TokenGov] {
+        &self.tokens
+    }
+
+    /// Every governor step.
+    pub fn ticks(&self) -> &[GovernorRecord] {
+        &self.ticks
+    }
+
+    /// Things the user should know (sensor dropouts, a stopped governor).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Columns appended to `tokens.csv`.
+    pub fn csv_columns(&self) -> [&'static str; 8] {
+        [
+            "gov_temp_c",
+            "gov_level",
+            "gov_output",
+            "gov_status",
+            "gov_busy",
+            "gov_threads",
+            "gov_caps",
+            "gov_pause_ms",
+        ]
+    }
+
+    /// Index of the per-token rows by (query, token).
+    pub fn token_index(&self) -> HashMap<(u64, usize), usize> {
+        self.tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ((t.query, t.token), i))
+            .collect()
+    }
+
+    /// The cells for one token, one per [`Self::csv_columns`] (empty cells when not
+    /// recorded).
+    pub fn csv_cells(
+        &self,
+        index: &HashMap<(u64, usize), usize>,
+        query: u64,
+        token: usize,
+    ) -> [String; 8] {
+        let Some(t) = index.get(&(query, token)).map(|&i| &self.tokens[i]) else {
+            return Default::default();
+        };
+        let opt = |v: Option<f64>, prec: usize| v.map_or(String::new(), |v| format!("{v:.prec$}"));
+        [
+            opt(t.temp_c, 3),
+            t.level.to_string(),
+            opt(t.output.is_finite().then_some(t.output), 4),
+            status_name(t.status).to_string(),
+            opt(t.busy, 3),
+            t.threads.map_or(String::new(), |n| n.to_string()),
+            t.caps
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(";"),
+            format!("{:.3}", t.pause_ms),
+        ]
+    }
+
+    /// One line for the terminal after a generation.
+    pub fn summary_line(&self) -> String {
+        let max_t = self.ticks.iter().filter_map(|r| r.temp_c).reduce(f64::max);
+        let idle: f64 = self.tokens.iter().map(|t| t.pause_ms).sum::<f64>() / 1e3;
+        format!(
+            "{}: {} ticks, final level {}/{}, max temperature {}, {:.2} s idle inserted, {} sensor dropout ticks",
+            self.kind.name(),
+            self.ticks.len(),
+            self.last.as_ref().map_or(0, |r| r.level),
+            self.gov.levels().saturating_sub(1),
+            max_t.map_or("-".into(), |t| format!("{t:.2} °C")),
+            idle,
+            self.ticks
+                .iter()
+                .filter(|r| matches!(r.status, StepStatus::SensorDropout | StepStatus::Failsafe))
+                .count()
+        )
+    }
+
+    /// The `governor` section of `result.json`.
+    pub fn summary_json(&self) -> serde_json::Value {
+        let temps: Vec<f64> = self.ticks.iter().filter_map(|r| r.temp_c).collect();
+        let max_temp = temps.iter().copied().reduce(f64::max);
+        let mean_temp = (!temps.is_empty()).then(|| temps.iter().sum::<f64>() / temps.len() as f64);
+        let pauses: f64 = self.tokens.iter().map(|t| t.pause_ms).sum();
+        let changes = self
+            .ticks
+            .windows(2)
+            .filter(|w| w[0].level != w[1].level)
+            .count();
+        let dropouts = self
+            .ticks
+            .iter()
+            .filter(|r| matches!(r.status, StepStatus::SensorDropout | StepStatus::Failsafe))
+            .count();
+        serde_json::json!({
+            "policy": self.kind.name(),
+            "describe": self.describe,
+            "config": self.gov.pid().map(|p| p.config().clone()),
+            "level_outputs": self.gov.pid().map(|p| p.level_outputs().to_vec()),
+            "levels": self.gov.levels(),
+            "sensor_zones": self.sensor.zones(),
+            "ticks": self.ticks.len(),
+            "tokens": self.tokens.len(),
+            "max_temp_c": max_temp,
+            "mean_temp_c": mean_temp,
+            "final_level": self.last.as_ref().map(|r| r.level),
+            "level_changes": changes,
+            "sensor_dropout_ticks": dropouts,
+            "idle_inserted_s": pauses / 1e3,
+            "stopped": self.failed,
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// Level table and plant for a real decode loop. With a handset model: the model's platform
+/// power at each level (W) and its RC plant; without: an even normalized table (1 → 0) with
+/// a generic plant (half the range sustainable, the snapdragon profile's time constants).
+fn level_table(
+    kind: ActuatorArg,
+    levels: usize,
+    model: Option<&HandsetProfile>,
+    target_c: f64,
+) -> (Vec<f64>, PlantModel) {
+    if let Some(m) = model {
+        let lad = match kind {
+            ActuatorArg::Duty => Some(crate::sim::governor::ladder(m, SimActuator::Duty)),
+            ActuatorArg::Caps => Some(crate::sim::governor::ladder(m, SimActuator::Caps)),
+            ActuatorArg::CapsDuty => Some(crate::sim::governor::ladder(m, SimActuator::CapsDuty)),
+            _ => None,
+        };
+        if let Some(l) = lad.filter(|l| l.len() == levels) {
+            let table = l.iter().map(|o| o.power_w).collect();
+            return (
+                table,
+                crate::sim::governor::plant_model(m, SimSensor::Skin, target_c),
+            );
+        }
+    }
+    let table = if levels <= 1 {
+        vec![1.0]
+    } else {
+        (0..levels)
+            .map(|k| 1.0 - k as f64 / (levels - 1) as f64)
+            .collect()
+    };
+    let (slow, fast) = profile("snapdragon-8gen3")
+        .map(|p| crate::sim::governor::time_constants(&p))
+        .unwrap_or((760.0, 18.0));
+    (
+        table,
+        PlantModel {
+            sustainable_output: 0.5,
+            tau_slow_s: slow,
+            tau_fast_s: fast,
+        },
+    )
+}
+
+/// What the signal handler writes back: (path, original value) pairs, prepared before the
+/// handler is installed so that the handler only makes async-signal-safe system calls.
+struct RestoreList {
+    files: Vec<(CString, Vec<u8>)>,
+}
+
+static RESTORE: AtomicPtr<RestoreList> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn restore_and_reraise(sig: libc::c_int) {
+    let list = RESTORE.load(Ordering::SeqCst);
+    if !list.is_null() {
+        // SAFETY: the pointer came from `Box::into_raw` in `install` and is never freed (a
+        // handler may still be reading it after `uninstall`), so it is valid here.
+        let list = unsafe { &*list };
+        for (path, value) in &list.files {
+            // SAFETY: open/write/close are async-signal-safe; `path` is NUL-terminated and
+            // `value` is a live buffer of the given length.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_TRUNC);
+                if fd >= 0 {
+                    let _ = libc::write(fd, value.as_ptr().cast(), value.len());
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+    // SAFETY: signal/raise are async-signal-safe; the default action then ends the process
+    // with the signal, as if no handler had been installed.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// While alive, SIGINT and SIGTERM first write the original frequency caps back, then end the
+/// process as the signal would have. Normal exit and errors restore through
+/// `SysfsFreqCap`'s drop; this covers Ctrl-C.
+pub struct CapsSignalGuard {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl CapsSignalGuard {
+    /// Installs the handler for `plan` (from [`SysfsFreqCap::restore_plan`]).
+    pub fn install(plan: &[(PathBuf, String)]) -> Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let files = plan
+            .iter()
+            .map(|(p, v)| {
+                CString::new(p.as_os_str().as_bytes())
+                    .map(|c| (c, v.as_bytes().to_vec()))
+                    .with_context(|| format!("{}: path contains a NUL byte", p.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let list = Box::into_raw(Box::new(RestoreList { files }));
+        // Older lists are leaked on purpose (see `restore_and_reraise`).
+        RESTORE.store(list, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler
+            // is an `extern "C" fn(c_int)` as `sa_sigaction` expects without SA_SIGINFO.
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction =
+                    restore_and_reraise as extern "C" fn(libc::c_int) as *const () as usize;
+                libc::sigemptyset(&mut act.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &act, &mut prev) != 0 {
+                    bail!(
+                        "cannot install the signal handler that restores frequency caps: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                old.push((sig, prev));
+            }
+        }
+        Ok(Self { old })
+    }
+}
+
+impl Drop for CapsSignalGuard {
+    fn drop(&mut self) {
+        RESTORE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        for (sig, prev) in &self.old {
+            // SAFETY: `prev` is the action `sigaction` returned for this signal.
+            unsafe {
+                libc::sigaction(*sig, prev, std::ptr::null_mut());
+            }
+        }
+    }
+}

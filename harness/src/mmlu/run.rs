@@ -1,0 +1,484 @@
+//! `pocketperf mmlu run`: the run itself, `mmlu.json`, the accuracy section of `result.json`
+//! and the terminal summary.
+
+#[allow(unused_imports)]
+use super::*;
+use crate::cmd::mmlu::{MmluRunArgs, OnOff, ScoreMode};
+use crate::meta::{self, OutputHeader};
+use crate::outputs::{log_meta, run_meta};
+use anyhow::{Context, Result, anyhow, bail};
+use pocketperf_datasets::mmlu::{self as ds_mmlu, Letter};
+use pocketperf_datasets::score::{self, Accuracy, Record, Response, Summary};
+use pocketperf_datasets::subset;
+use pocketperf_reports::schema::{self, GroupAccuracy, QuestionRecord, ResultFile};
+use pocketperf_runtime::model::SessionOptions;
+use pocketperf_scenarios::{AccuracyEntry, RealClock, Scenario, TestMode, TestSettings, run_test};
+use serde::Serialize;
+use std::time::Instant;
+
+// ---------------------------------------------------------------------------------------------
+// mmlu run
+// ---------------------------------------------------------------------------------------------
+
+/// One question in `mmlu.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionOut {
+    /// QSL sample index (the accuracy log's `qsl_idx`).
+    pub qsl_idx: u64,
+    #[serde(flatten)]
+    pub record: Record,
+    pub shots_used: usize,
+    /// Generated token ids (generate mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generated_ids: Vec<u32>,
+    #[serde(flatten)]
+    pub cost: QuestionCost,
+}
+
+/// Prefill work with and without prefix reuse.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ReuseStats {
+    pub enabled: bool,
+    /// Sum of the full prompt lengths.
+    pub prompt_tokens: u64,
+    /// Prompt tokens taken from the cache.
+    pub reused_tokens: u64,
+    /// Prompt tokens actually prefilled.
+    pub prefilled_tokens: u64,
+    /// `prompt_tokens / prefilled_tokens`: how much less prefill work reuse does.
+    pub work_ratio: f64,
+}
+
+/// Accuracy of one group with its interval, for `mmlu.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupOut {
+    pub name: String,
+    #[serde(flatten)]
+    pub accuracy: Accuracy,
+}
+
+/// `mmlu.json`: everything `mmlu run` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct MmluFile {
+    pub header: OutputHeader,
+    pub dataset: String,
+    pub mode: ScoreMode,
+    pub shots: u32,
+    pub chat: bool,
+    pub ctx: usize,
+    pub batch: usize,
+    pub isa: String,
+    pub threads: usize,
+    /// Token ids scored for A, B, C, D (logprob mode) with their text.
+    pub letter_tokens: [u32; 4],
+    pub letter_pieces: [String; 4],
+    pub questions: usize,
+    /// Questions whose prompt dropped shots to fit the context, and the shots dropped.
+    pub prompts_with_dropped_shots: usize,
+    pub shots_dropped: usize,
+    pub overall: Accuracy,
+    pub unparsed: u64,
+    pub by_category: Vec<GroupOut>,
+    pub by_subject: Vec<GroupOut>,
+    pub reuse: ReuseStats,
+    /// Tokenizing and fitting the prompts, seconds.
+    pub prepare_s: f64,
+    /// The accuracy pass through the scenario engine, seconds.
+    pub wall_s: f64,
+    pub errors: Vec<String>,
+    pub per_question: Vec<QuestionOut>,
+}
+
+pub(crate) fn group_out(name: String, a: &Accuracy) -> GroupOut {
+    GroupOut { name, accuracy: *a }
+}
+
+pub(crate) fn group_schema(name: String, a: &Accuracy) -> GroupAccuracy {
+    GroupAccuracy {
+        name,
+        n: a.total,
+        correct: a.correct,
+        accuracy: a.accuracy,
+    }
+}
+
+pub fn run(a: &MmluRunArgs) -> Result<i32> {
+    if a.ctx < 16 {
+        bail!("--ctx {}: too small (at least 16)", a.ctx);
+    }
+    if a.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    if a.limit == Some(0) {
+        bail!("--limit must be at least 1");
+    }
+    let dir = ds_mmlu::resolve_mmlu_dir(a.mmlu_dir.as_deref())?;
+    // Refuses a copy that does not match the manifest, naming subject, row and reason.
+    let all = subset::load_subset(&dir)?;
+    let questions = select_questions(all, &a.subjects, a.limit)?;
+    let dev = ds_mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))?;
+    let (engine, model_path) = a.engine.load()?;
+    let letters = letter_tokens(&engine, a.chat)?;
+    let reserve = match a.mode {
+        ScoreMode::Logprob => 0,
+        // The last generated token is never fed back.
+        ScoreMode::Generate => GENERATE_MAX_TOKENS - 1,
+    };
+    let t_prep = Instant::now();
+    let mut items = prepare_items(
+        &engine,
+        &questions,
+        &dev,
+        a.shots as usize,
+        a.chat,
+        a.ctx,
+        reserve,
+    )?;
+    issue_order(&mut items);
+    let prepare_s = t_prep.elapsed().as_secs_f64();
+    if a.dry_run {
+        print_plan(&items, a, prepare_s);
+        return Ok(0);
+    }
+    let Some(out_dir) = a.out.as_deref() else {
+        bail!("--out DIR is required (unless --dry-run)");
+    };
+    std::fs::create_dir_all(out_dir)
+        .with_context(|| format!("{}: cannot create", out_dir.display()))?;
+
+    let mut settings = TestSettings::new(Scenario::Offline);
+    settings.mode = TestMode::AccuracyOnly;
+    settings.performance_sample_count_override = items.len() as u64;
+    settings.query_timeout_ms = 0;
+
+    let session = engine.session(SessionOptions {
+        max_seq_len: a.ctx,
+        max_batch: a.batch,
+        ..Default::default()
+    })?;
+    let progress = crate::progress::bar(
+        items.len() as u64,
+        &format!("MMLU {} {}-shot", a.mode.as_str(), a.shots),
+    );
+    let mut sut = MmluSut {
+        session,
+        items: &items,
+        mode: a.mode,
+        letters,
+        reuse: a.prefix_reuse == OnOff::On,
+        cached: Vec::new(),
+        costs: vec![None; items.len()],
+        errors: Vec::new(),
+        progress,
+    };
+    let mut qsl = MmluQsl {
+        n: items.len() as u64,
+    };
+    let started = chrono::Utc::now();
+    let clock = RealClock::new();
+    let t_run = Instant::now();
+    let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
+    let wall_s = t_run.elapsed().as_secs_f64();
+    sut.progress.finish_and_clear();
+    let finished = chrono::Utc::now();
+    let errors = std::mem::take(&mut sut.errors);
+    let costs = std::mem::take(&mut sut.costs);
+    drop(sut);
+
+    let entries: &[AccuracyEntry] = result.accuracy.as_deref().unwrap_or(&[]);
+    let mut seen = vec![false; items.len()];
+    let mut records = Vec::with_capacity(items.len());
+    let mut per_question = Vec::with_capacity(items.len());
+    for e in entries {
+        let idx = e.qsl_idx as usize;
+        let item = items
+            .get(idx)
+            .ok_or_else(|| anyhow!("accuracy log names sample {idx}, outside the run"))?;
+        if std::mem::replace(&mut seen[idx], true) {
+            bail!("accuracy log holds sample {idx} twice");
+        }
+        let (response, generated_ids) = decode_response(a.mode, &e.data, &engine)
+            .with_context(|| format!("accuracy log entry {} (sample {idx})", e.seq_id))?;
+        let record = match response {
+            Response::Logprob { logprobs } => Record::from_logprobs(&item.question, logprobs)?,
+            Response::Generate { text } => Record::from_generated(&item.question, &text)?,
+        };
+        records.push(record.clone());
+        per_question.push(QuestionOut {
+            qsl_idx: e.qsl_idx,
+            record,
+            shots_used: item.shots_used,
+            generated_ids,
+            cost: costs.get(idx).copied().flatten().unwrap_or_default(),
+        });
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        bail!(
+            "the accuracy pass did not answer sample {missing} ({} row {}); {} of {} answered",
+            items[missing].question.subject,
+            items[missing].question.row,
+            entries.len(),
+            items.len()
+        );
+    }
+    // Report in manifest order (subject, row), whatever order the questions ran in.
+    per_question.sort_by(|x, y| {
+        (x.record.subject.as_str(), x.record.row).cmp(&(y.record.subject.as_str(), y.record.row))
+    });
+    let summary = score::summarize(&records);
+
+    let prompt_tokens: u64 = items.iter().map(|i| i.tokens.len() as u64).sum();
+    let reused_tokens: u64 = per_question
+        .iter()
+        .map(|q| q.cost.reused_tokens as u64)
+        .sum();
+    let prefilled = prompt_tokens - reused_tokens.min(prompt_tokens);
+    let reuse = ReuseStats {
+        enabled: a.prefix_reuse == OnOff::On,
+        prompt_tokens,
+        reused_tokens,
+        prefilled_tokens: prefilled,
+        work_ratio: if prefilled > 0 {
+            prompt_tokens as f64 / prefilled as f64
+        } else {
+            0.0
+        },
+    };
+    let full_subset = a.subjects.is_empty() && a.limit.is_none();
+    let dataset = if full_subset {
+        "mmlu-576".to_string()
+    } else {
+        "mmlu-576-slice".to_string()
+    };
+    let shots_dropped: usize = items.iter().map(|i| a.shots as usize - i.shots_used).sum();
+    let with_dropped = items
+        .iter()
+        .filter(|i| i.shots_used < a.shots as usize)
+        .count();
+
+    let settings_json = serde_json::json!({
+        "cli": a,
+        "mmlu_dir": dir.display().to_string(),
+        "manifest": "datasets/mmlu/subset-576.csv",
+        "test_settings": &settings,
+    });
+    let model_sha = meta::model_sha256(&model_path);
+    let mut warnings: Vec<String> = errors.iter().take(20).cloned().collect();
+    if errors.len() > 20 {
+        warnings.push(format!("{} more SUT errors", errors.len() - 20));
+    }
+    if with_dropped > 0 {
+        warnings.push(format!(
+            "{with_dropped} prompt(s) dropped {shots_dropped} shot(s) in all to fit --ctx {}",
+            a.ctx
+        ));
+    }
+
+    let mmlu_file = MmluFile {
+        header: OutputHeader::new(
+            MMLU_JSON_SCHEMA,
+            &model_path,
+            &model_sha,
+            settings_json.clone(),
+        ),
+        dataset: dataset.clone(),
+        mode: a.mode,
+        shots: a.shots,
+        chat: a.chat,
+        ctx: a.ctx,
+        batch: a.batch,
+        isa: engine.isa().name().to_string(),
+        threads: engine.threads(),
+        letter_tokens: letters,
+        letter_pieces: letters.map(|t| engine.tokenizer.decode(&[t])),
+        questions: items.len(),
+        prompts_with_dropped_shots: with_dropped,
+        shots_dropped,
+        overall: summary.overall,
+        unparsed: summary.unparsed,
+        by_category: summary
+            .by_category
+            .iter()
+            .map(|(c, acc)| group_out(c.to_string(), acc))
+            .collect(),
+        by_subject: summary
+            .by_subject
+            .iter()
+            .map(|(s, acc)| group_out(s.clone(), acc))
+            .collect(),
+        reuse,
+        prepare_s,
+        wall_s,
+        errors: errors.clone(),
+        per_question: per_question.clone(),
+    };
+    let path = out_dir.join(MMLU_JSON);
+    std::fs::write(&path, serde_json::to_string_pretty(&mmlu_file)? + "\n")
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+
+    let mut run_meta = run_meta(&engine, &model_path, "local", settings_json, started);
+    run_meta.model.sha256 = model_sha;
+    run_meta.finished_utc = finished;
+    let file = ResultFile {
+        schema_version: schema::SCHEMA_VERSION,
+        meta: run_meta,
+        performance: None,
+        accuracy: Some(accuracy_section(
+            &dataset,
+            a.mode,
+            a.shots,
+            &summary,
+            &per_question,
+            wall_s,
+        )),
+        energy: None,
+        thermal: None,
+        governor: None,
+        robustness: None,
+        warnings,
+    };
+    schema::write_result(out_dir, &file)?;
+    result.write_logs(out_dir, &log_meta(&started, &finished))?;
+
+    print_summary(&mmlu_file);
+    println!("results in {}", out_dir.display());
+    if !errors.is_empty() {
+        bail!(
+            "{} of {} questions failed in the runtime (scored as unanswered; first: {})",
+            errors.len(),
+            items.len(),
+            errors[0]
+        );
+    }
+    Ok(0)
+}
+
+pub(crate) fn print_plan(items: &[Item], a: &MmluRunArgs, prepare_s: f64) {
+    let prompt: usize = items.iter().map(|i| i.tokens.len()).sum();
+    let reused: usize = reuse_plan(items).iter().sum();
+    let longest = items.iter().map(|i| i.tokens.len()).max().unwrap_or(0);
+    let dropped = items
+        .iter()
+        .filter(|i| i.shots_used < a.shots as usize)
+        .count();
+    println!(
+        "{} questions, {}-shot{}, --ctx {}: {prompt} prompt tokens (mean {:.0}, longest {longest}); \
+         {dropped} prompt(s) dropped shots; prepared in {prepare_s:.1} s",
+        items.len(),
+        a.shots,
+        if a.chat { " chat" } else { "" },
+        a.ctx,
+        prompt as f64 / items.len().max(1) as f64,
+    );
+    println!(
+        "prefill with prefix reuse: {} tokens ({reused} reused, {:.2}x less than the {prompt} without)",
+        prompt - reused,
+        prompt as f64 / (prompt - reused).max(1) as f64
+    );
+    for i in items.iter().filter(|i| i.shots_used < a.shots as usize) {
+        println!(
+            "  {} row {}: {} of {} shots ({} tokens)",
+            i.question.subject,
+            i.question.row,
+            i.shots_used,
+            a.shots,
+            i.tokens.len()
+        );
+    }
+}
+
+pub(crate) fn accuracy_section(
+    dataset: &str,
+    mode: ScoreMode,
+    shots: u32,
+    summary: &Summary,
+    per_question: &[QuestionOut],
+    wall_s: f64,
+) -> schema::Accuracy {
+    let o = &summary.overall;
+    schema::Accuracy {
+        dataset: dataset.to_string(),
+        mode: mode.as_str().to_string(),
+        shots,
+        n: o.total,
+        correct: o.correct,
+        accuracy: o.accuracy,
+        ci95: [o.ci95_low, o.ci95_high],
+        per_subject: summary
+            .by_subject
+            .iter()
+            .map(|(s, acc)| group_schema(s.clone(), acc))
+            .collect(),
+        per_category: summary
+            .by_category
+            .iter()
+            .map(|(c, acc)| group_schema(c.to_string(), acc))
+            .collect(),
+        per_question: per_question
+            .iter()
+            .map(|q| {
+                let r = &q.record;
+                let (logprobs, generated) = match &r.response {
+                    Response::Logprob { logprobs } => (Some(logprobs.map(f64::from)), None),
+                    Response::Generate { text } => (None, Some(text.clone())),
+                };
+                QuestionRecord {
+                    subject: r.subject.clone(),
+                    row: r.row,
+                    answer: r.answer.as_char(),
+                    choice: r.choice.map(Letter::as_char),
+                    logprobs,
+                    generated,
+                    correct: r.correct,
+                }
+            })
+            .collect(),
+        wall_s,
+    }
+}
+
+pub(crate) fn pct(a: &Accuracy) -> String {
+    format!(
+        "{:.1}% [{:.1}, {:.1}] ({}/{})",
+        100.0 * a.accuracy,
+        100.0 * a.ci95_low,
+        100.0 * a.ci95_high,
+        a.correct,
+        a.total
+    )
+}
+
+pub(crate) fn print_summary(f: &MmluFile) {
+    println!(
+        "{} {} {}-shot{}: accuracy {} (Wilson 95%), {} unparsed",
+        f.dataset,
+        f.mode.as_str(),
+        f.shots,
+        if f.chat { " chat" } else { "" },
+        pct(&f.overall),
+        f.unparsed
+    );
+    for g in &f.by_category {
+        println!("  {:<34} {}", g.name, pct(&g.accuracy));
+    }
+    println!(
+        "wall {:.1} s for {} questions at {} threads ({}); prefilled {} of {} prompt tokens{}",
+        f.wall_s,
+        f.questions,
+        f.threads,
+        f.isa,
+        f.reuse.prefilled_tokens,
+        f.reuse.prompt_tokens,
+        if f.reuse.enabled {
+            format!(" (prefix reuse: {:.2}x less prefill)", f.reuse.work_ratio)
+        } else {
+            " (prefix reuse off)".to_string()
+        }
+    );
+    if f.prompts_with_dropped_shots > 0 {
+        println!(
+            "{} prompt(s) dropped {} shot(s) to fit --ctx {}",
+            f.prompts_with_dropped_shots, f.shots_dropped, f.ctx
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! One LoadGen scenario run (`pocketperf run --scenario single-stream|offline|server`), step
+//! by step: the settings ([`crate::cmd::run::resolve_settings`]), the model and the prompt
+//! library tokenized once ([`crate::sut::prompts`]), the governor hook, the system under test
+//! ([`crate::sut::in_process`] or, with `--sut process`, [`crate::sut::process`]), telemetry
+//! on the run's clock, [`run_scenario`] (the scenario engine), then the result directory
+//! ([`crate::outputs`]).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use anyhow::{Context, Result, bail};
+use pocketperf_datasets::perf::perf_prompts;
+use pocketperf_reports::schema::ResultFile;
+use pocketperf_scenarios::{
+    Clock, QuerySampleLibrary, RealClock, SystemUnderTest, TestResult, TestSettings, run_test,
+};
+
+use crate::cmd::governor::GovernorKind;
+use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settings};
+use crate::governor_hook::GovernorHook;
+use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
+use crate::sut::in_process::{InProcessSut, make_decoder};
+use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
+use crate::sut::prompts::{PromptLibrary, PromptQsl};
+
+/// Runs the scenario engine, with a spinner on a TTY.
+pub fn run_scenario(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
+    clock: &dyn Clock,
+) -> Result<TestResult> {
+    let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
+    let result = run_test(sut, qsl, settings, clock);
+    progress.finish_and_clear();
+    Ok(result?)
+}
+
+/// The run's system under test, kept concrete so its own record (accelerator counters,
+/// server failures) is read after the run.
+enum RunSut<'e, 'l> {
+    InProcess(Box<InProcessSut<'e, 'l>>),
+    Process(Box<ProcessSut>),
+}
+
+impl RunSut<'_, '_> {
+    fn as_dyn(&mut self) -> &mut dyn SystemUnderTest {
+        match self {
+            RunSut::InProcess(s) => s.as_mut(),
+            RunSut::Process(s) => s.as_mut(),
+        }
+    }
+}
+
+/// `pocketperf run --scenario single-stream|offline|server`.
+pub fn run(a: &RunArgs) -> Result<i32> {
+    crate::telemetry::DeviceSpec::parse(&a.device)?;
+    if a.scenario == ScenarioArg::Dialogue {
+        bail!("--scenario dialogue runs through crate::run::dialogue");
+    }
+    if a.sut == SutArg::Process && a.governor.governor != GovernorKind::Off {
+        bail!("--governor needs --sut in-process (the governor acts on this process)");
+    }
+    let settings = resolve_settings(a)?;
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("{}: cannot create", a.out.display()))?;
+
+    let (engine, model_path) = a.engine.load()?;
+    let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
+    let mut qsl = PromptQsl::new(&library);
+    let governor = GovernorHook::new(&a.governor, engine.threads())?;
+    if let Some(g) = &governor {
+        eprintln!("governor: {}", g.describe());
+    }
+    let gauges = governor
+        .as_ref()
+        .map(GovernorHook::gauges)
+        .unwrap_or_default();
+    let governor = governor.map(|g| Rc::new(RefCell::new(g)));
+    let mut sut = match a.sut {
+        SutArg::InProcess => RunSut::InProcess(Box::new(InProcessSut::new(
+            make_decoder(&engine, settings.scenario, &library, governor.clone())?,
+            &library,
+            settings.scenario,
+        ))),
+        SutArg::Process => {
+            if a.engine.backend.backend != pocketperf_runtime::backend::BackendKind::Cpu {
+                bail!(
+                    "--backend {}: --sut process serves the CPU backend only",
+                    a.engine.backend.backend.name()
+                );
+            }
+            let prompts = library
+                .prompts()
+                .iter()
+                .map(|p| SutPrompt {
+                    text: p.text.clone(),
+                    chat: true,
+                    max_new_tokens: p.max_new_tokens as usize,
+                })
+                .collect();
+            let mut cfg = ProcessSutConfig::for_model(&model_path, a.engine.threads)
+                .context("--sut process: locating this executable")?;
+            cfg.load.ctx = library.longest_sequence().max(1);
+            let p = ProcessSut::start(cfg, prompts)
+                .context("--sut process: starting pocketperf serve")?;
+            eprintln!("system under test: {}", p.name());
+            RunSut::Process(Box::new(p))
+        }
+    };
+    let clock = RealClock::new();
+    let telemetry = crate::telemetry::recorder::ScenarioTelemetry::start(
+        &a.device,
+        &a.out,
+        &clock,
+        engine.threads(),
+        &model_path,
+        serde_json::json!({ "cli": a }),
+        gauges,
+    )?;
+    let started = chrono::Utc::now();
+    let result = run_scenario(sut.as_dyn(), &mut qsl, &settings, &clock)?;
+    let finished = chrono::Utc::now();
+    let counters = match &sut {
+        RunSut::InProcess(s) => s.device_counters(),
+        RunSut::Process(_) => None,
+    };
+    let sut_warnings = match &mut sut {
+        RunSut::InProcess(_) => Vec::new(),
+        RunSut::Process(p) => {
+            p.shutdown();
+            let mut w: Vec<String> = p.errors.iter().take(20).cloned().collect();
+            if p.errors.len() > 20 {
+                w.push(format!("{} more SUT errors", p.errors.len() - 20));
+            }
+            w.extend(p.failures.iter().map(|f| {
+                format!(
+                    "server failure at query {}: {}{}",
+                    f.query_id,
+                    f.error,
+                    f.stderr_tail
+                        .last()
+                        .map(|l| format!(" (stderr: {l})"))
+                        .unwrap_or_default()
+                )
+            }));
+            if p.starts > 1 {
+                w.push(format!("the server was restarted {} times", p.starts - 1));
+            }
+            w
+        }
+    };
+    drop(sut);
+    let telemetry = telemetry.finish(&result)?;
+    let governor = governor.as_ref().map(|g| g.borrow());
+
+    let settings_json = serde_json::json!({
+        "cli": a,
+        "config_model": CONFIG_MODEL,
+        "test_settings": &settings,
+    });
+    let mut meta = run_meta(&engine, &model_path, &a.device, settings_json, started);
+    let mut performance = performance_section(&result);
+    if let (Some(p), Some(c)) = (performance.as_mut(), counters) {
+        p.backend_counters = crate::cmd::backend::backend_counters(&engine, &c)
+            .and_then(|c| serde_json::to_value(c).ok());
+    }
+    meta.finished_utc = finished;
+    let file = ResultFile {
+        schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
+        meta,
+        performance,
+        accuracy: None,
+        energy: None,
+        thermal: telemetry.thermal,
+        governor: governor.as_deref().map(GovernorHook::summary_json),
+        robustness: None,
+        // The SUT's own reports (failed queries, refused reports), verbatim, then the
+        // governor's and the telemetry's.
+        warnings: result
+            .performance
+            .iter()
+            .flat_map(|p| p.failures.iter().chain(&p.errors).cloned())
+            .chain(sut_warnings)
+            .chain(governor.iter().flat_map(|g| g.warnings().iter().cloned()))
+            .chain(telemetry.warnings)
+            .collect(),
+    };
+    write_outputs_with(&a.out, &file, &result, governor.as_deref())?;
+    println!("{}", summary_line(&file));
+    println!("results in {}", a.out.display());
+    Ok(if result.is_valid() { 0 } else { 1 })
+}

@@ -1,0 +1,461 @@
+//! The runtime in this process as the scenario engine's system under test. The SUT
+//! ([`InProcessSut`]) turns queries into [`Job`]s from the prompt library and delegates the
+//! decoding to a [`Decoder`] ([`make_decoder`]): SingleStream and Server decode each query as
+//! it arrives ([`SequentialDecoder`], with the per-token governor hook when one is set);
+//! Offline hands the whole batch over at flush to the [`BatchedDecoder`], which keeps
+//! [`OFFLINE_BATCH`] sequences in flight through the runtime's batched decode.
+
+use anyhow::Result;
+use pocketperf_runtime::backend::DeviceCounters;
+use pocketperf_runtime::model::SessionOptions;
+use pocketperf_runtime::session::{
+    BatchDecoder, Engine, GenerateOptions, SamplingParams, Session, argmax,
+};
+use pocketperf_scenarios::{Query, Responder, Scenario, SystemUnderTest};
+
+pub use super::prompts::Job;
+use super::prompts::PromptLibrary;
+use crate::governor_hook::SharedGovernor;
+
+/// How the in-process SUT turns jobs into tokens. It reports every token (including the
+/// first) with [`Responder::token`] and then [`Responder::complete`], or
+/// [`Responder::fail`] for a job it cannot run.
+pub trait Decoder {
+    /// Name for logs (`sequential`, `batched`).
+    fn name(&self) -> &str;
+    /// Decodes `jobs`; a batched implementation may interleave them.
+    fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>);
+    /// The accelerator's counters since the decoder was made (`None` on the CPU backend).
+    fn device_counters(&self) -> Option<DeviceCounters> {
+        None
+    }
+}
+
+/// One sequence at a time: reset, prefill, then exactly `max_new_tokens` greedy tokens
+/// (EOS ignored, as MLPerf's performance mode forces the output length).
+pub struct SequentialDecoder<'e> {
+    session: Session<'e>,
+    /// Thermal governor called after every token (`--governor`); shared so the caller reads
+    /// its record after the run.
+    governor: Option<SharedGovernor>,
+}
+
+impl<'e> SequentialDecoder<'e> {
+    pub fn new(session: Session<'e>) -> Self {
+        SequentialDecoder {
+            session,
+            governor: None,
+        }
+    }
+
+    /// Applies `governor` after every decoded token.
+    pub fn with_governor(mut self, governor: Option<SharedGovernor>) -> Self {
+        self.governor = governor;
+        self
+    }
+}
+
+impl Decoder for SequentialDecoder<'_> {
+    fn name(&self) -> &str {
+        "sequential"
+    }
+
+    fn device_counters(&self) -> Option<DeviceCounters> {
+        self.session.device_counters()
+    }
+
+    fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
+        for job in jobs {
+            let id = job.query.id;
+            self.session.reset();
+            let opts = GenerateOptions {
+                max_new_tokens: job.max_new_tokens,
+                stop_at_eog: false,
+                sampling: SamplingParams::default(),
+            };
+            let engine = self.session.engine();
+            let mut gov = self.governor.as_ref().map(|g| g.borrow_mut());
+            if let Some(g) = gov.as_mut() {
+                g.begin();
+            }
+            let res = self.session.generate(job.prompt, &opts, |k, _| {
+                responder.token(id);
+                if let Some(g) = gov.as_mut() {
+                    g.on_token(id, k, engine);
+                }
+            });
+            drop(gov);
+            match res {
+                Ok(stats) => responder.complete(id, stats.generated as u64, None),
+                Err(e) => responder.fail(id, &format!("sample {}: {e}", job.query.sample_index)),
+            }
+        }
+    }
+}
+
+/// Sequences an Offline run decodes together ([`BatchedDecoder`]): the batch size at which
+/// the runtime's batched decode reaches several times single-sequence throughput on a
+/// phone-class CPU (docs/PERFORMANCE.md).
+pub const OFFLINE_BATCH: usize = 8;
+
+/// Offline's decoder: up to `slots` sequences in flight. A free slot takes the next job,
+/// prefills its prompt alone and emits its first token; then every step advances all
+/// sequences in flight by one token in one batched forward pass (each weight read once for
+/// the whole batch, each sequence in its own KV ring), greedy, exactly `max_new_tokens`
+/// tokens per job (EOS ignored). A finished sequence frees its slot for the next job
+/// (continuous batching), so the batch stays full until the queue runs dry.
+pub struct BatchedDecoder<'e> {
+    batch: BatchDecoder<'e>,
+    sessions: Vec<Session<'e>>,
+}
+
+/// A sequence in flight in a [`BatchedDecoder`] slot.
+#[derive(Clone, Copy)]
+struct InFlight {
+    id: u64,
+    sample: u64,
+    last: u32,
+    generated: usize,
+    target: usize,
+}
+
+impl<'e> BatchedDecoder<'e> {
+    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU backend).
+    pub fn new(engine: &'e Engine, slots: usize, max_seq_len: usize) -> Result<Self> {
+        let slots = slots.max(1);
+        let batch = engine.batch_decoder(slots, max_seq_len)?;
+        let sessions = (0..slots)
+            .map(|_| {
+                engine.session(SessionOptions {
+                    max_seq_len,
+                    max_batch: 128,
+                    ..Default::default()
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(BatchedDecoder { batch, sessions })
+    }
+
+    /// Resets slot `k`'s session, prefills `job` and emits its first token; `None` when the
+    /// job is already complete (one token) or failed.
+    fn start(
+        &mut self,
+        k: usize,
+        job: &Job<'_>,
+        responder: &mut Responder<'_>,
+    ) -> Option<InFlight> {
+        let id = job.query.id;
+        let s = &mut self.sessions[k];
+        s.reset();
+        if job.max_new_tokens == 0 {
+            responder.complete(id, 0, None);
+            return None;
+        }
+        match s.prefill(job.prompt) {
+            Ok(logits) => {
+                let first = argmax(logits);
+                responder.token(id);
+                if job.max_new_tokens == 1 {
+                    responder.complete(id, 1, None);
+                    return None;
+                }
+                Some(InFlight {
+                    id,
+                    sample: job.query.sample_index,
+                    last: first,
+                    generated: 1,
+                    target: job.max_new_tokens,
+                })
+            }
+            Err(e) => {
+                responder.fail(id, &format!("sample {}: {e}", job.query.sample_index));
+                None
+            }
+        }
+    }
+}
+
+impl Decoder for BatchedDecoder<'_> {
+    fn name(&self) -> &str {
+        "batched"
+    }
+
+    fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
+        let mut queue = jobs.iter();
+        let mut slots: Vec<Option<InFlight>> = vec![None; self.sessions.len()];
+        let mut order: Vec<usize> = Vec::with_capacity(slots.len());
+        let mut tokens: Vec<u32> = Vec::with_capacity(slots.len());
+        loop {
+            // Fill free slots from the queue.
+            for (k, slot) in slots.iter_mut().enumerate() {
+                while slot.is_none() {
+                    let Some(job) = queue.next() else { break };
+                    *slot = self.start(k, job, responder);
+                }
+            }
+            order.clear();
+            tokens.clear();
+            for (k, f) in slots.iter().enumerate() {
+                if let Some(f) = f {
+                    order.push(k);
+                    tokens.push(f.last);
+                }
+            }
+            if order.is_empty() {
+                return;
+            }
+            // The sessions in flight, in slot order (a subset of the slots when the queue ran
+            // dry).
+            let mut refs: Vec<&mut Session<'_>> = self
+                .sessions
+                .iter_mut()
+                .enumerate()
+                .filter(|(k, _)| slots[*k].is_some())
+                .map(|(_, s)| s)
+                .collect();
+            let step = self.batch.decode(&mut refs, &tokens);
+            drop(refs);
+            let vocab = self.sessions[0].engine().model.config().vocab_size;
+            match step {
+                Ok(logits) => {
+                    for (row, &k) in order.iter().enumerate() {
+                        let Some(f) = slots[k].as_mut() else { continue };
+                        f.last = argmax(&logits[row * vocab..(row + 1) * vocab]);
+                        f.generated += 1;
+                        responder.token(f.id);
+                        if f.generated == f.target {
+                            responder.complete(f.id, f.generated as u64, None);
+                            slots[k] = None;
+                        }
+                    }
+                }
+                Err(e) => {
+                    // A step failed for the whole batch: fail every sequence in it.
+                    for &k in &order {
+                        if let Some(f) = slots[k].take() {
+                            responder
+                                .fail(f.id, &format!("sample {}: batched decode: {e}", f.sample));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The decoder for a scenario: Offline decodes its batch [`OFFLINE_BATCH`] sequences at a
+/// time with the runtime's batched decode (CPU backend, no governor); everything else, and
+/// Offline under a governor or on OpenCL, one sequence at a time.
+pub fn make_decoder<'e>(
+    engine: &'e Engine,
+    scenario: Scenario,
+    library: &PromptLibrary,
+    governor: Option<SharedGovernor>,
+) -> Result<Box<dyn Decoder + 'e>> {
+    let max_seq_len = library.longest_sequence().max(1);
+    let batched = scenario == Scenario::Offline
+        && governor.is_none()
+        && matches!(engine.backend(), pocketperf_runtime::backend::Backend::Cpu);
+    if batched {
+        return Ok(Box::new(BatchedDecoder::new(
+            engine,
+            OFFLINE_BATCH.min(library.len().max(1)),
+            max_seq_len,
+        )?));
+    }
+    let session = engine.session(SessionOptions {
+        max_seq_len,
+        max_batch: 128,
+        ..Default::default()
+    })?;
+    Ok(Box::new(
+        SequentialDecoder::new(session).with_governor(governor),
+    ))
+}
+
+/// The runtime in this process as the SUT. SingleStream and Server decode each query on the
+/// engine's thread as it is issued (a Server query that arrives while another decodes waits,
+/// and its latency counts from its scheduled arrival); Offline queues the batch and decodes
+/// it at flush through one [`Decoder::decode`] call.
+pub struct InProcessSut<'e, 'l> {
+    decoder: Box<dyn Decoder + 'e>,
+    library: &'l PromptLibrary,
+    batch_at_flush: bool,
+    pending: Vec<Query>,
+    name: String,
+}
+
+impl<'e, 'l> InProcessSut<'e, 'l> {
+    pub fn new(
+        decoder: Box<dyn Decoder + 'e>,
+        library: &'l PromptLibrary,
+        scenario: Scenario,
+    ) -> Self {
+        let name = format!("pocketperf-runtime (in-process, {} decode)", decoder.name());
+        InProcessSut {
+            decoder,
+            library,
+            batch_at_flush: scenario == Scenario::Offline,
+            pending: Vec::new(),
+            name,
+        }
+    }
+
+    /// The decoder's accelerator counters (`None` on the CPU backend).
+    pub fn device_counters(&self) -> Option<DeviceCounters> {
+        self.decoder.device_counters()
+    }
+
+    fn decode(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
+        let mut jobs = Vec::with_capacity(queries.len());
+        for &q in queries {
+            match self.library.job(q) {
+                Ok(j) => jobs.push(j),
+                Err(e) => responder.fail(q.id, &e),
+            }
+        }
+        self.decoder.decode(&jobs, responder);
+    }
+}
+
+impl SystemUnderTest for InProcessSut<'_, '_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
+        if self.batch_at_flush {
+            self.pending.extend_from_slice(queries);
+        } else {
+            self.decode(queries, responder);
+        }
+    }
+
+    fn flush_queries(&mut self, responder: &mut Responder<'_>) {
+        let batch = std::mem::take(&mut self.pending);
+        if !batch.is_empty() {
+            self.decode(&batch, responder);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::run::{PresetArg, preset_settings};
+    use crate::sut::prompts::PromptQsl;
+    use pocketperf_datasets::perf::PerfPrompt;
+    use pocketperf_scenarios::{TestResult, VirtualClock, run_test};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// Stamps `max_new_tokens` tokens 1 ms apart after a 10 ms prefill, on virtual time,
+    /// and records the size of every batch it is handed.
+    struct Recording {
+        batches: Rc<RefCell<Vec<usize>>>,
+        busy_until: u64,
+    }
+
+    impl Decoder for Recording {
+        fn name(&self) -> &str {
+            "recording"
+        }
+        fn decode(&mut self, jobs: &[Job<'_>], r: &mut Responder<'_>) {
+            self.batches.borrow_mut().push(jobs.len());
+            for j in jobs {
+                let mut t = r.now_ns().max(self.busy_until) + 10_000_000;
+                for _ in 0..j.max_new_tokens {
+                    r.token_at(j.query.id, t);
+                    t += 1_000_000;
+                }
+                let done = t - 1_000_000;
+                r.complete_at(j.query.id, done, j.max_new_tokens as u64, None);
+                self.busy_until = done;
+            }
+        }
+    }
+
+    fn library() -> PromptLibrary {
+        let prompts: Vec<PerfPrompt> = (0..8)
+            .map(|i| PerfPrompt {
+                id: format!("p{i:02}"),
+                text: "x".into(),
+                max_new_tokens: 4 + i,
+            })
+            .collect();
+        let tokens = (0..8).map(|i| vec![1; 3 + i]).collect();
+        PromptLibrary::from_parts(prompts, tokens).unwrap()
+    }
+
+    fn run_with(scenario: Scenario) -> (Vec<usize>, TestResult) {
+        let lib = library();
+        let batches = Rc::new(RefCell::new(Vec::new()));
+        let decoder = Box::new(Recording {
+            batches: batches.clone(),
+            busy_until: 0,
+        });
+        let mut sut = InProcessSut::new(decoder, &lib, scenario);
+        let mut s = preset_settings(scenario, PresetArg::Quick);
+        s.min_query_count = 12;
+        s.max_query_count = 12;
+        s.min_duration_ms = 0;
+        let clock = VirtualClock::new();
+        let r = run_test(&mut sut, &mut PromptQsl::new(&lib), &s, &clock).unwrap();
+        let b = batches.borrow().clone();
+        (b, r)
+    }
+
+    #[test]
+    fn offline_hands_the_whole_batch_to_the_decoder_in_one_call() {
+        let (batches, r) = run_with(Scenario::Offline);
+        assert_eq!(batches, vec![12], "one decode call with every sample");
+        let p = r.performance.as_ref().unwrap();
+        assert_eq!(p.queries_completed, 12);
+        // Every token stamped: the inter-token gaps are all 1 ms.
+        let itl = p.inter_token.as_ref().unwrap();
+        assert_eq!((itl.min, itl.max), (1_000_000, 1_000_000));
+        assert_eq!(itl.count, p.total_tokens - 12);
+    }
+
+    #[test]
+    fn single_stream_and_server_decode_each_query_as_it_arrives() {
+        for scenario in [Scenario::SingleStream, Scenario::Server] {
+            let (batches, r) = run_with(scenario);
+            assert_eq!(batches, vec![1; 12], "{scenario}");
+            assert_eq!(r.performance.as_ref().unwrap().queries_completed, 12);
+        }
+    }
+
+    #[test]
+    fn a_sample_outside_the_library_fails_its_query() {
+        let lib = library();
+        let batches = Rc::new(RefCell::new(Vec::new()));
+        let mut sut = InProcessSut::new(
+            Box::new(Recording {
+                batches,
+                busy_until: 0,
+            }),
+            &lib,
+            Scenario::SingleStream,
+        );
+        let clock = VirtualClock::new();
+        let mut s = preset_settings(Scenario::SingleStream, PresetArg::Quick);
+        s.min_query_count = 3;
+        s.max_query_count = 3;
+        s.min_duration_ms = 0;
+        // A QSL that claims more samples than the library holds.
+        let mut qsl = PromptQsl { total: 100 };
+        let r = run_test(&mut sut, &mut qsl, &s, &clock).unwrap();
+        let p = r.performance.as_ref().unwrap();
+        assert_eq!(p.num_failed + p.queries_completed, 3);
+        assert!(
+            p.num_failed > 0,
+            "the seeded draws from 100 samples hit one past 8"
+        );
+        assert!(
+            p.failures[0].contains("outside the prompt set of 8"),
+            "{:?}",
+            p.failures
+        );
+    }
+}

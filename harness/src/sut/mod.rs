@@ -1,0 +1,11 @@
+//! Systems under test: what the scenario engine issues queries to.
+//!
+//! - [`prompts`] — the one route from text to tokens, and the prompt libraries;
+//! - [`in_process`] — the runtime in this process (sequential and batched decoders);
+//! - [`process`] — `pocketperf serve` as a child process, over [`crate::serve::client`].
+//!
+//! An SUT behind another transport (HTTP, a remote device) is one more module here.
+
+pub mod in_process;
+pub mod process;
+pub mod prompts;

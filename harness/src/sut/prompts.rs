@@ -1,0 +1,207 @@
+//! The prompt side of every system under test: the one route from text to tokens
+//! ([`encode_prompt`]: raw text or chat messages in the model's template), and the sample
+//! libraries the scenario engine draws from ([`PromptLibrary`], the performance prompt set
+//! tokenized once up front, and its query-sample library [`PromptQsl`]).
+//!
+//! Every harness caller that turns text into prompt tokens (`generate`, `logits`, `bench`,
+//! `run`, the dialogue scenario, MMLU, `serve`) goes through [`encode_prompt`] (or, for text
+//! already rendered in the template, [`encode_rendered`]), so a template or BOS rule changes
+//! in one place.
+
+use anyhow::{Context, Result, bail};
+use pocketperf_datasets::perf::PerfPrompt;
+use pocketperf_runtime::session::Engine;
+use pocketperf_runtime::tokenizer::{self, ChatMessage, Tokenizer};
+use pocketperf_scenarios::{QslError, Query, QuerySampleLibrary};
+
+/// What a prompt is before it becomes tokens.
+#[derive(Clone, Copy, Debug)]
+pub enum PromptText<'a> {
+    /// Raw text: the model's BOS first (when it adds one), then the text. `special` says
+    /// whether control-token text inside it (`<|im_start|>`) is parsed as control tokens;
+    /// dataset text (MMLU questions) is never parsed.
+    Raw { text: &'a str, special: bool },
+    /// Messages rendered in the model's chat template with `system` (the model's default
+    /// system prompt, [`default_system`], unless the messages bring their own), ending with
+    /// the assistant header.
+    Chat {
+        messages: &'a [ChatMessage],
+        system: Option<&'a str>,
+    },
+}
+
+/// The model's default system prompt (from its chat template), if it has one.
+pub fn default_system(engine: &Engine) -> Option<String> {
+    tokenizer::default_system_prompt(engine.model.gguf())
+}
+
+/// Chat messages rendered in the model's template, ending with the assistant header.
+pub fn render_chat(messages: &[ChatMessage], system: Option<&str>) -> String {
+    tokenizer::chat_prompt(messages, true, system)
+}
+
+/// Token ids of text already rendered in the chat template, or of a continuation of such
+/// text (a new turn appended to a cached conversation): control tokens parsed, no BOS added.
+pub fn encode_rendered(tok: &Tokenizer, rendered: &str) -> pocketperf_runtime::Result<Vec<u32>> {
+    tok.encode(rendered, true)
+}
+
+/// The one route from text to prompt tokens.
+pub fn encode_prompt(tok: &Tokenizer, p: PromptText<'_>) -> pocketperf_runtime::Result<Vec<u32>> {
+    match p {
+        PromptText::Raw { text, special } => {
+            let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+            if tok.add_bos() {
+                ids.extend(tok.bos());
+            }
+            ids.extend(tok.encode(text, special)?);
+            Ok(ids)
+        }
+        PromptText::Chat { messages, system } => {
+            encode_rendered(tok, &render_chat(messages, system))
+        }
+    }
+}
+
+/// Builds the token sequence of a prompt, optionally wrapped in the chat template as one user
+/// turn with the model's default system prompt (`generate --chat`, `run`); raw text has its
+/// control tokens parsed, as `generate` always did.
+pub fn prompt_tokens(engine: &Engine, text: &str, chat: bool) -> Result<Vec<u32>> {
+    if chat {
+        let system = default_system(engine);
+        let messages = [ChatMessage {
+            role: "user".into(),
+            content: text.into(),
+        }];
+        Ok(encode_prompt(
+            &engine.tokenizer,
+            PromptText::Chat {
+                messages: &messages,
+                system: system.as_deref(),
+            },
+        )?)
+    } else {
+        Ok(encode_prompt(
+            &engine.tokenizer,
+            PromptText::Raw {
+                text,
+                special: true,
+            },
+        )?)
+    }
+}
+
+/// The performance prompt set, tokenized once up front (ChatML, as a chat app would send).
+pub struct PromptLibrary {
+    prompts: Vec<PerfPrompt>,
+    tokens: Vec<Vec<u32>>,
+}
+
+impl PromptLibrary {
+    pub fn tokenize(engine: &Engine, prompts: Vec<PerfPrompt>) -> Result<Self> {
+        let tokens = prompts
+            .iter()
+            .map(|p| {
+                prompt_tokens(engine, &p.text, true)
+                    .with_context(|| format!("tokenizing performance prompt {}", p.id))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PromptLibrary { prompts, tokens })
+    }
+
+    /// A library from prompts and their token ids (same order, same length).
+    pub fn from_parts(prompts: Vec<PerfPrompt>, tokens: Vec<Vec<u32>>) -> Result<Self> {
+        if prompts.len() != tokens.len() {
+            bail!(
+                "{} prompts but {} tokenized prompts",
+                prompts.len(),
+                tokens.len()
+            );
+        }
+        Ok(PromptLibrary { prompts, tokens })
+    }
+
+    /// The prompts, in sample-index order.
+    pub fn prompts(&self) -> &[PerfPrompt] {
+        &self.prompts
+    }
+
+    pub fn len(&self) -> usize {
+        self.prompts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prompts.is_empty()
+    }
+
+    /// Longest prompt plus its forced output, in tokens.
+    pub fn longest_sequence(&self) -> usize {
+        self.tokens
+            .iter()
+            .zip(&self.prompts)
+            .map(|(t, p)| t.len() + p.max_new_tokens as usize)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The job for `query`, or why there is none.
+    pub fn job(&self, query: Query) -> std::result::Result<Job<'_>, String> {
+        let i = query.sample_index as usize;
+        match (self.tokens.get(i), self.prompts.get(i)) {
+            (Some(prompt), Some(p)) => Ok(Job {
+                query,
+                prompt,
+                max_new_tokens: p.max_new_tokens as usize,
+            }),
+            _ => Err(format!(
+                "sample {i} is outside the prompt set of {}",
+                self.len()
+            )),
+        }
+    }
+}
+
+/// The engine's view of the prompt library: samples are tokenized up front, so loading is
+/// a bounds check.
+pub struct PromptQsl {
+    pub(crate) total: u64,
+}
+
+impl PromptQsl {
+    pub fn new(library: &PromptLibrary) -> Self {
+        PromptQsl {
+            total: library.len() as u64,
+        }
+    }
+}
+
+impl QuerySampleLibrary for PromptQsl {
+    fn name(&self) -> &str {
+        "pocketperf-perf-prompts"
+    }
+    fn total_sample_count(&self) -> u64 {
+        self.total
+    }
+    fn performance_sample_count(&self) -> u64 {
+        self.total
+    }
+    fn load_samples(&mut self, indices: &[u64]) -> Result<(), QslError> {
+        match indices.iter().find(|&&i| i >= self.total) {
+            Some(i) => {
+                Err(format!("sample {i} is outside the prompt set of {}", self.total).into())
+            }
+            None => Ok(()),
+        }
+    }
+    fn unload_samples(&mut self, _: &[u64]) -> Result<(), QslError> {
+        Ok(())
+    }
+}
+
+/// One query to decode: its prompt tokens and forced output length.
+#[derive(Clone, Copy, Debug)]
+pub struct Job<'a> {
+    pub query: Query,
+    pub prompt: &'a [u32],
+    pub max_new_tokens: usize,
+}

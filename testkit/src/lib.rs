@@ -1,0 +1,17 @@
+//! Test helpers shared by the workspace's tests (a dev-dependency only; never shipped).
+//!
+//! - [`gguf`] — synthetic GGUF files: every value type, tiny llama models of any shape;
+//! - [`paths`] — the shared reference material (`../shared`, `$POCKETPERF_SHARED`), the
+//!   workspace root, the cached reference model;
+//! - [`fixtures`] — copying a captured sysfs tree into a scratch directory, real symlinks
+//!   and "link stand-in" files alike, and following either kind of link.
+//!
+//! Helpers panic with the path and the cause: they run only inside tests.
+
+pub mod fixtures;
+pub mod gguf;
+pub mod paths;
+
+pub use fixtures::{Links, copy_tree, copy_tree_as, follow_link, link_target, set_link_target};
+pub use gguf::{Rng, TinyLlama, synthetic_all_types, tiny_llama};
+pub use paths::{reference_model, shared_dir, workspace_root};
