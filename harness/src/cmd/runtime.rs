@@ -720,11 +720,14 @@ fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// KV bytes decode reads per token, averaged over `n` tokens appended to `start` cached ones.
+/// KV bytes decode reads per token, averaged over `n` tokens appended to `start` cached ones
+/// (sliding-window layers read at most their window).
 fn kv_read_per_token(c: &pocketperf_runtime::model::ModelConfig, start: usize, n: usize) -> u64 {
-    let per_slot = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
-    let avg_slots = start as f64 + (n as f64 + 1.0) / 2.0;
-    (avg_slots * per_slot as f64) as u64
+    if n == 0 {
+        return 0;
+    }
+    let total: u64 = (start..start + n).map(|p| c.kv_bytes_read(p)).sum();
+    total / n as u64
 }
 
 fn row(

@@ -3,7 +3,7 @@
 
 #[allow(unused_imports)]
 use super::*;
-use crate::sut::prompts::{PromptText, default_system, encode_prompt};
+use crate::sut::prompts::{PromptText, encode_prompt};
 use anyhow::{Context, Result, anyhow, bail};
 use pocketperf_datasets::mmlu::{self as ds_mmlu, Category, Letter, Question};
 use pocketperf_datasets::prompt::{self, ChatMessage as DsMessage, Role};
@@ -53,13 +53,9 @@ pub fn encode_chat(engine: &Engine, messages: &[DsMessage]) -> Result<Vec<u32>> 
             content: m.content.clone(),
         })
         .collect();
-    let system = default_system(engine);
     Ok(encode_prompt(
         &engine.tokenizer,
-        PromptText::Chat {
-            messages: &msgs,
-            system: system.as_deref(),
-        },
+        PromptText::Chat { messages: &msgs },
     )?)
 }
 

@@ -25,7 +25,7 @@ use crate::cmd::run::{PresetArg, RunArgs};
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
 use crate::sim::model::Activity;
-use crate::sut::prompts::{default_system, encode_rendered, render_chat};
+use crate::sut::prompts::{encode_rendered, render_chat};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
 
@@ -189,7 +189,6 @@ pub fn run_dialogues(
 pub struct RuntimeSut<'e> {
     engine: &'e Engine,
     session: Session<'e>,
-    system: Option<String>,
     /// The conversation text whose tokens the KV cache holds.
     rendered: String,
     /// The token ids the KV cache holds, in order.
@@ -204,7 +203,6 @@ impl<'e> RuntimeSut<'e> {
     pub fn new(engine: &'e Engine, session: Session<'e>) -> Self {
         Self {
             engine,
-            system: default_system(engine),
             session,
             rendered: String::new(),
             context: Vec::new(),
@@ -225,14 +223,13 @@ impl<'e> RuntimeSut<'e> {
 
     /// KV slots a dialogue needs: its fully rendered conversation plus every reply budget.
     pub fn tokens_needed(engine: &Engine, d: &Dialogue) -> Result<usize> {
-        let system = default_system(engine);
         let mut msgs = Vec::new();
         for t in &d.turns {
             msgs.push(ChatMessage::new("user", &t.user));
             msgs.push(ChatMessage::new("assistant", ""));
         }
-        let text = render_chat(&msgs, system.as_deref());
-        let n = encode_rendered(&engine.tokenizer, &text)?.len();
+        let text = render_chat(&engine.tokenizer, &msgs);
+        let n = encode_rendered(&engine.tokenizer, &text, true)?.len();
         Ok(n + d.total_new_tokens() as usize)
     }
 }
@@ -260,8 +257,8 @@ impl DialogueSut for RuntimeSut<'_> {
         max_new_tokens: u32,
         on_token: &mut dyn FnMut(),
     ) -> Result<TurnOutput> {
-        let full = render_chat(history, self.system.as_deref());
-        // ChatML is append-only: the new turn's text follows what the cache already holds.
+        let full = render_chat(&self.engine.tokenizer, history);
+        // Chat templates are append-only: the new turn's text follows what the cache already holds.
         let reuse = self.session.n_past() > 0 && full.starts_with(&self.rendered);
         let (suffix, reused) = if reuse {
             (&full[self.rendered.len()..], self.session.n_past())
@@ -274,7 +271,7 @@ impl DialogueSut for RuntimeSut<'_> {
         if reuse {
             ids.extend(self.last_reply.last().copied());
         }
-        ids.extend(encode_rendered(&self.engine.tokenizer, suffix)?);
+        ids.extend(encode_rendered(&self.engine.tokenizer, suffix, !reuse)?);
         let opts = GenerateOptions {
             max_new_tokens: max_new_tokens as usize,
             stop_at_eog: false,
@@ -381,7 +378,7 @@ impl DialogueSut for SimulatedSut<'_> {
         max_new_tokens: u32,
         on_token: &mut dyn FnMut(),
     ) -> Result<TurnOutput> {
-        let full = render_chat(history, None);
+        let full = pocketperf_runtime::tokenizer::chat_prompt(history, true, None);
         let new_chars = full.len().saturating_sub(self.rendered_chars);
         let prefilled = new_chars.div_ceil(4).max(1);
         self.work(prefilled as f64, Self::PREFILL_SPEEDUP)?;

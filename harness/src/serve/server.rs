@@ -60,7 +60,6 @@ struct Loaded<'e> {
     /// Tokens whose KV the session holds, in order (for prefix reuse).
     history: Vec<u32>,
     ctx: usize,
-    system: Option<String>,
 }
 
 enum Next {
@@ -199,7 +198,6 @@ impl<R: BufRead, W: Write> Server<R, W> {
             session,
             history: Vec::new(),
             ctx,
-            system: crate::sut::prompts::default_system(engine),
         }))
     }
 
@@ -599,10 +597,7 @@ fn prompt_tokens(l: &Loaded<'_>, p: &PromptSpec, op: &str) -> Result<Vec<u32>, F
     };
     let ids = encode_prompt(
         tk,
-        PromptText::Chat {
-            messages: &text,
-            system: l.system.as_deref(),
-        },
+        PromptText::Chat { messages: &text },
     )
     .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
     non_empty(ids, op)

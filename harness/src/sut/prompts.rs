@@ -11,7 +11,7 @@
 use anyhow::{Context, Result, bail};
 use pocketperf_datasets::perf::PerfPrompt;
 use pocketperf_runtime::session::Engine;
-use pocketperf_runtime::tokenizer::{self, ChatMessage, Tokenizer};
+use pocketperf_runtime::tokenizer::{ChatMessage, Prompt, Tokenizer};
 use pocketperf_scenarios::{QslError, Query, QuerySampleLibrary};
 
 /// What a prompt is before it becomes tokens.
@@ -21,45 +21,35 @@ pub enum PromptText<'a> {
     /// whether control-token text inside it (`<|im_start|>`) is parsed as control tokens;
     /// dataset text (MMLU questions) is never parsed.
     Raw { text: &'a str, special: bool },
-    /// Messages rendered in the model's chat template with `system` (the model's default
-    /// system prompt, [`default_system`], unless the messages bring their own), ending with
-    /// the assistant header.
-    Chat {
-        messages: &'a [ChatMessage],
-        system: Option<&'a str>,
-    },
+    /// Messages rendered in the model's chat template (with the template's default system
+    /// prompt unless the messages bring their own), ending with the header of the reply.
+    Chat { messages: &'a [ChatMessage] },
 }
 
-/// The model's default system prompt (from its chat template), if it has one.
-pub fn default_system(engine: &Engine) -> Option<String> {
-    tokenizer::default_system_prompt(engine.model.gguf())
+/// Chat messages rendered in the model's template, ending with the header of the reply.
+pub fn render_chat(tok: &Tokenizer, messages: &[ChatMessage]) -> String {
+    tok.render_prompt(&Prompt::messages(messages))
 }
 
-/// Chat messages rendered in the model's template, ending with the assistant header.
-pub fn render_chat(messages: &[ChatMessage], system: Option<&str>) -> String {
-    tokenizer::chat_prompt(messages, true, system)
+/// Token ids of text already rendered in the chat template: control tokens parsed; BOS first
+/// (when the model adds one) if `open`, none for a continuation of what the cache holds (a new
+/// turn appended to a cached conversation).
+pub fn encode_rendered(
+    tok: &Tokenizer,
+    rendered: &str,
+    open: bool,
+) -> pocketperf_runtime::Result<Vec<u32>> {
+    let p = Prompt::text(rendered).parse_special(true);
+    tok.encode_prompt(&if open { p } else { p.continuation() })
 }
 
-/// Token ids of text already rendered in the chat template, or of a continuation of such
-/// text (a new turn appended to a cached conversation): control tokens parsed, no BOS added.
-pub fn encode_rendered(tok: &Tokenizer, rendered: &str) -> pocketperf_runtime::Result<Vec<u32>> {
-    tok.encode(rendered, true)
-}
-
-/// The one route from text to prompt tokens.
+/// Token ids of a prompt, through the runtime's one route ([`Tokenizer::encode_prompt`]).
 pub fn encode_prompt(tok: &Tokenizer, p: PromptText<'_>) -> pocketperf_runtime::Result<Vec<u32>> {
     match p {
         PromptText::Raw { text, special } => {
-            let mut ids = Vec::with_capacity(text.len() / 3 + 2);
-            if tok.add_bos() {
-                ids.extend(tok.bos());
-            }
-            ids.extend(tok.encode(text, special)?);
-            Ok(ids)
+            tok.encode_prompt(&Prompt::text(text).parse_special(special))
         }
-        PromptText::Chat { messages, system } => {
-            encode_rendered(tok, &render_chat(messages, system))
-        }
+        PromptText::Chat { messages } => tok.encode_prompt(&Prompt::messages(messages)),
     }
 }
 
@@ -68,7 +58,6 @@ pub fn encode_prompt(tok: &Tokenizer, p: PromptText<'_>) -> pocketperf_runtime::
 /// control tokens parsed, as `generate` always did.
 pub fn prompt_tokens(engine: &Engine, text: &str, chat: bool) -> Result<Vec<u32>> {
     if chat {
-        let system = default_system(engine);
         let messages = [ChatMessage {
             role: "user".into(),
             content: text.into(),
@@ -77,7 +66,6 @@ pub fn prompt_tokens(engine: &Engine, text: &str, chat: bool) -> Result<Vec<u32>
             &engine.tokenizer,
             PromptText::Chat {
                 messages: &messages,
-                system: system.as_deref(),
             },
         )?)
     } else {
