@@ -20,4 +20,8 @@ for isa in $tiers; do
   [ "$isa" = "$best" ] && [ -z "${POCKETPERF_ISA:-}" ] && continue
   echo "== model tests under POCKETPERF_ISA=$isa"
   POCKETPERF_ISA=$isa cargo test -q -p pocketperf-runtime --test model_reference
+  # Gemma 3 and Qwen2.5: logits and greedy continuations under this tier. Their perplexity
+  # tests run under the best tier only (above): under the scalar tier they would take most of
+  # CI's time; the K-quant kernels of every tier are bit-identical to scalar (quant_props_k).
+  POCKETPERF_ISA=$isa cargo test -q -p pocketperf-runtime --test arch_reference -- logits_and_greedy
 done
