@@ -595,11 +595,8 @@ fn prompt_tokens(l: &Loaded<'_>, p: &PromptSpec, op: &str) -> Result<Vec<u32>, F
             v
         }
     };
-    let ids = encode_prompt(
-        tk,
-        PromptText::Chat { messages: &text },
-    )
-    .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
+    let ids = encode_prompt(tk, PromptText::Chat { messages: &text })
+        .map_err(|e| (ErrorCode::Runtime, format!("{op}: {e}")))?;
     non_empty(ids, op)
 }
 
