@@ -9,7 +9,7 @@
 
 mod common;
 #[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod fuzz_body;
 
 use std::alloc::{GlobalAlloc, Layout, System};
