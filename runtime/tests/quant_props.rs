@@ -8,6 +8,9 @@
 //! order of the f32 sums: the bound used is `1e-5 · Σ|w_i · a_i|` over the dequantized
 //! operands (a few hundred ulps of the sum of magnitudes for rows of up to 20 blocks).
 
+mod common;
+
+use common::{Rng, with_flavor};
 use half::f16;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::pool::ThreadPool;
@@ -17,44 +20,8 @@ use pocketperf_runtime::quant::{
 };
 use proptest::prelude::*;
 
-/// The tiers to check on this CPU, with whether VNNI is switched off for the run.
 fn tiers() -> Vec<(Isa, bool)> {
-    let mut t = Vec::new();
-    if quant::supported(Isa::Avx2) {
-        t.push((Isa::Avx2, false));
-    }
-    if quant::supported(Isa::Avx512) {
-        t.push((Isa::Avx512, false));
-        if quant::has_vnni() {
-            t.push((Isa::Avx512, true));
-        }
-    }
-    if quant::supported(Isa::Neon) {
-        t.push((Isa::Neon, false));
-    }
-    t
-}
-
-fn with_flavor<T>(vnni_off: bool, f: impl FnOnce() -> T) -> T {
-    quant::set_vnni_disabled(vnni_off);
-    let r = f();
-    quant::set_vnni_disabled(false);
-    r
-}
-
-/// xorshift32 in [-1, 1).
-struct Rng(u32);
-
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-    }
+    common::simd_tiers()
 }
 
 /// Raw ggml bytes for `rows × cols` weights of `ty`: random quants (every bit pattern,

@@ -9,6 +9,9 @@
 //! with the scalar reference's f32 operations, so they must equal it bit for bit. Q5_0/Q5_1
 //! tiers accumulate f32 in lanes (as ggml does): bound `1e-5 · Σ|w_i · a_i|`.
 
+mod common;
+
+use common::{Rng, with_flavor};
 use half::f16;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::pool::ThreadPool;
@@ -17,41 +20,7 @@ use pocketperf_runtime::quant::{self, ActRow, Isa, QuantizedActs, WeightMatrix};
 use proptest::prelude::*;
 
 fn tiers() -> Vec<(Isa, bool)> {
-    let mut t = Vec::new();
-    if quant::supported(Isa::Avx2) {
-        t.push((Isa::Avx2, false));
-    }
-    if quant::supported(Isa::Avx512) {
-        t.push((Isa::Avx512, false));
-        if quant::has_vnni() {
-            t.push((Isa::Avx512, true));
-        }
-    }
-    if quant::supported(Isa::Neon) {
-        t.push((Isa::Neon, false));
-    }
-    t
-}
-
-fn with_flavor<T>(vnni_off: bool, f: impl FnOnce() -> T) -> T {
-    quant::set_vnni_disabled(vnni_off);
-    let r = f();
-    quant::set_vnni_disabled(false);
-    r
-}
-
-struct Rng(u32);
-
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-    }
+    common::simd_tiers()
 }
 
 const TYPES: [GgmlType; 7] = [

@@ -127,3 +127,46 @@ pub fn rms(a: &[f32], b: &[f32]) -> f64 {
         / a.len() as f64)
         .sqrt()
 }
+
+/// The SIMD tiers to check against the scalar reference on this CPU, with whether VNNI is
+/// switched off for the run (the AVX-512 tier is checked with and without it).
+pub fn simd_tiers() -> Vec<(pocketperf_runtime::quant::Isa, bool)> {
+    use pocketperf_runtime::quant::{self, Isa};
+    let mut t = Vec::new();
+    if quant::supported(Isa::Avx2) {
+        t.push((Isa::Avx2, false));
+    }
+    if quant::supported(Isa::Avx512) {
+        t.push((Isa::Avx512, false));
+        if quant::has_vnni() {
+            t.push((Isa::Avx512, true));
+        }
+    }
+    if quant::supported(Isa::Neon) {
+        t.push((Isa::Neon, false));
+    }
+    t
+}
+
+/// Runs `f` with the AVX-512 tier's VNNI path switched off when `vnni_off`.
+pub fn with_flavor<T>(vnni_off: bool, f: impl FnOnce() -> T) -> T {
+    pocketperf_runtime::quant::set_vnni_disabled(vnni_off);
+    let r = f();
+    pocketperf_runtime::quant::set_vnni_disabled(false);
+    r
+}
+
+/// xorshift32 in [-1, 1).
+pub struct Rng(pub u32);
+
+impl Rng {
+    pub fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+}
