@@ -73,6 +73,7 @@ pub enum ModelCmd {
     /// The model catalog: name, parameters, file size, license, source packages, SHA-256,
     /// and whether the file is cached.
     List {
+        /// Print the catalog as JSON (one object per model) instead of text.
         #[arg(long)]
         json: bool,
     },
