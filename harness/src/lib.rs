@@ -15,6 +15,8 @@
 //! - [`sim`] — simulated handsets and the governor's closed-loop simulation;
 //! - [`soak`] — hours-long robustness runs through `serve`;
 //! - [`farm`] — suites on many devices;
+//! - [`tools`] — the work of the model commands (`model`, `tokenize`, `generate`, `logits`,
+//!   `perplexity`, `bench` with its roofline probe);
 //! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress.
 
 pub mod cmd;
@@ -31,3 +33,4 @@ pub mod sim;
 pub mod soak;
 pub mod sut;
 pub mod telemetry;
+pub mod tools;

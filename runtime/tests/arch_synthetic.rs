@@ -5,18 +5,15 @@
 //! window-sized ring equal token-by-token decoding).
 
 mod common;
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code, unused_imports)]
-mod fuzz_body;
 mod synth;
 
-use fuzz_body::{TinyLlama, tiny_llama};
 use pocketperf_runtime::Error;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::gguf::{GgufFile, Value};
 use pocketperf_runtime::model::{Forward, Model, SessionOptions};
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant;
+use pocketperf_testkit::{TinyLlama, tiny_llama};
 use std::sync::Arc;
 use synth::{TinyGemma, f32_tensor, rewrite, tiny_gemma3};
 

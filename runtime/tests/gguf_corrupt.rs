@@ -2,23 +2,24 @@
 //! field and the byte offset where reading failed, never a panic, a huge allocation or UB.
 //!
 //! Inputs are synthetic files built with the project's writer and the real reference model.
-//! A small independent walker (below) locates every field of a valid file, so each test
-//! knows exactly which field and offset the reader must blame. The fuzz target's body
-//! (`fuzz/src/lib.rs`) is driven here over thousands of mutated inputs, so CI runs it on the
-//! stable toolchain.
+//! A small independent walker (`tests/gguf_walker`) locates every field of a valid
+//! file, so each test knows exactly which field and offset the reader must blame. The fuzz
+//! target's body (`pocketperf_testkit::open_and_touch`, also compiled into `fuzz/`) is driven
+//! here over thousands of mutated inputs, so CI runs it on the stable toolchain.
 
 mod common;
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code, unused_imports)]
-mod fuzz_body;
+mod gguf_walker;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use fuzz_body::{Rng, TinyLlama, open_and_touch, seeds, synthetic_all_types, tiny_llama};
+use gguf_walker::{
+    Layout_, blamed_field, expect_err, gguf_err, kv, put_u32, put_u64, rd_u64, walk,
+};
 use pocketperf_runtime::Error;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::gguf::{GgufFile, GgufWriter, MAX_STRING_LEN, MAX_TENSORS, Value};
+use pocketperf_testkit::{Rng, TinyLlama, open_and_touch, seeds, synthetic_all_types, tiny_llama};
 
 // ---------------------------------------------------------------------------------------------
 // The largest single allocation made by the current thread, to prove hostile counts and
@@ -57,244 +58,6 @@ fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
     PEAK.with(|p| p.set(0));
     let r = f();
     (r, PEAK.with(Cell::get))
-}
-
-// ---------------------------------------------------------------------------------------------
-// An independent walker over a *valid* GGUF file: where every field starts.
-
-#[derive(Debug, Clone)]
-struct KvAt {
-    key: String,
-    start: usize,
-    key_at: usize,
-    type_at: usize,
-    value_at: usize,
-    /// For arrays: the element type and length fields.
-    array: Option<(usize, usize)>,
-    end: usize,
-}
-
-#[derive(Debug, Clone)]
-struct TensorAt {
-    name: String,
-    start: usize,
-    ndims_at: usize,
-    dims_at: Vec<usize>,
-    type_at: usize,
-    offset_at: usize,
-    end: usize,
-    rel_offset: u64,
-    n_bytes: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Layout_ {
-    kvs: Vec<KvAt>,
-    tensors: Vec<TensorAt>,
-    header_end: usize,
-    data_offset: usize,
-}
-
-fn rd_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-
-fn rd_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// Bytes of a value of type `ty` at `at` (the walker trusts the file: it is valid).
-fn value_len(b: &[u8], ty: u32, at: usize) -> usize {
-    match ty {
-        0 | 1 | 7 => 1,
-        2 | 3 => 2,
-        4..=6 => 4,
-        10..=12 => 8,
-        8 => 8 + rd_u64(b, at) as usize,
-        9 => {
-            let et = rd_u32(b, at);
-            let n = rd_u64(b, at + 4) as usize;
-            let mut p = at + 12;
-            for _ in 0..n {
-                p += value_len(b, et, p);
-            }
-            p - at
-        }
-        t => panic!("walker: value type {t}"),
-    }
-}
-
-fn walk(b: &[u8]) -> Layout_ {
-    let n_tensors = rd_u64(b, 8) as usize;
-    let n_kv = rd_u64(b, 16) as usize;
-    let mut p = 24;
-    let mut alignment = 32u64;
-    let mut kvs = Vec::new();
-    for _ in 0..n_kv {
-        let start = p;
-        let klen = rd_u64(b, p) as usize;
-        let key = String::from_utf8(b[p + 8..p + 8 + klen].to_vec()).unwrap();
-        let type_at = p + 8 + klen;
-        let ty = rd_u32(b, type_at);
-        let value_at = type_at + 4;
-        let end = value_at + value_len(b, ty, value_at);
-        if key == "general.alignment" && ty == 4 && rd_u32(b, value_at).is_power_of_two() {
-            alignment = rd_u32(b, value_at) as u64;
-        }
-        kvs.push(KvAt {
-            key,
-            start,
-            key_at: start + 8,
-            type_at,
-            value_at,
-            array: (ty == 9).then_some((value_at, value_at + 4)),
-            end,
-        });
-        p = end;
-    }
-    let mut tensors = Vec::new();
-    for _ in 0..n_tensors {
-        let start = p;
-        let nlen = rd_u64(b, p) as usize;
-        let name = String::from_utf8(b[p + 8..p + 8 + nlen].to_vec()).unwrap();
-        let ndims_at = p + 8 + nlen;
-        let nd = rd_u32(b, ndims_at) as usize;
-        let dims_at: Vec<usize> = (0..nd).map(|d| ndims_at + 4 + 8 * d).collect();
-        let dims: Vec<u64> = dims_at.iter().map(|&a| rd_u64(b, a)).collect();
-        let type_at = ndims_at + 4 + 8 * nd;
-        let ty = GgmlType::from_id(rd_u32(b, type_at)).unwrap();
-        let offset_at = type_at + 4;
-        let n: u64 = dims.iter().product();
-        let n_bytes = ty.row_bytes(dims[0]).unwrap() * (n / dims[0]);
-        tensors.push(TensorAt {
-            name,
-            start,
-            ndims_at,
-            dims_at,
-            type_at,
-            offset_at,
-            end: offset_at + 8,
-            rel_offset: rd_u64(b, offset_at),
-            n_bytes,
-        });
-        p = offset_at + 8;
-    }
-    let data_offset = (p as u64).div_ceil(alignment) * alignment;
-    Layout_ {
-        kvs,
-        tensors,
-        header_end: p,
-        data_offset: data_offset as usize,
-    }
-}
-
-/// The field the reader must blame when the file ends at `cut` (the first missing byte).
-fn blamed_field(b: &[u8], l: &Layout_, cut: usize) -> String {
-    let (n_tensors, n_kv) = (rd_u64(b, 8), rd_u64(b, 16));
-    match cut {
-        0..=3 => return "header.magic".into(),
-        4..=7 => return "header.version".into(),
-        8..=15 => return "header.tensor_count".into(),
-        16..=23 => return "header.kv_count".into(),
-        _ => {}
-    }
-    let left = (cut - 24) as u64;
-    if n_kv * 13 > left {
-        return "header.kv_count".into();
-    }
-    if n_tensors * 24 > left {
-        return "header.tensor_count".into();
-    }
-    for (i, k) in l.kvs.iter().enumerate() {
-        if cut < k.end {
-            return if cut < k.type_at {
-                format!("kv[{i}].key")
-            } else if cut < k.value_at {
-                format!("kv[{i}].type")
-            } else {
-                format!("kv[{i}].value")
-            };
-        }
-    }
-    for (i, t) in l.tensors.iter().enumerate() {
-        if cut < t.end {
-            return if cut < t.ndims_at {
-                format!("tensor_infos[{i}].name")
-            } else if cut < t.ndims_at + 4 {
-                format!("tensor_infos[{i}].n_dims")
-            } else if cut < t.type_at {
-                let d = (cut - t.ndims_at - 4) / 8;
-                format!("tensor_infos[{i}].dims[{d}]")
-            } else if cut < t.offset_at {
-                format!("tensor_infos[{i}].type")
-            } else {
-                format!("tensor_infos[{i}].offset")
-            };
-        }
-    }
-    if cut < l.data_offset {
-        return "tensor_data".into();
-    }
-    for (i, t) in l.tensors.iter().enumerate() {
-        if (l.data_offset as u64 + t.rel_offset + t.n_bytes) > cut as u64 {
-            return format!("tensor_infos[{i}].offset");
-        }
-    }
-    panic!("cut {cut} leaves a complete file")
-}
-
-/// The `Error::Gguf` of a parse that must fail.
-fn gguf_err(name: &str, bytes: Vec<u8>) -> (String, u64, String, String) {
-    match GgufFile::from_bytes(name, bytes) {
-        Ok(_) => panic!("{name}: parsed a corrupt file"),
-        Err(e @ Error::Gguf { .. }) => {
-            let msg = e.to_string();
-            let Error::Gguf {
-                field,
-                offset,
-                reason,
-                ..
-            } = e
-            else {
-                unreachable!()
-            };
-            (field, offset, reason, msg)
-        }
-        Err(e) => panic!("{name}: not a GGUF error: {e}"),
-    }
-}
-
-/// Asserts a corrupt file fails at exactly `field…` and `offset`, with `why` in the reason.
-#[track_caller]
-fn expect_err(bytes: Vec<u8>, field: &str, offset: usize, why: &str) {
-    let (f, o, reason, msg) = gguf_err("corrupt.gguf", bytes);
-    assert!(
-        f.starts_with(field),
-        "field {f:?}, expected {field:?}: {msg}"
-    );
-    assert_eq!(o, offset as u64, "offset: {msg}");
-    assert!(reason.contains(why), "reason lacks {why:?}: {msg}");
-    assert!(
-        msg.starts_with("corrupt.gguf: invalid GGUF: ") && msg.contains(&format!("offset {o}")),
-        "{msg}"
-    );
-    assert!(!msg.contains('\n'), "one line: {msg}");
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn kv<'a>(l: &'a Layout_, key: &str) -> (usize, &'a KvAt) {
-    l.kvs
-        .iter()
-        .enumerate()
-        .find(|(_, k)| k.key == key)
-        .unwrap_or_else(|| panic!("no key {key}"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,18 +4,14 @@
 //! equal token-by-token decoding, and a rewound cache must equal one that never saw the
 //! discarded tokens.
 //!
-//! Models are tiny synthetic llama files (`fuzz/src/lib.rs`) with F32 weights, so the only
-//! differences left between two equivalent runs are float summation order and f16 rounding of
-//! keys rotated at different absolute positions.
+//! Models are tiny synthetic llama files (`pocketperf_testkit::tiny_llama`) with F32 weights,
+//! so the only differences left between two equivalent runs are float summation order and
+//! f16 rounding of keys rotated at different absolute positions.
 
 mod common;
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code, unused_imports)]
-mod fuzz_body;
 
 use std::sync::Arc;
 
-use fuzz_body::{Rng, TinyLlama, tiny_llama};
 use pocketperf_runtime::Error;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::gguf::GgufFile;
@@ -23,6 +19,7 @@ use pocketperf_runtime::kv::KvPolicy;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::session::{Engine, argmax};
+use pocketperf_testkit::{Rng, TinyLlama, tiny_llama};
 
 fn engine(c: TinyLlama) -> Engine {
     let g = GgufFile::from_bytes("tiny", tiny_llama(c)).unwrap();

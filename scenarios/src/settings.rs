@@ -8,7 +8,7 @@
 //! latencies in milliseconds, percentiles and probabilities in percent. Unlike LoadGen, which
 //! ignores typos, every unknown key, malformed line or bad value is an [`Error::Config`].
 //!
-//! Size: just over 800 lines because LoadGen's key table, its lookup precedence and the
+//! Size: over 800 lines because LoadGen's key table, its lookup precedence and the
 //! per-key validation are one unit; splitting the table from its rules would scatter one spec.
 
 use std::collections::HashMap;

@@ -9,7 +9,6 @@ pub mod governor;
 pub mod mmlu;
 pub mod probe;
 pub mod report;
-pub mod roofline;
 pub mod run;
 pub mod runtime;
 pub mod scenario_bench;

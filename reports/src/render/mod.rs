@@ -4,10 +4,7 @@
 //! is injected through [`RenderContext`] so outputs can be reproduced byte for byte.
 
 mod html;
-pub(crate) mod html_parts {
-    //! HTML building blocks shared by the run, compare and gate pages.
-    pub(crate) use super::html::{figure, page_start, provenance_table};
-}
+pub(crate) mod html_parts;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -22,13 +19,7 @@ use crate::stats::{self, Statistic, TukeyFences};
 
 pub use html::render_html;
 
-/// Series derived from the CSV members, as the HTML report plots them.
-pub mod html_helpers {
-    pub use super::html::{
-        cumulative_energy_j, figure, page_end, page_start, page_start_styled,
-        tokens_per_s_over_time,
-    };
-}
+pub mod html_helpers;
 
 /// Seed of every bootstrap interval the reports print, so reruns print the same figures.
 pub const BOOTSTRAP_SEED: u64 = 0x5EED_2026;

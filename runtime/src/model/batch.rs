@@ -1,7 +1,8 @@
 //! Batched decode: one token for each of several sequences in one pass over the weights.
 
-use super::forward::{Counters, Forward, KvAccess, check_tokens};
+use super::forward::{Forward, check_tokens};
 use super::pass::Pass;
+use super::pass_io::{Counters, KvAccess};
 use super::weights::Model;
 use super::workspace::{RowInfo, Workspace};
 use crate::error::{Error, Result};

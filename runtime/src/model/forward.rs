@@ -3,6 +3,7 @@
 //! scratch and thread pool; prefill in chunks and token-by-token decode.
 
 use super::pass::Pass;
+use super::pass_io::{Counters, KvAccess};
 use super::weights::Model;
 use super::workspace::{RowInfo, Workspace};
 use crate::error::{Error, Result};
@@ -32,24 +33,6 @@ impl Default for SessionOptions {
             logits_all: false,
         }
     }
-}
-
-/// Counters a harness records per run.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct Counters {
-    pub tokens_prefilled: u64,
-    pub tokens_decoded: u64,
-    pub forward_calls: u64,
-    pub matmuls: u64,
-    pub weight_bytes_read: u64,
-}
-
-/// The KV caches one forward call reads and writes: a single ring for a prefill chunk or a
-/// decode step, one ring per row for a batched decode.
-pub(super) trait KvAccess: Sync {
-    /// The ring of sequence `seq` for the global (`local = false`) or sliding-window layers.
-    fn kv(&self, seq: usize, local: bool) -> &KvCache;
-    fn kv_mut(&mut self, seq: usize, local: bool) -> &mut KvCache;
 }
 
 /// The rings of one sequence: full context for the global layers, and for a family with

@@ -9,7 +9,7 @@ use crate::pool::ThreadPool;
 use crate::quant::{self, Isa, OutRows, QuantizedActs, WeightMatrix, attn};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::forward::Counters;
+use super::pass_io::Counters;
 
 /// A raw view of a scratch vector that pool workers write in disjoint ranges.
 #[derive(Clone, Copy)]

@@ -13,13 +13,16 @@
 //! Attention reads f16 keys and values and accumulates in f32.
 //!
 //! # Layout
-//! - [`config`]: hyper-parameters, and the refusal of metadata this runtime does not
-//!   implement;
+//! - [`config`]: hyper-parameters and what derives from them;
+//! - `metadata`: reading them from GGUF metadata, and the refusal of metadata this runtime
+//!   does not implement;
 //! - [`arch`]: one file per family;
 //! - `weights`: the loaded [`Model`] and its tensor views;
 //! - `layers`: the shared operations (norms, RoPE, activations, pool jobs);
 //! - `workspace`: scratch buffers allocated once per session;
 //! - `pass`: one forward pass over all layers (the schedule below);
+//! - `pass_io`: what a pass reads and reports outside its workspace (the KV rings it
+//!   reaches through `KvAccess`, the work [`Counters`]);
 //! - `forward`: [`Forward`], the state of one sequence; `batch`: [`BatchForward`].
 //!
 //! # Schedule of one layer
@@ -46,12 +49,15 @@ mod batch;
 pub mod config;
 mod forward;
 mod layers;
+mod metadata;
 mod pass;
+mod pass_io;
 mod weights;
 mod workspace;
 
 pub use batch::{BatchForward, SeqSet};
 pub use config::{FfnAct, ModelConfig, RopeLayout, RopeScaling};
-pub use forward::{Counters, Forward, SessionOptions};
+pub use forward::{Forward, SessionOptions};
 pub use layers::{gelu_tanh, rms_norm, rope, silu};
+pub use pass_io::Counters;
 pub use weights::{LayerWeights, Model};

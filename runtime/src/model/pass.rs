@@ -4,11 +4,11 @@
 //! configuration.
 
 use super::config::ModelConfig;
-use super::forward::{Counters, KvAccess};
 use super::layers::{
     Shared, gated_act, lcm, matmul_job, norm_add, norm_quantize, par_chunks, quantize_rows,
     rms_norm_inplace, rope, softmax,
 };
+use super::pass_io::{Counters, KvAccess};
 use super::weights::{LayerWeights, Model};
 use super::workspace::{TILE_QUERIES, Workspace};
 use crate::pool::ThreadPool;

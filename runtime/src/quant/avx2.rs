@@ -255,14 +255,12 @@ pub(super) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// The AVX2 kernel for a (weight type, activation) pair.
+/// The AVX2 kernel for a (weight type, activation) pair other than the five-bit and K-quant
+/// ones (the dispatch in `quant` asks `avx2_k` first).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract (features present, lengths checked).
     unsafe {
-        if let Some(v) = super::avx2_k::dot(ty, w, a) {
-            return v;
-        }
         match (ty, a) {
             (GgmlType::Q4_1, ActRow::Q8_1(b)) => q4_1_q8_1(w, b),
             (GgmlType::Q4_0, ActRow::Q8_0(b)) => q4_0_q8_0(w, b),

@@ -335,16 +335,14 @@ unsafe fn f32_f32(w: &[u8], a: &[f32]) -> f32 {
     }
 }
 
-/// The AVX-512 kernel for a (weight type, activation) pair.
+/// The AVX-512 kernel for a (weight type, activation) pair other than the five-bit and
+/// K-quant ones (the dispatch in `quant` asks `avx512_k` first).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2, FMA and F16C present, and AVX512-VNNI if `vnni`; `w` holds the row.
 pub(super) unsafe fn dot(vnni: bool, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe {
-        if let Some(v) = super::avx512_k::dot(vnni, ty, w, a) {
-            return v;
-        }
         match (ty, a, vnni) {
             (GgmlType::Q4_1, ActRow::Q8_1(b), true) => vnni::q4_1_q8_1(w, b),
             (GgmlType::Q4_1, ActRow::Q8_1(b), false) => bw::q4_1_q8_1(w, b),
@@ -359,7 +357,8 @@ pub(super) unsafe fn dot(vnni: bool, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f
     }
 }
 
-/// One weight row with four activation rows; `None` when this pair has no tiled kernel.
+/// One weight row with four activation rows; `None` when this pair has no tiled kernel here
+/// (the dispatch in `quant` asks `avx512_k` first).
 ///
 /// # Safety
 /// As [`dot`]; the four rows have equal lengths.
@@ -371,9 +370,6 @@ pub(super) unsafe fn dot4(
 ) -> Option<[f32; 4]> {
     // SAFETY: forwarded caller contract.
     unsafe {
-        if let Some(r) = super::avx512_k::dot4(vnni, ty, w, a) {
-            return Some(r);
-        }
         match (ty, a) {
             (
                 GgmlType::Q4_1,

@@ -29,9 +29,9 @@
 //! forces a tier so one machine can test them all. A kernel asked for a tier the CPU lacks
 //! runs the best supported tier below it (never an illegal instruction).
 //!
-//! This file is longer than the house limit of about 800 lines: the dispatch, the activation
-//! buffers and the matrix product share the private tier and layout types; the kernels
-//! themselves live in the per-tier modules.
+//! Size: over 800 lines because the dispatch, the activation buffers and the matrix product
+//! share the private tier and layout types; the kernels themselves live in the per-tier
+//! modules.
 
 pub mod attn;
 pub mod blocks;
@@ -500,11 +500,14 @@ pub fn vec_dot(isa: Isa, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
 fn dot_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     match t {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the tier was resolved against this CPU; lengths checked by the caller.
-        Tier::Avx512 { vnni, .. } => unsafe { avx512::dot(vnni, ty, w, a) },
+        // SAFETY: the tier was resolved against this CPU; lengths checked by the caller. The
+        // five-bit and K-quant kernels come first, the tier's other kernels after.
+        Tier::Avx512 { vnni, .. } => unsafe {
+            avx512_k::dot(vnni, ty, w, a).unwrap_or_else(|| avx512::dot(vnni, ty, w, a))
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Tier::Avx2 => unsafe { avx2::dot(ty, w, a) },
+        Tier::Avx2 => unsafe { avx2_k::dot(ty, w, a).unwrap_or_else(|| avx2::dot(ty, w, a)) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as above.
         Tier::Neon => unsafe { neon::dot(ty, w, a) },
@@ -537,6 +540,10 @@ fn dot4_unchecked(t: Tier, ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> [f32; 
     #[cfg(target_arch = "x86_64")]
     if let Tier::Avx512 { vnni, .. } = t {
         // SAFETY: the tier was resolved against this CPU; lengths checked by the caller.
+        if let Some(r) = unsafe { avx512_k::dot4(vnni, ty, w, a) } {
+            return r;
+        }
+        // SAFETY: as above.
         if let Some(r) = unsafe { avx512::dot4(vnni, ty, w, a) } {
             return r;
         }

@@ -1,0 +1,117 @@
+//! `generate`: the prompt's tokens (through the chat template when asked), then sampled or
+//! greedy tokens streamed to stdout as they decode, with TTFT and decode speed on stderr,
+//! and the thermal governor's hook on every token when one is configured.
+
+use crate::cmd::governor::GovernorArgs;
+use crate::sut::prompts::prompt_tokens;
+use anyhow::{Result, bail};
+use pocketperf_runtime::model::SessionOptions;
+use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};
+use pocketperf_runtime::tokenizer::StreamDecoder;
+use std::io::Write;
+use std::time::Instant;
+
+/// What to generate (from `generate`'s flags).
+pub struct GenerateSpec<'a> {
+    pub prompt: &'a str,
+    /// Wrap the prompt in the model's chat template (as a user turn).
+    pub chat: bool,
+    pub max_tokens: usize,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u64,
+    /// KV ring size in tokens.
+    pub ctx: usize,
+    pub governor: &'a GovernorArgs,
+}
+
+/// Generates from `a.prompt` and streams the text to stdout.
+pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
+    let model_ctx = engine.model.config().context_length;
+    if a.ctx == 0 || a.ctx > model_ctx {
+        bail!(
+            "--ctx {}: must be 1 to the model's context length {model_ctx}",
+            a.ctx
+        );
+    }
+    let ids = prompt_tokens(engine, a.prompt, a.chat)?;
+    if ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    if ids.len() + a.max_tokens > a.ctx {
+        bail!(
+            "prompt of {} tokens plus {} new tokens does not fit --ctx {}",
+            ids.len(),
+            a.max_tokens,
+            a.ctx
+        );
+    }
+    let mut s = engine.session(SessionOptions {
+        max_seq_len: a.ctx,
+        ..Default::default()
+    })?;
+    let opts = GenerateOptions {
+        max_new_tokens: a.max_tokens,
+        stop_at_eog: true,
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    };
+    let mut dec = StreamDecoder::default();
+    let mut gov = crate::governor_hook::GovernorHook::new(a.governor, engine.threads())?;
+    if let Some(g) = gov.as_mut() {
+        eprintln!("governor: {}", g.describe());
+        g.begin();
+    }
+    let t0 = Instant::now();
+    let mut t_first = None;
+    let mut out = std::io::stdout().lock();
+    let stats = s.generate(&ids, &opts, |i, id| {
+        if i == 0 {
+            t_first = Some(t0.elapsed());
+        }
+        if !engine.tokenizer.is_eog(id) {
+            let piece = dec.push(&engine.tokenizer, id);
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+        if let Some(g) = gov.as_mut() {
+            g.on_token(0, i, engine);
+        }
+    })?;
+    let tail = dec.finish();
+    let _ = out.write_all(tail.as_bytes());
+    let _ = writeln!(out);
+    let total = t0.elapsed();
+    let ttft = t_first.unwrap_or(total);
+    let decode_s = (total - ttft).as_secs_f64();
+    let tps = if stats.generated > 1 && decode_s > 0.0 {
+        (stats.generated - 1) as f64 / decode_s
+    } else {
+        0.0
+    };
+    eprintln!(
+        "prompt {} tokens, generated {} tokens{}; TTFT {:.1} ms; decode {:.1} tokens/s ({} threads, {:?}, {})",
+        stats.prompt_tokens,
+        stats.generated,
+        if stats.stopped_at_eog {
+            " (end of generation)"
+        } else {
+            ""
+        },
+        ttft.as_secs_f64() * 1e3,
+        tps,
+        engine.threads(),
+        engine.isa(),
+        engine.backend().name()
+    );
+    if let Some(g) = &gov {
+        eprintln!("governor: {}", g.summary_line());
+        for w in g.warnings() {
+            eprintln!("warning: {w}");
+        }
+    }
+    Ok(())
+}
