@@ -398,9 +398,9 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     let bar = crate::progress::spinner("bench");
     let progress = |m: &str| bar.set_message(m.to_string());
     let (rows, kv_bytes) = bench_rows(
-        &path, &threads, a.pp, a.tg, a.batch, a.reps, isa, &a.backend, &progress,
+        path, threads, a.pp, a.tg, a.batch, a.reps, isa, a.backend, &progress,
     )?;
-    let file_bytes = std::fs::metadata(&path)
+    let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot stat", path.display()))?
         .len();
     let peak = roofline::peak_rss_bytes();
@@ -447,9 +447,9 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     };
     let start = if a.startup_runs > 0 {
         progress("start-up");
-        let engine = Engine::load(&path, threads.first().copied().unwrap_or(1), isa)?;
+        let engine = Engine::load(path, threads.first().copied().unwrap_or(1), isa)?;
         Some(startup(
-            &path,
+            path,
             threads.last().copied().unwrap_or(1),
             a.startup_runs,
             &engine,
@@ -460,8 +460,8 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     bar.finish_and_clear();
     let header = OutputHeader::new(
         2,
-        &path,
-        &meta::model_sha256(&path),
+        path,
+        &meta::model_sha256(path),
         serde_json::json!({
             "threads": threads, "pp": a.pp, "tg": a.tg, "batch": a.batch, "reps": a.reps,
             "probe_mib": a.probe_mib, "startup_runs": a.startup_runs, "isa": isa.name(),

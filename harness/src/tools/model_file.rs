@@ -56,7 +56,7 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
 pub fn align(to: u64, input: &Path, output: &Path) -> Result<()> {
     let g = naming_file(GgufFile::open(input), input)?;
     naming_file(
-        pocketperf_runtime::gguf::write_aligned(&g, output, *to),
+        pocketperf_runtime::gguf::write_aligned(&g, output, to),
         output,
     )?;
     let out = naming_file(GgufFile::open(output), output)?;

@@ -3,6 +3,5 @@
 //! `render` declares it, it reaches into `html`.
 
 pub use super::html::{
-    cumulative_energy_j, figure, page_end, page_start, page_start_styled,
-    tokens_per_s_over_time,
+    cumulative_energy_j, figure, page_end, page_start, page_start_styled, tokens_per_s_over_time,
 };
