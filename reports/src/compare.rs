@@ -11,8 +11,8 @@ use crate::error::{ReportError, Result};
 use crate::plots::{self, Bar, Series};
 use crate::render::html_parts::{figure, page_start, provenance_table};
 use crate::render::{
-    BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Provenance, RenderContext, escape_csv, escape_html,
-    escape_md, metric_rows, num, per_query_tokens_per_s,
+    BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Provenance, RenderContext, escape_html, escape_md,
+    metric_rows, num, per_query_tokens_per_s,
 };
 use crate::schema::{self, ResultFile};
 use crate::stats::{self, Better, Statistic};
@@ -272,36 +272,56 @@ impl Comparison {
             "# baseline={}",
             crate::render::one_line(&self.baseline().label)
         );
-        s.push_str("run,label,device,device_name,model_sha256,tool_version,git_commit,run_started_utc,settings,section,metric,unit,value,lo,hi,ratio_to_baseline,ratio_lo,ratio_hi\n");
-        let opt = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
-        for r in &self.rows {
-            for (i, c) in r.cells.iter().enumerate() {
-                let Some(c) = c else { continue };
-                let p = Provenance::new(&self.runs[i].result.meta, ctx);
-                let _ = writeln!(
-                    s,
-                    "{i},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    escape_csv(&self.runs[i].label),
-                    escape_csv(&p.device),
-                    escape_csv(&p.device_name),
-                    escape_csv(&p.model_sha256),
-                    escape_csv(&p.tool_version),
-                    escape_csv(&p.git_commit),
-                    p.run_started_utc,
-                    escape_csv(&p.settings),
-                    r.section,
-                    escape_csv(&r.metric),
-                    r.unit,
-                    c.value,
-                    opt(c.lo),
-                    opt(c.hi),
-                    opt(c.ratio),
-                    opt(c.ratio_lo),
-                    opt(c.ratio_hi)
-                );
+        crate::render::csv_after_comments(s, |w| {
+            w.write_record([
+                "run",
+                "label",
+                "device",
+                "device_name",
+                "model_sha256",
+                "tool_version",
+                "git_commit",
+                "run_started_utc",
+                "settings",
+                "section",
+                "metric",
+                "unit",
+                "value",
+                "lo",
+                "hi",
+                "ratio_to_baseline",
+                "ratio_lo",
+                "ratio_hi",
+            ])?;
+            let opt = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+            for r in &self.rows {
+                for (i, c) in r.cells.iter().enumerate() {
+                    let Some(c) = c else { continue };
+                    let p = Provenance::new(&self.runs[i].result.meta, ctx);
+                    w.write_record([
+                        i.to_string(),
+                        self.runs[i].label.clone(),
+                        p.device,
+                        p.device_name,
+                        p.model_sha256,
+                        p.tool_version,
+                        p.git_commit,
+                        p.run_started_utc.to_string(),
+                        p.settings,
+                        r.section.to_string(),
+                        r.metric.clone(),
+                        r.unit.to_string(),
+                        c.value.to_string(),
+                        opt(c.lo),
+                        opt(c.hi),
+                        opt(c.ratio),
+                        opt(c.ratio_lo),
+                        opt(c.ratio_hi),
+                    ])?;
+                }
             }
-        }
-        s
+            Ok(())
+        })
     }
 
     /// Markdown table, one column per run.

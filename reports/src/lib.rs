@@ -7,7 +7,8 @@
 //! Map: [`schema`] (result.json v1, migration of v0) and [`datafiles`] (tokens.csv,
 //! telemetry.csv) are read; [`stats`] (re-exports `pocketperf-stats`) computes; [`plots`]
 //! (SVG) and [`render`] (text, JSON, CSV, Markdown, the HTML page skeleton every page shares)
-//! format; [`report`], [`compare`] and [`gate`] are the three products; [`error`].
+//! format; [`report`], [`compare`] and [`gate`] are the three products; [`error`]. CSV goes
+//! through `csv::Writer`, the gate's JUnit XML through `quick_xml`'s writer.
 
 pub mod compare;
 pub mod datafiles;

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,7 +180,7 @@ pub struct SamplerCore {
     missing_cells: u64,
     start_ns: Option<u64>,
     cost: SamplerCost,
-    csv: Option<(PathBuf, BufWriter<File>)>,
+    csv: Option<(PathBuf, CsvOut)>,
     csv_error: Option<TelemetryError>,
     header_written: bool,
     metadata: Vec<(String, String)>,
@@ -357,7 +357,7 @@ impl SamplerCore {
                     path: p.clone(),
                     source,
                 })?;
-                Some((p.clone(), BufWriter::new(f)))
+                Some((p.clone(), CsvOut::Before(f)))
             }
             None => None,
         };
@@ -689,34 +689,26 @@ impl SamplerCore {
         let Some((path, w)) = &mut self.csv else {
             return;
         };
-        let mut line = String::with_capacity(16 * (row.values.len() + 1));
-        if !self.header_written {
-            for (k, v) in &self.metadata {
-                let v = v.replace(['\n', '\r'], " ");
-                line.push_str(&format!("# {k}={v}\n"));
+        let mut write = || -> csv::Result<()> {
+            if !self.header_written {
+                self.header_written = true;
+                start_rows(w, &self.metadata, &self.columns)?;
             }
-            line.push_str("t_s");
-            for c in &self.columns {
-                line.push(',');
-                line.push_str(c);
+            let CsvOut::Rows(w) = w else {
+                return Ok(()); // the header failed; that error is already kept
+            };
+            w.write_field(format!("{t_s:.4}"))?;
+            for v in &row.values {
+                w.write_field(v.map(fmt_value).unwrap_or_default())?;
             }
-            line.push('\n');
-            self.header_written = true;
-        }
-        line.push_str(&format!("{t_s:.4}"));
-        for v in &row.values {
-            line.push(',');
-            if let Some(v) = v {
-                line.push_str(&fmt_value(*v));
-            }
-        }
-        line.push('\n');
-        if let Err(source) = w.write_all(line.as_bytes())
+            w.write_record(None::<&[u8]>)
+        };
+        if let Err(e) = write()
             && self.csv_error.is_none()
         {
             self.csv_error = Some(TelemetryError::Write {
                 path: path.clone(),
-                source,
+                source: e.into(),
             });
         }
     }
@@ -734,29 +726,20 @@ impl SamplerCore {
         thread_cpu_s: f64,
     ) -> Result<SamplerOutput, TelemetryError> {
         if let Some((path, w)) = &mut self.csv {
-            if !self.header_written {
-                // No sample taken: still leave a valid file with header.
-                let mut head = String::new();
-                for (k, v) in &self.metadata {
-                    head.push_str(&format!("# {k}={v}\n"));
-                }
-                head.push_str("t_s");
-                for c in &self.columns {
-                    head.push(',');
-                    head.push_str(c);
-                }
-                head.push('\n');
-                if let Err(source) = w.write_all(head.as_bytes()) {
-                    return Err(TelemetryError::Write {
-                        path: path.clone(),
-                        source,
-                    });
-                }
-            }
-            if let Err(source) = w.flush() {
+            // No sample taken: still leave a valid file with header.
+            let header = if self.header_written {
+                Ok(())
+            } else {
+                start_rows(w, &self.metadata, &self.columns)
+            };
+            let flushed = header.and_then(|()| match w {
+                CsvOut::Rows(w) => w.flush().map_err(csv::Error::from),
+                _ => Ok(()),
+            });
+            if let Err(e) = flushed {
                 return Err(TelemetryError::Write {
                     path: path.clone(),
-                    source,
+                    source: e.into(),
                 });
             }
         }
@@ -830,6 +813,41 @@ impl SamplerOutput {
             .filter_map(|r| r.values.get(col).copied().flatten().map(|v| (r.t_ns, v)))
             .collect()
     }
+}
+
+/// `telemetry.csv`: the bare file until its header is written, then the CSV writer over it.
+enum CsvOut {
+    Before(File),
+    Rows(Box<csv::Writer<File>>),
+    /// Writing the header failed (the error is kept by the sampler).
+    Failed,
+}
+
+/// Writes the `# key=value` comment lines (line breaks in values become spaces) straight to
+/// the file, then hands it to a `csv::Writer` that writes the header record `t_s,<columns>`
+/// and, later, the rows. Does nothing once the rows have started.
+fn start_rows(
+    out: &mut CsvOut,
+    metadata: &[(String, String)],
+    columns: &[String],
+) -> csv::Result<()> {
+    let mut f = match std::mem::replace(out, CsvOut::Failed) {
+        CsvOut::Before(f) => f,
+        other => {
+            *out = other;
+            return Ok(());
+        }
+    };
+    let mut head = String::new();
+    for (k, v) in metadata {
+        let v = v.replace(['\n', '\r'], " ");
+        head.push_str(&format!("# {k}={v}\n"));
+    }
+    f.write_all(head.as_bytes())?;
+    let mut w = csv::Writer::from_writer(f);
+    w.write_record(std::iter::once("t_s").chain(columns.iter().map(String::as_str)))?;
+    *out = CsvOut::Rows(Box::new(w));
+    Ok(())
 }
 
 fn fmt_value(v: f64) -> String {

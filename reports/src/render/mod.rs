@@ -160,31 +160,18 @@ pub fn escape_md(s: &str) -> String {
         .replace('`', "\\`")
 }
 
-/// Escapes text for XML content and attributes (JUnit).
-pub fn escape_xml(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters other than tab/newline are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Escapes a CSV field (quotes it when needed).
-pub fn escape_csv(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+/// `comments` (whole `# …` lines), then the records `rows` writes through `csv::Writer`
+/// (fields quoted only when they hold a comma, a quote or a line break; quotes doubled).
+pub fn csv_after_comments(
+    comments: String,
+    rows: impl FnOnce(&mut csv::Writer<Vec<u8>>) -> csv::Result<()>,
+) -> String {
+    let mut w = csv::Writer::from_writer(comments.into_bytes());
+    // Writing into memory fails only on records of unequal length, which the callers'
+    // fixed columns rule out.
+    let _ = rows(&mut w);
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Formats a number for tables: three decimals, `-` for non-finite.
@@ -595,26 +582,37 @@ impl Exporter for CsvExporter {
 
     fn render(&self, run: &RunData, ctx: &RenderContext) -> Result<String> {
         let prov = Provenance::new(&run.result.meta, ctx);
-        let mut s = prov.comment_lines();
-        s.push_str("device,model_sha256,git_commit,section,metric,unit,value,lo,hi,n\n");
-        let opt = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
-        for m in metric_rows(&run.result) {
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{},{},{},{},{},{}",
-                escape_csv(&prov.device),
-                escape_csv(&prov.model_sha256),
-                escape_csv(&prov.git_commit),
-                m.section,
-                escape_csv(&m.metric),
-                m.unit,
-                m.value,
-                opt(m.lo),
-                opt(m.hi),
-                m.n.map(|n| n.to_string()).unwrap_or_default()
-            );
-        }
-        Ok(s)
+        let s = prov.comment_lines();
+        Ok(csv_after_comments(s, |w| {
+            w.write_record([
+                "device",
+                "model_sha256",
+                "git_commit",
+                "section",
+                "metric",
+                "unit",
+                "value",
+                "lo",
+                "hi",
+                "n",
+            ])?;
+            let opt = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+            for m in metric_rows(&run.result) {
+                w.write_record([
+                    prov.device.clone(),
+                    prov.model_sha256.clone(),
+                    prov.git_commit.clone(),
+                    m.section.to_string(),
+                    m.metric.to_string(),
+                    m.unit.to_string(),
+                    m.value.to_string(),
+                    opt(m.lo),
+                    opt(m.hi),
+                    m.n.map(|n| n.to_string()).unwrap_or_default(),
+                ])?;
+            }
+            Ok(())
+        }))
     }
 }
 

@@ -10,17 +10,19 @@
 //!   otherwise non-overlapping Wilson intervals; either way the drop must exceed `max_drop`.
 //! - Validity and robustness: counts (crashes, output drift) against maxima.
 //!
-//! Size: over 800 lines: rules, checks and the verdict with its three exports (text, JUnit
-//! XML, Markdown). The exports are the seam for a later split (one file per exporter).
+//! Here: rules, checks and the verdict with its text and Markdown exports; the JUnit XML
+//! export is in `junit`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+mod junit;
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use crate::error::{ReportError, Result};
-use crate::render::{RenderContext, escape_md, escape_xml, num, one_line, utc};
+use crate::render::{RenderContext, escape_md, num, one_line, utc};
 use crate::schema::{self, ResultFile, RunMeta};
 use crate::stats::{self, Better, Verdict};
 
@@ -695,74 +697,6 @@ impl GateOutcome {
             GateStatus::Regression => "REGRESSION",
             GateStatus::Error => "ERROR",
         }
-    }
-
-    /// JUnit XML: one test case per check; regressions are failures, errors are errors.
-    pub fn to_junit(&self, ctx: &RenderContext) -> String {
-        let count = |s: CheckStatus| self.checks.iter().filter(|c| c.status == s).count();
-        let errors = count(CheckStatus::Error) + usize::from(self.error.is_some());
-        let failures = count(CheckStatus::Regression);
-        let skipped = count(CheckStatus::Skipped);
-        let tests = self.checks.len() + usize::from(self.error.is_some());
-        let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let _ = writeln!(
-            s,
-            "<testsuites name=\"pocketperf-gate\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">"
-        );
-        let _ = writeln!(
-            s,
-            "  <testsuite name=\"pocketperf-gate\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" timestamp=\"{}\">",
-            utc(&ctx.rendered_utc)
-        );
-        s.push_str("    <properties>\n");
-        for (k, v) in self.provenance(ctx) {
-            let _ = writeln!(
-                s,
-                "      <property name=\"{}\" value=\"{}\"/>",
-                escape_xml(&k),
-                escape_xml(&one_line(&v))
-            );
-        }
-        s.push_str("    </properties>\n");
-        if let Some(e) = &self.error {
-            let _ = writeln!(
-                s,
-                "    <testcase classname=\"gate\" name=\"load\">\n      <error message=\"{}\"/>\n    </testcase>",
-                escape_xml(&one_line(e))
-            );
-        }
-        for c in &self.checks {
-            let class = c.name.split('.').next().unwrap_or("gate");
-            let _ = write!(
-                s,
-                "    <testcase classname=\"gate.{}\" name=\"{}\"",
-                escape_xml(class),
-                escape_xml(&c.name)
-            );
-            let msg = escape_xml(&one_line(&c.detail));
-            match c.status {
-                CheckStatus::Pass => {
-                    let _ = writeln!(
-                        s,
-                        ">\n      <system-out>{msg}</system-out>\n    </testcase>"
-                    );
-                }
-                CheckStatus::Regression => {
-                    let _ = writeln!(
-                        s,
-                        ">\n      <failure message=\"{msg}\" type=\"regression\"/>\n    </testcase>"
-                    );
-                }
-                CheckStatus::Skipped => {
-                    let _ = writeln!(s, ">\n      <skipped message=\"{msg}\"/>\n    </testcase>");
-                }
-                CheckStatus::Error => {
-                    let _ = writeln!(s, ">\n      <error message=\"{msg}\"/>\n    </testcase>");
-                }
-            }
-        }
-        s.push_str("  </testsuite>\n</testsuites>\n");
-        s
     }
 
     /// Markdown for a CI step summary.

@@ -1,0 +1,108 @@
+//! The gate's JUnit XML export (the schema CI servers read: `testsuites` > `testsuite` >
+//! `properties` and one `testcase` per check), written through `quick_xml`'s writer, which
+//! escapes `& < > " '` in attribute values and text. Control characters other than tab and
+//! newline, which XML 1.0 does not allow, become spaces first.
+
+use quick_xml::Writer;
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+
+use super::{CheckStatus, GateOutcome};
+use crate::render::{RenderContext, one_line, utc};
+
+/// `s` without the control characters XML 1.0 forbids (each becomes a space).
+fn xml_chars(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if (c as u32) < 0x20 && c != '\t' && c != '\n' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// An element start with `attrs` (values cleaned by [`xml_chars`], escaped by the writer).
+fn element<'a>(name: &'a str, attrs: &[(&str, &str)]) -> BytesStart<'a> {
+    let mut e = BytesStart::new(name);
+    for (k, v) in attrs {
+        e.push_attribute((*k, xml_chars(v).as_str()));
+    }
+    e
+}
+
+impl GateOutcome {
+    /// JUnit XML: one test case per check; regressions are failures, errors are errors.
+    pub fn to_junit(&self, ctx: &RenderContext) -> String {
+        let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+        // Writing into a Vec cannot fail.
+        let _ = self.write_junit(&mut w, ctx);
+        let mut s = String::from_utf8_lossy(&w.into_inner()).into_owned();
+        s.push('\n');
+        s
+    }
+
+    fn write_junit(&self, w: &mut Writer<Vec<u8>>, ctx: &RenderContext) -> std::io::Result<()> {
+        let count = |s: CheckStatus| self.checks.iter().filter(|c| c.status == s).count();
+        let errors = (count(CheckStatus::Error) + usize::from(self.error.is_some())).to_string();
+        let failures = count(CheckStatus::Regression).to_string();
+        let skipped = count(CheckStatus::Skipped).to_string();
+        let tests = (self.checks.len() + usize::from(self.error.is_some())).to_string();
+        let totals = [
+            ("tests", tests.as_str()),
+            ("failures", failures.as_str()),
+            ("errors", errors.as_str()),
+            ("skipped", skipped.as_str()),
+        ];
+        let stamp = utc(&ctx.rendered_utc);
+        let mut suites = vec![("name", "pocketperf-gate")];
+        suites.extend_from_slice(&totals);
+        let mut suite = suites.clone();
+        suite.push(("timestamp", stamp.as_str()));
+        w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+        w.write_event(Event::Start(element("testsuites", &suites)))?;
+        w.write_event(Event::Start(element("testsuite", &suite)))?;
+        w.write_event(Event::Start(BytesStart::new("properties")))?;
+        for (k, v) in self.provenance(ctx) {
+            let v = one_line(&v);
+            w.write_event(Event::Empty(element(
+                "property",
+                &[("name", k.as_str()), ("value", v.as_str())],
+            )))?;
+        }
+        w.write_event(Event::End(BytesEnd::new("properties")))?;
+        if let Some(e) = &self.error {
+            let msg = one_line(e);
+            let case = [("classname", "gate"), ("name", "load")];
+            w.write_event(Event::Start(element("testcase", &case)))?;
+            w.write_event(Event::Empty(element("error", &[("message", msg.as_str())])))?;
+            w.write_event(Event::End(BytesEnd::new("testcase")))?;
+        }
+        for c in &self.checks {
+            let class = format!("gate.{}", c.name.split('.').next().unwrap_or("gate"));
+            let case = [("classname", class.as_str()), ("name", c.name.as_str())];
+            w.write_event(Event::Start(element("testcase", &case)))?;
+            let msg = one_line(&c.detail);
+            let (tag, attrs): (&str, Vec<(&str, &str)>) = match c.status {
+                CheckStatus::Pass => {
+                    w.write_event(Event::Start(BytesStart::new("system-out")))?;
+                    w.write_event(Event::Text(BytesText::new(&xml_chars(&msg))))?;
+                    w.write_event(Event::End(BytesEnd::new("system-out")))?;
+                    w.write_event(Event::End(BytesEnd::new("testcase")))?;
+                    continue;
+                }
+                CheckStatus::Regression => (
+                    "failure",
+                    vec![("message", msg.as_str()), ("type", "regression")],
+                ),
+                CheckStatus::Skipped => ("skipped", vec![("message", msg.as_str())]),
+                CheckStatus::Error => ("error", vec![("message", msg.as_str())]),
+            };
+            w.write_event(Event::Empty(element(tag, &attrs)))?;
+            w.write_event(Event::End(BytesEnd::new("testcase")))?;
+        }
+        w.write_event(Event::End(BytesEnd::new("testsuite")))?;
+        w.write_event(Event::End(BytesEnd::new("testsuites")))?;
+        Ok(())
+    }
+}
