@@ -1,5 +1,6 @@
 //! Opens arbitrary bytes as GGUF and touches every metadata value and tensor view, then
-//! builds the tokenizer and the model from whatever parsed (body: `src/lib.rs`).
+//! builds the tokenizer and the model from whatever parsed (body: `testkit/src/fuzz.rs`,
+//! compiled into `src/lib.rs`).
 //!
 //! Seeds: `POCKETPERF_FUZZ_CORPUS=$PWD/fuzz/corpus/gguf_open cargo test -p pocketperf-runtime
 //! --test gguf_corrupt synthetic_files` from the repository root; then, from `fuzz/`,

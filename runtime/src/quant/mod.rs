@@ -28,6 +28,9 @@
 //! VNNI `vpdpbusd` when the CPU has AVX512-VNNI); [`Isa::Neon`] on aarch64. `POCKETPERF_ISA`
 //! forces a tier so one machine can test them all. A kernel asked for a tier the CPU lacks
 //! runs the best supported tier below it (never an illegal instruction).
+//! On x86 each tier is two files, `avx2`/`avx512` (Q4_0, Q4_1, Q8_0, F16, F32) and
+//! `avx2_k`/`avx512_k` (Q5_0, Q5_1 and the K-quants); the dispatch here asks the `_k` file
+//! first, and the `_k` files reuse the decoding helpers of the others (one direction only).
 //!
 //! Size: over 800 lines because the dispatch, the activation buffers and the matrix product
 //! share the private tier and layout types; the kernels themselves live in the per-tier
