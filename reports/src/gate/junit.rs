@@ -1,7 +1,9 @@
 //! The gate's JUnit XML export (the schema CI servers read: `testsuites` > `testsuite` >
 //! `properties` and one `testcase` per check), written through `quick_xml`'s writer, which
-//! escapes `& < > " '` in attribute values and text. Control characters other than tab and
-//! newline, which XML 1.0 does not allow, become spaces first.
+//! escapes `& < > " '` in attribute values and text, and writes a tab or line feed inside an
+//! attribute value as `&#9;` / `&#10;` (so a reader's attribute-value normalization keeps
+//! them). Control characters other than tab and newline, which XML 1.0 does not allow, become
+//! spaces first.
 
 use quick_xml::Writer;
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
@@ -104,5 +106,76 @@ impl GateOutcome {
         w.write_event(Event::End(BytesEnd::new("testsuite")))?;
         w.write_event(Event::End(BytesEnd::new("testsuites")))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::GateCheck;
+    use quick_xml::{Reader, XmlVersion};
+
+    /// Every attribute value of element `tag`, unescaped by quick-xml's reader.
+    fn attrs_of(xml: &str, tag: &str) -> Vec<Vec<(String, String)>> {
+        let mut r = Reader::from_str(xml);
+        let mut out = Vec::new();
+        loop {
+            match r.read_event().expect("well-formed XML") {
+                Event::Start(e) | Event::Empty(e) if e.name().into_inner() == tag => {
+                    out.push(
+                        e.attributes()
+                            .map(|a| {
+                                let a = a.expect("attribute");
+                                let v = a.normalized_value(XmlVersion::Implicit1_0);
+                                (
+                                    a.key.into_inner().to_string(),
+                                    v.expect("value").into_owned(),
+                                )
+                            })
+                            .collect(),
+                    );
+                }
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn junit_reads_back_as_the_text_it_was_given() {
+        let detail = "p < 0.05 & \"median\" up 'a lot'\u{1}\u{7}\ttab\r\nnext";
+        let mut o = GateOutcome::failed("base", "cand", "unused");
+        o.error = None;
+        o.checks = vec![GateCheck {
+            name: "performance.tpot_ms".into(),
+            status: CheckStatus::Regression,
+            baseline: None,
+            candidate: None,
+            change: None,
+            p_value: None,
+            detail: detail.into(),
+        }];
+        let xml = o.to_junit(&RenderContext {
+            rendered_utc: chrono::DateTime::from_timestamp(0, 0).expect("epoch"),
+        });
+        assert!(xml.ends_with("</testsuites>\n"), "{xml}");
+        let failures = attrs_of(&xml, "failure");
+        assert_eq!(failures.len(), 1, "{xml}");
+        // Line breaks become spaces (one line per message), other control characters too; the
+        // tab is written as `&#9;`, so XML's attribute-value normalization keeps it; the five
+        // special characters come back unescaped.
+        let want = "p < 0.05 & \"median\" up 'a lot'  \ttab  next";
+        assert!(xml.contains("&apos;a lot&apos;  &#9;tab  next"), "{xml}");
+        assert_eq!(failures[0][0], ("message".to_string(), want.to_string()));
+        assert_eq!(
+            failures[0][1],
+            ("type".to_string(), "regression".to_string())
+        );
+        let cases = attrs_of(&xml, "testcase");
+        assert_eq!(cases[0][0].1, "gate.performance");
+        let suites = attrs_of(&xml, "testsuite");
+        assert!(suites[0].contains(&("failures".to_string(), "1".to_string())));
+        assert!(suites[0].contains(&("timestamp".to_string(), "1970-01-01T00:00:00Z".to_string())));
     }
 }
