@@ -2,20 +2,11 @@
 //! entry and every tensor must match `reference/smollm2-135m/gguf_info.json` (produced by
 //! ggml's own gguf reader), and a 4096-aligned rewrite must keep all of it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use pocketperf_runtime::gguf::{Array, GgufFile, Value, write_aligned};
+use pocketperf_testkit::shared_dir;
 use serde_json::Value as Json;
-
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("POCKETPERF_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root")
-            .join("../shared"),
-    }
-}
 
 fn model_path() -> PathBuf {
     const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

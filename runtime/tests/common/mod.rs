@@ -3,14 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// The shared reference material (`$POCKETPERF_SHARED`, else `../shared` beside the
+/// workspace): the testkit's lookup.
 pub fn shared_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("POCKETPERF_SHARED") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("../shared")
+    pocketperf_testkit::shared_dir()
 }
 
 /// The reference outputs of the smollm2-135m model.
