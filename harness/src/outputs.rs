@@ -2,8 +2,9 @@
 //! one (`run`, `run --scenario dialogue`, `mmlu run`, `scenario-bench`): the result file's
 //! provenance ([`run_meta`]) and `performance` section ([`performance_section`]), percentiles
 //! in the result file's form ([`percentiles_ms`]), the MLPerf log header ([`log_meta`]),
-//! `tokens.csv` with its `# key=value` provenance lines ([`file_header`]), and the summary
-//! line printed at the end (`docs/RESULTS.md`).
+//! `tokens.csv` with its `# key=value` provenance lines ([`file_header`]), the OpenCL
+//! counters section that result files and `bench` rows carry ([`backend_counters`]), and the
+//! summary line printed at the end (`docs/RESULTS.md`).
 
 use crate::governor_hook::GovernorHook;
 use crate::meta;
@@ -304,4 +305,36 @@ pub fn summary_line(f: &ResultFile) -> String {
         ),
         None => "no performance result".into(),
     }
+}
+
+/// Per-token device counters of a run, as bench rows and result files carry them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendCounters {
+    pub backend: String,
+    pub device: String,
+    pub weights_import: String,
+    pub attention: String,
+    /// Averages over decode calls (one token each).
+    pub decode: Option<pocketperf_runtime::backend::PerToken>,
+    /// Averages over prefill calls (per prompt token).
+    pub prefill: Option<pocketperf_runtime::backend::PerToken>,
+    pub totals: pocketperf_runtime::backend::DeviceCounters,
+}
+
+/// The counters section of an OpenCL engine's run (`None` on the CPU backend).
+pub fn backend_counters(
+    engine: &Engine,
+    c: &pocketperf_runtime::backend::DeviceCounters,
+) -> Option<BackendCounters> {
+    let cl = engine.backend().opencl()?;
+    let s = cl.summary();
+    Some(BackendCounters {
+        backend: engine.backend().name().into(),
+        device: s.device,
+        weights_import: s.weights_import.name().into(),
+        attention: s.attention.name().into(),
+        decode: c.decode.per_token(),
+        prefill: c.prefill.per_token(),
+        totals: *c,
+    })
 }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use pocketperf_runtime::backend::opencl::{ClAttention, ClOptions};
-use pocketperf_runtime::backend::{BackendChoice, BackendKind, DeviceCounters, PerToken};
+use pocketperf_runtime::backend::{BackendChoice, BackendKind};
 use pocketperf_runtime::session::Engine;
 
 #[derive(Args, Debug, Clone, serde::Serialize)]
@@ -80,33 +80,4 @@ impl BackendArgs {
         }
         Ok(engine)
     }
-}
-
-/// Per-token device counters of a run, as bench rows and result files carry them.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct BackendCounters {
-    pub backend: String,
-    pub device: String,
-    pub weights_import: String,
-    pub attention: String,
-    /// Averages over decode calls (one token each).
-    pub decode: Option<PerToken>,
-    /// Averages over prefill calls (per prompt token).
-    pub prefill: Option<PerToken>,
-    pub totals: DeviceCounters,
-}
-
-/// The counters section of an OpenCL engine's run (`None` on the CPU backend).
-pub fn backend_counters(engine: &Engine, c: &DeviceCounters) -> Option<BackendCounters> {
-    let cl = engine.backend().opencl()?;
-    let s = cl.summary();
-    Some(BackendCounters {
-        backend: engine.backend().name().into(),
-        device: s.device,
-        weights_import: s.weights_import.name().into(),
-        attention: s.attention.name().into(),
-        decode: c.decode.per_token(),
-        prefill: c.prefill.per_token(),
-        totals: *c,
-    })
 }

@@ -162,7 +162,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let mut meta = run_meta(&engine, &model_path, &a.device, settings_json, started);
     let mut performance = performance_section(&result);
     if let (Some(p), Some(c)) = (performance.as_mut(), counters) {
-        p.backend_counters = crate::cmd::backend::backend_counters(&engine, &c)
+        p.backend_counters = crate::outputs::backend_counters(&engine, &c)
             .and_then(|c| serde_json::to_value(c).ok());
     }
     meta.finished_utc = finished;

@@ -7,8 +7,9 @@
 //! Timings are measurements, never pass/fail: the rows report what this machine did.
 
 use super::roofline;
-use crate::cmd::backend::{BackendArgs, BackendCounters, backend_counters};
+use crate::cmd::backend::BackendArgs;
 use crate::meta::{self, OutputHeader};
+use crate::outputs::{BackendCounters, backend_counters};
 use crate::sut::prompts::prompt_tokens;
 use anyhow::{Context, Result, bail};
 use pocketperf_runtime::backend::DeviceCounters;
