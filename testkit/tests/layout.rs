@@ -1,5 +1,5 @@
-//! The workspace's layout rules, checked over every member crate's sources (docs/STYLE and
-//! docs/ARCHITECTURE state them):
+//! The workspace's layout rules, checked over every member crate's sources
+//! (`docs/ARCHITECTURE.md` states them under "Layout notes"):
 //!
 //! - no import circle between two files of one crate: when a file names another through a
 //!   `crate::`, `super::` or `self::` path, that other file does not name it back (a module's
