@@ -130,7 +130,9 @@ fn every_command_on(model: &str) {
     assert!(text(&o).contains("TTFT"), "{}", text(&o));
 
     // perplexity: the first two chunks of the shared text under llama-perplexity's protocol
-    // agree with llama.cpp's running perplexity after its second chunk within 1%.
+    // agree with llama.cpp's running perplexity after its second chunk within 2% (126
+    // predictions: one token moves the mean by tenths of a percent; the whole text's 1% is
+    // `runtime/tests/arch_reference.rs`'s).
     let ppl_ref = reference(model, "perplexity.json");
     let full =
         std::fs::read_to_string(shared_dir().join("reference/smollm2-135m/ppl_text.txt")).unwrap();
@@ -150,7 +152,7 @@ fn every_command_on(model: &str) {
     let ours = running[1].as_f64().unwrap();
     let theirs = ppl_ref["running_ppl_per_chunk"][1].as_f64().unwrap();
     assert!(
-        (ours / theirs - 1.0).abs() < 0.01,
+        (ours / theirs - 1.0).abs() < 0.02,
         "{model}: running perplexity after 2 chunks {ours} vs llama.cpp {theirs}"
     );
 
@@ -296,4 +298,102 @@ fn gemma3_270m_runs_every_command() {
 #[test]
 fn qwen2_5_coder_0_5b_runs_every_command() {
     every_command_on("qwen2.5-coder-0.5b");
+}
+
+/// A fake `adb` for one phone whose storage is this host's filesystem: `push`/`pull` copy,
+/// `shell` runs the command line through `sh`, so the real binary runs the real model there.
+const FAKE_ADB: &str = r#"#!/bin/sh
+[ "$1" = "-s" ] || { echo "fake adb: expected -s SERIAL first" >&2; exit 1; }
+shift 2
+cmd="$1"; shift
+case "$cmd" in
+  get-state) echo device ;;
+  push) cp "$1" "$2" && echo "$1: 1 file pushed." ;;
+  pull) cp -R "$1" "$2" && echo "$1: 1 file pulled." ;;
+  shell) sh -c "$1" ;;
+  *) echo "fake adb: unsupported command $cmd" >&2; exit 1 ;;
+esac
+"#;
+
+/// The farm pushes the binary and the Gemma 3 file to a phone, runs a SingleStream step there
+/// with the real runtime, pulls the result back and reports it with the model's provenance.
+#[test]
+fn the_farm_runs_gemma3_270m_on_a_phone() {
+    use std::os::unix::fs::PermissionsExt;
+    let model = "gemma3-270m";
+    let entry = model_store::catalog_model(model).unwrap();
+    let path = model_store::cached_path(entry).unwrap();
+    let name = reference(model, "gguf_info.json")["metadata"]["general.name"].clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let bin_dir = root.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let adb = bin_dir.join("adb");
+    std::fs::write(&adb, FAKE_ADB).unwrap();
+    std::fs::set_permissions(&adb, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let phone = root.join("phone");
+    std::fs::write(
+        root.join("devices.toml"),
+        format!(
+            "[defaults]\nretries = 0\nstep_timeout_s = 300\ntransfer_timeout_s = 120\n\n\
+             [[device]]\nname = \"phone\"\ntransport = \"adb:FAKE1\"\nremote_dir = {}\n",
+            toml::Value::String(phone.display().to_string())
+        ),
+    )
+    .unwrap();
+    std::fs::write(root.join("one.cfg"), ONE_QUERY).unwrap();
+    std::fs::write(
+        root.join("suite.toml"),
+        r#"name = "real-model"
+files = ["one.cfg"]
+[[step]]
+name = "single-stream"
+args = ["run", "--scenario", "single-stream", "--preset", "quick", "--config", "{suite}/one.cfg",
+        "--threads", "1", "--model", "{model}", "--device", "{device}", "--out", "{out}"]
+"#,
+    )
+    .unwrap();
+    let search = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .current_dir(root)
+        .env("PATH", search)
+        .args([
+            "farm",
+            "run",
+            "--devices",
+            "devices.toml",
+            "--suite",
+            "suite.toml",
+        ])
+        .args([
+            "--out",
+            "results",
+            "--binary",
+            env!("CARGO_BIN_EXE_pocketperf"),
+        ])
+        .arg("--model")
+        .arg(&path)
+        .output()
+        .unwrap();
+    // One query is too few for a VALID SingleStream run: the step's own exit is 1, which the
+    // farm reports; anything else (a transfer or a crash) is an error.
+    let night = std::fs::read_dir(root.join("results"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.join("farm.json").is_file())
+        .unwrap_or_else(|| panic!("no farm.json: {}", text(&o)));
+    let report = read_json(&night.join("farm.json"));
+    assert_eq!(report["model"]["sha256"], entry.sha256, "{}", text(&o));
+    assert_eq!(report["model"]["name"], name);
+    let r = read_json(&night.join("phone/single-stream/result.json"));
+    assert_eq!(r["meta"]["model"]["sha256"], entry.sha256, "{}", text(&o));
+    assert_eq!(r["meta"]["model"]["name"], name);
+    assert_eq!(r["meta"]["device"]["id"], "local");
+    let tokens = std::fs::read_to_string(night.join("phone/single-stream/tokens.csv")).unwrap();
+    assert!(tokens.lines().count() > 2, "{tokens}");
 }

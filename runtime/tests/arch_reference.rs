@@ -3,9 +3,8 @@
 //! top-1 at the last prompt position wherever llama.cpp's margin exceeds 0.25, greedy
 //! continuations identical up to llama.cpp's first step with a margin below 0.5, RMS logit
 //! differences against llama.cpp and the exact f64 reference (printed), and perplexity under
-//! llama-perplexity's protocol as each `perplexity.json` states it, on the whole text and on
-//! its first two chunks (against llama.cpp's running perplexity there). Runs under the ISA
-//! tier chosen by `POCKETPERF_ISA`.
+//! llama-perplexity's protocol as each `perplexity.json` states it (final and running after
+//! each chunk). Runs under the ISA tier chosen by `POCKETPERF_ISA`.
 
 mod common;
 use common::{ids, rms, top2};
@@ -98,11 +97,12 @@ fn logits_and_greedy(name: &str) {
     );
 }
 
+/// Largest relative difference from llama.cpp's running perplexity after any one chunk.
+const RUNNING_TOL: f64 = 0.02;
+
 /// Perplexity on the shared text under the protocol of the model's `perplexity.json`, through
-/// the runtime's own route (`pocketperf_runtime::perplexity`). With `chunks = Some(k)` only the
-/// first `k` chunks are evaluated and compared with llama.cpp's running perplexity after its
-/// `k`-th chunk (chunks are independent, so this is the same protocol on a prefix).
-fn perplexity(name: &str, chunks: Option<usize>) {
+/// the runtime's own route (`pocketperf_runtime::perplexity`).
+fn perplexity(name: &str) {
     let t0 = Instant::now();
     let isa = quant::isa_from_env().expect("POCKETPERF_ISA");
     let engine = Engine::load(&common::model_path_for(name), 2, isa).expect("load model");
@@ -123,15 +123,25 @@ fn perplexity(name: &str, chunks: Option<usize>) {
         "{name}: token count"
     );
     let ctx = 128;
-    let all_chunks = tokens.len() / ctx;
-    let k = chunks.unwrap_or(all_chunks).min(all_chunks);
-    let reference = if k == all_chunks {
-        v["final_ppl"].as_f64().unwrap()
-    } else {
-        v["running_ppl_per_chunk"][k - 1].as_f64().unwrap()
-    };
-    let r = perplexity::perplexity(&engine, &tokens[..k * ctx], ctx).unwrap();
+    let k = tokens.len() / ctx;
+    let reference = v["final_ppl"].as_f64().unwrap();
+    let r = perplexity::perplexity(&engine, &tokens, ctx).unwrap();
     assert_eq!((r.chunks, r.scored), (k, k * 63));
+    // The running perplexity after each chunk, too, within 2%: the first chunks average only
+    // 63 predictions, where one token's log-likelihood moves the mean by tenths of a percent.
+    for (i, (ours, theirs)) in r
+        .running_ppl
+        .iter()
+        .zip(v["running_ppl_per_chunk"].as_array().unwrap())
+        .enumerate()
+    {
+        let theirs = theirs.as_f64().unwrap();
+        assert!(
+            (ours / theirs - 1.0).abs() < RUNNING_TOL,
+            "{name}: running perplexity after chunk {} {ours:.4} vs llama.cpp {theirs:.4}",
+            i + 1
+        );
+    }
     let ppl = r.ppl;
     eprintln!(
         "{name} ({isa:?}): perplexity over {k} chunks {ppl:.4} (llama.cpp {reference:.4}, {:+.3}%), {:.1} s",
@@ -151,13 +161,7 @@ fn gemma3_logits_and_greedy_agree_with_llama_cpp() {
 
 #[test]
 fn gemma3_perplexity_within_one_percent() {
-    perplexity("gemma3-270m", None);
-}
-
-/// The first two chunks only: the slower tiers' check (`scripts/test.sh`).
-#[test]
-fn gemma3_first_chunks_perplexity_within_one_percent() {
-    perplexity("gemma3-270m", Some(2));
+    perplexity("gemma3-270m");
 }
 
 #[test]
@@ -167,11 +171,5 @@ fn qwen2_logits_and_greedy_agree_with_llama_cpp() {
 
 #[test]
 fn qwen2_perplexity_within_one_percent() {
-    perplexity("qwen2.5-coder-0.5b", None);
-}
-
-/// The first two chunks only: the slower tiers' check (`scripts/test.sh`).
-#[test]
-fn qwen2_first_chunks_perplexity_within_one_percent() {
-    perplexity("qwen2.5-coder-0.5b", Some(2));
+    perplexity("qwen2.5-coder-0.5b");
 }
