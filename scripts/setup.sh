@@ -35,5 +35,14 @@ fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-cargo build --release -q -p pocketperf
-./target/release/pocketperf model fetch --all >/dev/null
+# The binary that fetches the models: the release build for the main job; for the test suite
+# (`POCKETPERF_SETUP_BUILD=tests`, set by scripts/test.sh) the test build, which `cargo test`
+# then reuses as it is, so CI compiles the workspace once for tests instead of twice.
+if [ "${POCKETPERF_SETUP_BUILD:-release}" = tests ]; then
+  cargo test --workspace --no-run -q
+  bin=./target/debug/pocketperf
+else
+  cargo build --release -q -p pocketperf
+  bin=./target/release/pocketperf
+fi
+"$bin" model fetch --all >/dev/null

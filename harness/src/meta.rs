@@ -1,5 +1,5 @@
 //! Provenance stamped on every output file: schema version, tool version, git commit, device,
-//! model hash, settings and UTC timestamp.
+//! model name and hash, settings and UTC timestamp.
 
 use serde::Serialize;
 use std::path::Path;
@@ -51,6 +51,7 @@ pub struct OutputHeader {
     pub git_commit: &'static str,
     pub device: HostInfo,
     pub model_path: String,
+    pub model_name: String,
     pub model_sha256: String,
     pub settings: serde_json::Value,
     pub timestamp_utc: String,
@@ -70,6 +71,7 @@ impl OutputHeader {
             git_commit: GIT_COMMIT,
             device: local_host(),
             model_path: model.display().to_string(),
+            model_name: model_name(model),
             model_sha256: model_sha256.to_string(),
             settings,
             timestamp_utc: now_utc(),
@@ -79,6 +81,20 @@ impl OutputHeader {
 
 pub fn now_utc() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The model's own name (`general.name` in its GGUF metadata); the file name when the file has
+/// none or cannot be read, so a header is never left without one.
+pub fn model_name(path: &Path) -> String {
+    pocketperf_runtime::gguf::GgufFile::open(path)
+        .ok()
+        .and_then(|g| g.get_str("general.name").ok().map(str::to_string))
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| {
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.display().to_string())
+        })
 }
 
 /// SHA-256 of a model file, cached by (path, size, mtime) in memory for the process.

@@ -7,7 +7,8 @@
 //!
 //! Map: [`gguf`] + [`ggml_type`] (model file) → [`tokenizer`] (text ↔ ids) → [`model`]
 //! (forward pass over [`quant`] kernels on the [`pool`], KV in [`kv`], dispatched through
-//! [`backend`]: CPU or OpenCL) → [`session`] (`Engine`, `Session`, batched decode, sampling);
+//! [`backend`]: CPU or OpenCL) → [`session`] (`Engine`, `Session`, batched decode, sampling)
+//! → [`perplexity`] (llama-perplexity's protocol over an engine);
 //! [`governor`] (controllers in `pid`/`step_wise`, actuators, sysfs sensor and caps) throttles
 //! a decode loop from outside; [`error`] is the crate's one error type.
 
@@ -18,6 +19,7 @@ pub mod gguf;
 pub mod governor;
 pub mod kv;
 pub mod model;
+pub mod perplexity;
 pub mod pool;
 pub mod quant;
 pub mod session;

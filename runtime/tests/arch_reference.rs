@@ -3,16 +3,17 @@
 //! top-1 at the last prompt position wherever llama.cpp's margin exceeds 0.25, greedy
 //! continuations identical up to llama.cpp's first step with a margin below 0.5, RMS logit
 //! differences against llama.cpp and the exact f64 reference (printed), and perplexity under
-//! llama-perplexity's protocol as each `perplexity.json` states it. Runs under the ISA tier
-//! chosen by `POCKETPERF_ISA`.
+//! llama-perplexity's protocol as each `perplexity.json` states it (final and running after
+//! each chunk). Runs under the ISA tier chosen by `POCKETPERF_ISA`.
 
 mod common;
 use common::{ids, rms, top2};
 
 use pocketperf_runtime::model::{Forward, Model, SessionOptions};
+use pocketperf_runtime::perplexity;
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant;
-use pocketperf_runtime::tokenizer::{Prompt, Tokenizer};
+use pocketperf_runtime::session::Engine;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,13 +97,17 @@ fn logits_and_greedy(name: &str) {
     );
 }
 
-/// Perplexity on the shared text under the protocol of the model's `perplexity.json`.
+/// Largest relative difference from llama.cpp's running perplexity after any one chunk.
+const RUNNING_TOL: f64 = 0.02;
+
+/// Perplexity on the shared text under the protocol of the model's `perplexity.json`, through
+/// the runtime's own route (`pocketperf_runtime::perplexity`).
 fn perplexity(name: &str) {
     let t0 = Instant::now();
-    let model = Model::open(&common::model_path_for(name)).expect("open model");
+    let isa = quant::isa_from_env().expect("POCKETPERF_ISA");
+    let engine = Engine::load(&common::model_path_for(name), 2, isa).expect("load model");
     let p = common::reference_dir_for(name).join("perplexity.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    let reference = v["final_ppl"].as_f64().unwrap();
     let add_bos = v["tool"]["add_bos"].as_bool().unwrap();
     let text_path = common::reference_dir_for("smollm2-135m").join("ppl_text.txt");
     let mut text = std::fs::read_to_string(&text_path).unwrap();
@@ -110,51 +115,42 @@ fn perplexity(name: &str) {
     if text.ends_with('\n') {
         text.pop();
     }
-    let tok = Tokenizer::from_gguf(model.gguf()).expect("tokenizer");
-    assert_eq!(tok.add_bos(), add_bos, "{name}: BOS handling");
-    // llama-perplexity tokenizes the text with BOS first when the model adds one.
-    let tokens = tok.encode_prompt(&Prompt::text(&text)).unwrap();
+    assert_eq!(engine.tokenizer.add_bos(), add_bos, "{name}: BOS handling");
+    let tokens = perplexity::text_tokens(&engine, &text).unwrap();
     assert_eq!(
         tokens.len() as u64,
         v["n_tokens"].as_u64().unwrap(),
         "{name}: token count"
     );
     let ctx = 128;
-    let mut f = forward(
-        &model,
-        SessionOptions {
-            max_seq_len: ctx,
-            max_batch: ctx,
-            logits_all: true,
-            ..Default::default()
-        },
-    );
-    let vocab = model.config().vocab_size;
-    let (mut nll, mut n) = (0.0f64, 0usize);
-    for chunk in tokens.chunks_exact(ctx) {
-        let mut chunk = chunk.to_vec();
-        if add_bos {
-            chunk[0] = tok.bos().unwrap();
-        }
-        f.reset();
-        f.forward(&model, &chunk).unwrap();
-        let all = f.logits();
-        for pos in ctx / 2..ctx - 1 {
-            let row = &all[pos * vocab..(pos + 1) * vocab];
-            nll -= pocketperf_runtime::session::log_prob(row, chunk[pos + 1]);
-            n += 1;
-        }
+    let k = tokens.len() / ctx;
+    let reference = v["final_ppl"].as_f64().unwrap();
+    let r = perplexity::perplexity(&engine, &tokens, ctx).unwrap();
+    assert_eq!((r.chunks, r.scored), (k, k * 63));
+    // The running perplexity after each chunk, too, within 2%: the first chunks average only
+    // 63 predictions, where one token's log-likelihood moves the mean by tenths of a percent.
+    for (i, (ours, theirs)) in r
+        .running_ppl
+        .iter()
+        .zip(v["running_ppl_per_chunk"].as_array().unwrap())
+        .enumerate()
+    {
+        let theirs = theirs.as_f64().unwrap();
+        assert!(
+            (ours / theirs - 1.0).abs() < RUNNING_TOL,
+            "{name}: running perplexity after chunk {} {ours:.4} vs llama.cpp {theirs:.4}",
+            i + 1
+        );
     }
-    assert_eq!(n, tokens.len() / ctx * 63);
-    let ppl = (nll / n as f64).exp();
+    let ppl = r.ppl;
     eprintln!(
-        "{name}: perplexity {ppl:.4} (llama.cpp {reference:.4}, {:+.3}%), {:.1} s",
+        "{name} ({isa:?}): perplexity over {k} chunks {ppl:.4} (llama.cpp {reference:.4}, {:+.3}%), {:.1} s",
         100.0 * (ppl / reference - 1.0),
         t0.elapsed().as_secs_f64()
     );
     assert!(
         (ppl / reference - 1.0).abs() < 0.01,
-        "{name}: perplexity {ppl:.4} vs llama.cpp {reference}"
+        "{name}: perplexity over {k} chunks {ppl:.4} vs llama.cpp {reference}"
     );
 }
 

@@ -8,7 +8,7 @@ use crate::sut::prompts::prompt_tokens;
 use crate::tools::bench::BenchSpec;
 use crate::tools::generate::GenerateSpec;
 use crate::tools::{self, model_file, naming_file, read_utf8};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use pocketperf_runtime::quant;
 use pocketperf_runtime::session::Engine;
@@ -217,7 +217,8 @@ pub struct PerplexityArgs {
 pub fn perplexity(a: &PerplexityArgs) -> Result<i32> {
     let (engine, _) = a.engine.load()?;
     let text = read_utf8(&a.file)?;
-    tools::perplexity::perplexity(&engine, text, a.ctx, a.json)?;
+    tools::perplexity::perplexity(&engine, text, a.ctx, a.json)
+        .with_context(|| format!("{}", a.file.display()))?;
     Ok(0)
 }
 

@@ -862,6 +862,7 @@ pub fn run_farm(
         ]),
         model: BTreeMap::from([
             ("path", opts.model.display().to_string()),
+            ("name", crate::meta::model_name(&opts.model)),
             ("sha256", crate::meta::model_sha256(&opts.model)),
         ]),
         rules: opts.rules.clone(),

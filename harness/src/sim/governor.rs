@@ -879,12 +879,13 @@ impl Comparison {
         let h = &report.header;
         let mut text = String::new();
         text += &format!(
-            "# schema_version={}\n# tool={} {}\n# git_commit={}\n# device={}\n# model_sha256={}\n# settings={}\n# timestamp_utc={}\n",
+            "# schema_version={}\n# tool={} {}\n# git_commit={}\n# device={}\n# model_name={}\n# model_sha256={}\n# settings={}\n# timestamp_utc={}\n",
             h.schema_version,
             h.tool,
             h.tool_version,
             h.git_commit,
             report.device,
+            h.model_name,
             h.model_sha256,
             h.settings,
             h.timestamp_utc

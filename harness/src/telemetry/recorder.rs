@@ -518,6 +518,7 @@ impl ScenarioTelemetry {
             ),
             ("git_commit".into(), crate::meta::GIT_COMMIT.into()),
             ("device".into(), device.to_string()),
+            ("model_name".into(), crate::meta::model_name(model_path)),
             ("model_sha256".into(), crate::meta::model_sha256(model_path)),
             ("settings".into(), settings.to_string()),
             ("started_utc".into(), crate::meta::now_utc()),
