@@ -206,6 +206,7 @@ pub fn file_header(r: &ResultFile) -> Vec<(String, String)> {
         ),
         ("git_commit".into(), r.meta.git_commit.clone()),
         ("device".into(), r.meta.device.id.clone()),
+        ("model_name".into(), r.meta.model.name.clone()),
         ("model_sha256".into(), r.meta.model.sha256.clone()),
         ("settings".into(), r.meta.settings.to_string()),
         ("started_utc".into(), r.meta.started_utc.to_rfc3339()),

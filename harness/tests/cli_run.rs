@@ -151,6 +151,7 @@ fn single_stream_run_writes_loadgen_logs_result_json_and_tokens_csv() {
         "tool",
         "git_commit",
         "device",
+        "model_name",
         "model_sha256",
         "settings",
     ] {

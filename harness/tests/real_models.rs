@@ -212,13 +212,14 @@ fn every_command_on(model: &str) {
         );
         let tokens = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
         assert!(tokens.lines().count() > 2, "{model} {scenario}: {tokens}");
-        let telemetry = std::fs::read_to_string(out.join("telemetry.csv")).unwrap();
-        assert!(
-            telemetry
-                .lines()
-                .any(|l| l == format!("# model_name={general_name}")),
-            "{model} {scenario}: telemetry.csv does not name the model"
-        );
+        for csv in ["telemetry.csv", "tokens.csv"] {
+            let text = std::fs::read_to_string(out.join(csv)).unwrap();
+            assert!(
+                text.lines()
+                    .any(|l| l == format!("# model_name={general_name}")),
+                "{model} {scenario}: {csv} does not name the model"
+            );
+        }
     }
 
     // mmlu: two questions, 1-shot, log-probability scoring.

@@ -656,6 +656,7 @@ fn meta_pairs(prefix: &str, m: &RunMeta) -> Vec<(String, String)> {
         (format!("{prefix}.git_commit"), m.git_commit.clone()),
         (format!("{prefix}.device"), m.device.id.clone()),
         (format!("{prefix}.device_name"), m.device.name.clone()),
+        (format!("{prefix}.model"), m.model.name.clone()),
         (format!("{prefix}.model_sha256"), m.model.sha256.clone()),
         (
             format!("{prefix}.settings"),
