@@ -49,6 +49,8 @@ struct Shared {
     panicked: AtomicUsize,
     shutdown: AtomicBool,
     parked: AtomicUsize,
+    /// Workers whose loop has begun (their thread's start-up, with its allocations, is over).
+    started: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
     /// The current job. Written only by the caller while no worker reads it (before the
@@ -98,6 +100,7 @@ impl ThreadPool {
             panicked: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             parked: AtomicUsize::new(0),
+            started: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
             job: UnsafeCell::new(None),
@@ -123,6 +126,12 @@ impl ThreadPool {
             };
             drop(tmp);
             return ThreadPool::new(got);
+        }
+        // Return only once every worker runs its loop: a thread's start-up allocates (its
+        // name, thread-locals), and a worker the OS starts late would otherwise do that in
+        // the middle of the first decode steps, which promise no heap allocation.
+        while shared.started.load(Ordering::Acquire) < spawned.len() {
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
         ThreadPool {
             shared,
@@ -243,6 +252,7 @@ fn spin_until(cond: impl Fn() -> bool) {
 }
 
 fn worker_loop(s: &Shared, idx: usize) {
+    s.started.fetch_add(1, Ordering::Release);
     let mut seen = 0usize;
     loop {
         // Wait for a new generation: spin, then park.
