@@ -1,0 +1,136 @@
+//! Hostile inputs, each a reproduction of a finding that once destroyed a model, filled a
+//! disk, panicked, hung or reported PASS for a run in which nothing ran; each test is named
+//! after what it guards (`docs/RELIABILITY.md` lists them). Everything runs on the tiny
+//! synthetic model in seconds.
+
+mod soak_util;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sha2::{Digest, Sha256};
+use soak_util::{TinyLlama, run, tiny_llama};
+
+fn sha256(p: &Path) -> String {
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `args`, which must fail with exit code 2 and a stderr holding every one of
+/// `needles`; returns stderr.
+#[track_caller]
+fn refused(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String {
+    let o = run(args, env);
+    assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks {n:?}:\n{err}");
+    }
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    err
+}
+
+/// The tiny model (context 256) written to `dir/a/m.gguf`.
+fn model_in_a(dir: &Path) -> PathBuf {
+    let a = dir.join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    let m = a.join("m.gguf");
+    std::fs::write(&m, tiny_llama(TinyLlama::default())).unwrap();
+    m
+}
+
+/// Files in `dir` whose name marks them as a rewrite's temporary.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+// ---- 1. Rewrites never touch their input ----
+
+#[test]
+fn model_align_refuses_its_input_by_another_path_and_the_input_is_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in_a(dir.path());
+    let digest = sha256(&m);
+    let dotdot = dir.path().join("a/../a/m.gguf");
+    let symlink = dir.path().join("link.gguf");
+    std::os::unix::fs::symlink(&m, &symlink).unwrap();
+    let hard = dir.path().join("hard.gguf");
+    std::fs::hard_link(&m, &hard).unwrap();
+    for out in [&dotdot, &symlink, &hard] {
+        let (m_s, out_s) = (m.display().to_string(), out.display().to_string());
+        refused(
+            &["model", "align", "--to", "4096", &m_s, &out_s],
+            &[],
+            &["is the source file", "same device and inode"],
+        );
+        assert_eq!(sha256(&m), digest, "{out_s}: the input changed");
+        assert!(
+            std::fs::symlink_metadata(&symlink)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+    assert_eq!(sha256(&hard), digest);
+    assert!(temporaries(&dir.path().join("a")).is_empty());
+    assert!(temporaries(dir.path()).is_empty());
+}
+
+#[test]
+fn model_align_replaces_a_symlinked_output_instead_of_writing_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in_a(dir.path());
+    let victim = dir.path().join("notes.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let out = dir.path().join("aligned.gguf");
+    std::os::unix::fs::symlink(&victim, &out).unwrap();
+    let (m_s, out_s) = (m.display().to_string(), out.display().to_string());
+    let o = run(&["model", "align", "--to", "4096", &m_s, &out_s], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    let meta = std::fs::symlink_metadata(&out).unwrap();
+    assert!(meta.file_type().is_file(), "the symlink was followed");
+    // The rewrite is a valid GGUF with every tensor on a 4096-byte boundary.
+    let g = pocketperf_runtime::gguf::GgufFile::open(&out).unwrap();
+    assert!(
+        g.tensors()
+            .iter()
+            .all(|t| g.tensor_file_offset(t) % 4096 == 0)
+    );
+    assert!(temporaries(dir.path()).is_empty());
+}
+
+// ---- 2. Alignment is bounded ----
+
+#[test]
+fn model_align_refuses_an_alignment_beyond_64_kib_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in_a(dir.path());
+    let out = dir.path().join("o.gguf");
+    let (m_s, out_s) = (m.display().to_string(), out.display().to_string());
+    // 128 KiB: just over the bound; 1 GiB: the value that once filled a disk; 3000: not a
+    // power of two.
+    for to in ["131072", "1073741824", "3000", "0"] {
+        refused(
+            &["model", "align", "--to", to, &m_s, &out_s],
+            &[],
+            &["--to", "65536", "power of two"],
+        );
+        assert!(!out.exists(), "--to {to}: an output was written");
+    }
+    assert!(temporaries(dir.path()).is_empty());
+}
