@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use sha2::{Digest, Sha256};
-use soak_util::{TinyLlama, run, tiny_llama};
+use soak_util::{TinyLlama, run, tiny_llama, tiny_model};
 
 fn sha256(p: &Path) -> String {
     let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -133,4 +133,46 @@ fn model_align_refuses_an_alignment_beyond_64_kib_before_writing() {
         assert!(!out.exists(), "--to {to}: an output was written");
     }
     assert!(temporaries(dir.path()).is_empty());
+}
+
+// ---- 3. No panic on absurd numbers in a config file or a fault spec ----
+
+#[test]
+fn an_offline_target_qps_of_1e300_is_refused_naming_the_key_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let conf = dir.path().join("user.conf");
+    std::fs::write(&conf, "*.Offline.target_qps = 1e300\n").unwrap();
+    let out = dir.path().join("run");
+    let (model_s, conf_s, out_s) = (
+        model.display().to_string(),
+        conf.display().to_string(),
+        out.display().to_string(),
+    );
+    refused(
+        &[
+            "run",
+            "--scenario",
+            "offline",
+            "--model",
+            &model_s,
+            "--config",
+            &conf_s,
+            "--out",
+            &out_s,
+        ],
+        &[],
+        &["user.conf", "target_qps", "0.01", "1e6"],
+    );
+    assert!(!out.exists(), "a result directory was created");
+}
+
+#[test]
+fn a_fault_leak_of_u64_max_kib_is_refused_at_server_start() {
+    let err = refused(
+        &["serve"],
+        &[("POCKETPERF_FAULT", "leak_kib=18446744073709551615")],
+        &["leak_kib", "out of range", "0 to 1048576"],
+    );
+    assert!(!err.contains("capacity overflow"), "{err}");
 }

@@ -186,6 +186,9 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
     } else {
         None
     };
+    if let Some(f) = &a.fault {
+        crate::serve::FaultSpec::parse(f).context("--fault")?;
+    }
     let telemetry_every_s = dur("--telemetry-every", &a.telemetry_every)?;
     // The sampler keeps its rows in memory: at most 100 000 per soak.
     if telemetry_every_s < (duration_s / 100_000.0).max(0.05) {
