@@ -176,3 +176,53 @@ fn a_fault_leak_of_u64_max_kib_is_refused_at_server_start() {
     );
     assert!(!err.contains("capacity overflow"), "{err}");
 }
+
+// ---- 4. Limits checked before allocating ----
+
+#[test]
+fn perplexity_refuses_a_ctx_beyond_the_model_context_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let file = dir.path().join("text.txt");
+    std::fs::write(
+        &file,
+        "the quick brown fox jumps over the lazy dog\n".repeat(50),
+    )
+    .unwrap();
+    let (model_s, file_s) = (model.display().to_string(), file.display().to_string());
+    refused(
+        &[
+            "perplexity",
+            "--model",
+            &model_s,
+            "--file",
+            &file_s,
+            "--ctx",
+            "100000",
+        ],
+        &[],
+        &["--ctx 100000", "context length 4096"],
+    );
+}
+
+#[test]
+fn generate_refuses_max_tokens_of_u64_max_with_a_small_ctx() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let model_s = model.display().to_string();
+    refused(
+        &[
+            "generate",
+            "--model",
+            &model_s,
+            "--prompt",
+            "hello",
+            "--max-tokens",
+            "18446744073709551615",
+            "--ctx",
+            "16",
+        ],
+        &[],
+        &["--max-tokens 18446744073709551615", "--ctx 16"],
+    );
+}
