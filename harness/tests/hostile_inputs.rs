@@ -226,3 +226,93 @@ fn generate_refuses_max_tokens_of_u64_max_with_a_small_ctx() {
         &["--max-tokens 18446744073709551615", "--ctx 16"],
     );
 }
+
+// ---- 5. Numbers that once hung a command are range-checked ----
+
+#[test]
+fn early_stopping_refuses_u64_max_queries_instead_of_hanging() {
+    refused(
+        &[
+            "early-stopping",
+            "--percentile",
+            "90",
+            "--queries",
+            "18446744073709551615",
+        ],
+        &[],
+        &["--queries", "1000000"],
+    );
+}
+
+#[test]
+fn early_stopping_refuses_a_percentile_beyond_99_99_instead_of_overflowing() {
+    let err = refused(
+        &[
+            "early-stopping",
+            "--percentile",
+            "99.99999999999",
+            "--over-bound",
+            "1000000",
+        ],
+        &[],
+        &["--"],
+    );
+    assert!(!err.contains("9223372036854775807"), "{err}");
+    refused(
+        &[
+            "early-stopping",
+            "--percentile",
+            "99.99999999999",
+            "--over-bound",
+            "10",
+        ],
+        &[],
+        &["--percentile", "99.99"],
+    );
+    refused(
+        &[
+            "early-stopping",
+            "--percentile",
+            "99",
+            "--over-bound",
+            "1000000",
+        ],
+        &[],
+        &["--over-bound", "100000"],
+    );
+    // The bound itself is planned.
+    let o = run(
+        &[
+            "early-stopping",
+            "--percentile",
+            "99.99",
+            "--over-bound",
+            "10",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn run_refuses_a_server_qps_of_1e_300_instead_of_waiting_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let out = dir.path().join("run");
+    let (model_s, out_s) = (model.display().to_string(), out.display().to_string());
+    refused(
+        &[
+            "run",
+            "--scenario",
+            "server",
+            "--model",
+            &model_s,
+            "--out",
+            &out_s,
+            "--server-qps=1e-300",
+        ],
+        &[],
+        &["--server-qps", "0.01", "1e6"],
+    );
+    assert!(!out.exists(), "a result directory was created");
+}

@@ -17,26 +17,30 @@ pub struct EarlyStoppingArgs {
     /// below 1 (0.9).
     #[arg(long)]
     pub percentile: f64,
-    /// Planned number of queries.
-    #[arg(long)]
+    /// Planned number of queries (at most 1 000 000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=early_stopping::MAX_PLAN_QUERIES))]
     pub queries: Option<u64>,
-    /// Number of queries over the latency bound.
-    #[arg(long)]
+    /// Number of queries over the latency bound (at most 100 000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=early_stopping::MAX_PLAN_OVER_BOUND))]
     pub over_bound: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The percentile as a fraction: values of 1 and above are percent.
+/// The percentile as a fraction: values of 1 and above are percent. At most 99.99 %
+/// ([`early_stopping::MAX_PLAN_PERCENTILE`]).
 pub fn percentile_fraction(p: f64) -> Result<f64> {
-    if !p.is_finite() || p <= 0.0 || p >= 100.0 {
+    let max = early_stopping::MAX_PLAN_PERCENTILE;
+    let f = if p >= 1.0 { p / 100.0 } else { p };
+    // The tolerance admits 99.99 itself, whose quotient by 100 rounds either way.
+    if !p.is_finite() || p <= 0.0 || p >= 100.0 || f > max + 1e-12 {
         bail!(
-            "--percentile {p}: expected a percentile in (0, 100), in percent (90, 99.9) or as a \
-             fraction below 1 (0.9)"
+            "--percentile {p}: expected a percentile in (0, 99.99], in percent (90, 99.9) or as \
+             a fraction below 1 (0.9)"
         );
     }
-    Ok(if p >= 1.0 { p / 100.0 } else { p })
+    Ok(f)
 }
 
 pub fn run(a: &EarlyStoppingArgs) -> Result<i32> {
