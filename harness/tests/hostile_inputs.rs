@@ -5,11 +5,12 @@
 
 mod soak_util;
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
-use soak_util::{TinyLlama, run, tiny_llama, tiny_model};
+use soak_util::{TinyLlama, bin, run, tiny_llama, tiny_model};
 
 fn sha256(p: &Path) -> String {
     let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -315,4 +316,47 @@ fn run_refuses_a_server_qps_of_1e_300_instead_of_waiting_forever() {
         &["--server-qps", "0.01", "1e6"],
     );
     assert!(!out.exists(), "a result directory was created");
+}
+
+// ---- 6. Serve protocol: a key given twice is an error ----
+
+#[test]
+fn a_serve_request_with_a_duplicate_op_is_refused_not_obeyed() {
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .env_remove("POCKETPERF_FAULT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut next = || {
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        serde_json::from_str::<serde_json::Value>(&l).unwrap_or_else(|e| panic!("{e}: {l:?}"))
+    };
+    assert_eq!(next()["event"], "hello");
+    for line in [
+        r#"{"id":1,"op":"hello","op":"shutdown"}"#,
+        r#"{"id":2,"op":"stats","id":3}"#,
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        let ev = next();
+        assert_eq!(ev["event"], "error", "{line}: {ev}");
+        let msg = ev["message"].as_str().unwrap();
+        assert!(msg.contains("duplicate key"), "{line}: {msg}");
+    }
+    // The server did not shut down: it still answers.
+    writeln!(stdin, r#"{{"id":4,"op":"hello"}}"#).unwrap();
+    stdin.flush().unwrap();
+    let ev = next();
+    assert_eq!(
+        (ev["event"].as_str(), ev["id"].as_u64()),
+        (Some("hello"), Some(4))
+    );
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }
