@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
-use soak_util::{TinyLlama, bin, run, tiny_llama, tiny_model};
+use soak_util::{TinyLlama, bin, check, robustness, run, tiny_llama, tiny_model};
 
 fn sha256(p: &Path) -> String {
     let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -359,4 +359,94 @@ fn a_serve_request_with_a_duplicate_op_is_refused_not_obeyed() {
     );
     drop(stdin);
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+// ---- 7. A soak verdict needs evidence ----
+
+/// Runs a 3-second soak of the tiny model with `extra` flags; returns the output and the
+/// soak directory.
+fn short_soak(dir: &Path, extra: &[&str]) -> (Output, PathBuf) {
+    let model = tiny_model(dir);
+    let out = dir.join("soak");
+    let (model_s, out_s) = (model.display().to_string(), out.display().to_string());
+    let mut args = vec![
+        "soak",
+        "--out",
+        &out_s,
+        "--model",
+        &model_s,
+        "--threads",
+        "1",
+        "--duration",
+        "3s",
+        "--dialogues",
+        "1",
+        "--max-turn-tokens",
+        "2",
+        "--probe-prompts",
+        "1",
+        "--probe-tokens",
+        "2",
+        "--probe-mmlu",
+        "0",
+        "--probe-every",
+        "1s",
+        "--rss-every",
+        "0s",
+        "--checkpoint-every",
+        "2s",
+        "--warmup",
+        "0s",
+    ];
+    args.extend_from_slice(extra);
+    (run(&args, &[]), out)
+}
+
+#[test]
+fn a_soak_whose_server_never_starts_is_invalid_not_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, out) = short_soak(dir.path(), &["--serve-cmd", "/nonexistent/bin"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("INVALID"), "{stdout}");
+    assert!(!stdout.contains("— PASS"), "{stdout}");
+    let doc = robustness(&out);
+    assert_eq!(doc["passed"], false);
+    let ev = check(&doc, "evidence");
+    assert_eq!(ev["verdict"], "fail", "{ev}");
+    assert!(
+        ev["detail"].as_str().unwrap().contains("never started"),
+        "{ev}"
+    );
+}
+
+#[test]
+fn a_soak_in_which_every_request_is_refused_is_invalid_not_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, out) = short_soak(dir.path(), &["--ctx", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("INVALID"), "{stdout}");
+    let doc = robustness(&out);
+    assert_eq!(doc["passed"], false);
+    let ev = check(&doc, "evidence");
+    assert_eq!(ev["verdict"], "fail", "{ev}");
+    assert!(
+        ev["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no dialogue turn succeeded"),
+        "{ev}"
+    );
+}
+
+#[test]
+fn a_short_clean_soak_has_evidence_and_passes_that_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, out) = short_soak(dir.path(), &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let doc = robustness(&out);
+    let ev = check(&doc, "evidence");
+    assert_eq!(ev["verdict"], "pass", "{ev}");
+    assert!(ev["value"].as_f64().unwrap() >= 1.0, "{ev}");
 }

@@ -245,6 +245,12 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
 }
 
 fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
+    // Without evidence (no server start, no successful turn, an incomplete run) the result
+    // is not a measurement at all.
+    let invalid = a
+        .checks
+        .iter()
+        .any(|c| c.name == "evidence" && c.verdict == Verdict::Fail);
     println!(
         "soak {:?}: {} of {}, {} dialogue turns, {} probes in {} rounds, {} server starts, {} crashes, {} timeouts — {}",
         a.status,
@@ -256,7 +262,11 @@ fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
         a.counts.sut_starts,
         a.counts.crashes,
         a.counts.timeouts,
-        if a.passed { "PASS" } else { "FAIL" }
+        match (invalid, a.passed) {
+            (true, _) => "INVALID",
+            (false, true) => "PASS",
+            (false, false) => "FAIL",
+        }
     );
     for c in &a.checks {
         let v = match c.verdict {
