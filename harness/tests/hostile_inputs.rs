@@ -26,13 +26,17 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Runs `args`, which must fail with exit code 2 and a stderr holding every one of
-/// `needles`; returns stderr.
+/// Runs `args`, which must fail with exit code 2 and one stderr line, `error: …`, holding
+/// every one of `needles`; returns that line.
 #[track_caller]
 fn refused(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String {
     let o = run(args, env);
     assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).trim_end().to_string();
+    assert!(
+        err.starts_with("error: ") && !err.contains('\n'),
+        "{args:?}: not one error line: {err:?}"
+    );
     for n in needles {
         assert!(err.contains(n), "{args:?}: stderr lacks {n:?}:\n{err}");
     }

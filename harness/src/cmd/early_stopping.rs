@@ -18,10 +18,10 @@ pub struct EarlyStoppingArgs {
     #[arg(long)]
     pub percentile: f64,
     /// Planned number of queries (at most 1 000 000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=early_stopping::MAX_PLAN_QUERIES))]
+    #[arg(long)]
     pub queries: Option<u64>,
     /// Number of queries over the latency bound (at most 100 000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=early_stopping::MAX_PLAN_OVER_BOUND))]
+    #[arg(long)]
     pub over_bound: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -45,6 +45,20 @@ pub fn percentile_fraction(p: f64) -> Result<f64> {
 
 pub fn run(a: &EarlyStoppingArgs) -> Result<i32> {
     let p = percentile_fraction(a.percentile)?;
+    // The rank scan costs one search per query and the series grows with the count over the
+    // bound: the limits keep an answer within seconds.
+    for (flag, v, max) in [
+        ("--queries", a.queries, early_stopping::MAX_PLAN_QUERIES),
+        (
+            "--over-bound",
+            a.over_bound,
+            early_stopping::MAX_PLAN_OVER_BOUND,
+        ),
+    ] {
+        if let Some(v) = v.filter(|&v| v > max) {
+            bail!("{flag} {v}: must be 0 to {max}");
+        }
+    }
     let plan = early_stopping::plan(p, a.queries, a.over_bound)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);

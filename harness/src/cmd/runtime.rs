@@ -69,7 +69,7 @@ pub enum ModelCmd {
     Align {
         /// Alignment in bytes: a power of two from 32 to 65536 (64 KiB, the largest page
         /// size).
-        #[arg(long, default_value_t = 4096, value_parser = model_file::parse_align_to)]
+        #[arg(long, default_value_t = 4096)]
         to: u64,
         input: PathBuf,
         output: PathBuf,
