@@ -454,3 +454,62 @@ fn a_short_clean_soak_has_evidence_and_passes_that_check() {
     assert_eq!(ev["verdict"], "pass", "{ev}");
     assert!(ev["value"].as_f64().unwrap() >= 1.0, "{ev}");
 }
+
+#[test]
+fn an_interrupted_soak_is_incomplete_not_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let out = dir.path().join("soak");
+    let (model_s, out_s) = (model.display().to_string(), out.display().to_string());
+    let child = Command::new(bin())
+        .args([
+            "soak",
+            "--out",
+            &out_s,
+            "--model",
+            &model_s,
+            "--threads",
+            "1",
+            "--duration",
+            "60s",
+            "--dialogues",
+            "1",
+            "--max-turn-tokens",
+            "2",
+            "--probe-prompts",
+            "1",
+            "--probe-tokens",
+            "2",
+            "--probe-mmlu",
+            "0",
+            "--rss-every",
+            "0s",
+            "--warmup",
+            "0s",
+        ])
+        .env_remove("POCKETPERF_FAULT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once a dialogue turn is on record (well before the planned minute).
+    let journal = out.join("journal.jsonl");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("\"type\":\"query\"")) {
+        assert!(t0.elapsed().as_secs() < 30, "no dialogue turn within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill with a valid pid (our child, not yet reaped) and a valid signal number.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("INCOMPLETE"), "{stdout}");
+    let ev = check(&robustness(&out), "evidence").clone();
+    assert_eq!(ev["verdict"], "fail", "{ev}");
+    assert!(
+        ev["detail"].as_str().unwrap().contains("interrupted"),
+        "{ev}"
+    );
+}

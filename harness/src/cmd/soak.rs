@@ -10,6 +10,7 @@ use clap::Args;
 use crate::cmd::runtime::EngineArgs;
 use crate::meta;
 use crate::model_store;
+use crate::soak::analysis::RunStatus;
 use crate::soak::config::{SoakConfig, Thresholds, Windows, format_duration, parse_duration};
 use crate::soak::journal::{
     EndReason, JOURNAL_FILE, JOURNAL_SCHEMA, JOURNAL_SCHEMA_VERSION, Journal, Record, read_journal,
@@ -246,7 +247,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
 
 fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
     // Without evidence (no server start, no successful turn, an incomplete run) the result
-    // is not a measurement at all.
+    // is not a measurement at all: INVALID, or INCOMPLETE for an interrupted run.
     let invalid = a
         .checks
         .iter()
@@ -262,10 +263,11 @@ fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
         a.counts.sut_starts,
         a.counts.crashes,
         a.counts.timeouts,
-        match (invalid, a.passed) {
-            (true, _) => "INVALID",
-            (false, true) => "PASS",
-            (false, false) => "FAIL",
+        match (invalid, a.status, a.passed) {
+            (true, RunStatus::Interrupted, _) => "INCOMPLETE",
+            (true, _, _) => "INVALID",
+            (false, _, true) => "PASS",
+            (false, _, false) => "FAIL",
         }
     );
     for c in &a.checks {
