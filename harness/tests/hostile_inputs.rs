@@ -513,3 +513,37 @@ fn an_interrupted_soak_is_incomplete_not_pass() {
         "{ev}"
     );
 }
+
+// ---- 8. Outputs replace symlinks instead of following them ----
+
+#[test]
+fn report_replaces_a_report_md_symlink_instead_of_writing_through_it() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/tests/fixtures/real-singlestream-a");
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    for e in std::fs::read_dir(&fixture).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), run_dir.join(e.file_name())).unwrap();
+        }
+    }
+    let _ = std::fs::remove_file(run_dir.join("report.md"));
+    let victim = dir.path().join("notes.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    std::os::unix::fs::symlink(&victim, run_dir.join("report.md")).unwrap();
+    let run_s = run_dir.display().to_string();
+    let o = run(&["report", &run_s, "--print", "none"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    let md = run_dir.join("report.md");
+    assert!(
+        std::fs::symlink_metadata(&md)
+            .unwrap()
+            .file_type()
+            .is_file()
+    );
+    assert!(std::fs::read_to_string(&md).unwrap().starts_with('#'));
+    assert!(temporaries(&run_dir).is_empty());
+}
