@@ -1,5 +1,6 @@
 //! The per-run report files: `report.html` (self-contained, inline SVG) and `report.md`,
-//! written into the result directory they describe.
+//! written into the result directory they describe (each through a temporary file renamed
+//! into place, so a symlink there is replaced, not written through).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,10 +35,31 @@ pub fn write_report_to(
     let run = RunData::load(dir)?;
     fs::create_dir_all(out).map_err(|e| ReportError::io("creating directory", out, e))?;
     let html_path = out.join(REPORT_HTML);
-    fs::write(&html_path, render_html(&run, ctx)?)
-        .map_err(|e| ReportError::io("writing", &html_path, e))?;
+    replace_file(&html_path, render_html(&run, ctx)?.as_bytes())?;
     let md_path = out.join(REPORT_MD);
-    fs::write(&md_path, MarkdownExporter.render(&run, ctx)?)
-        .map_err(|e| ReportError::io("writing", &md_path, e))?;
+    replace_file(&md_path, MarkdownExporter.render(&run, ctx)?.as_bytes())?;
     Ok((html_path, md_path))
+}
+
+/// Writes `bytes` to `path` through a new temporary file beside it, renamed into place: a
+/// symlink at `path` is replaced, never followed onto the file it points at, and a reader
+/// never sees half a report. The temporary is removed on failure.
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .map_err(|e| ReportError::io("writing", &tmp, e))
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| ReportError::io("writing", path, e)));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }

@@ -43,6 +43,12 @@ pub fn perplexity(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perplex
     if ctx < 4 {
         return Err(bad(format!("context {ctx} is too small (at least 4)")));
     }
+    let model_ctx = engine.model.config().context_length;
+    if ctx > model_ctx {
+        return Err(bad(format!(
+            "context {ctx} exceeds the model's context length {model_ctx}"
+        )));
+    }
     let chunks = tokens.len() / ctx;
     if chunks == 0 {
         return Err(bad(format!(

@@ -17,6 +17,13 @@ use crate::error::{Error, Result};
 pub const CONFIDENCE: f64 = 0.99;
 /// Tolerance LoadGen uses for early stopping.
 pub const TOLERANCE: f64 = 0.0;
+/// Highest percentile planned (99.99 %): beyond it the minimum query counts leave the range
+/// the series evaluates accurately and stop meaning anything for an on-device run.
+pub const MAX_PLAN_PERCENTILE: f64 = 0.9999;
+/// Most queries `plan` answers for (the SingleStream rank scan costs one search per query).
+pub const MAX_PLAN_QUERIES: u64 = 1_000_000;
+/// Most queries over the bound `plan` answers for.
+pub const MAX_PLAN_OVER_BOUND: u64 = 100_000;
 
 /// ln Γ(n) for integer n ≥ 1: exact log-factorials below 20, Stirling's series above
 /// (absolute error below 1e-15 for n ≥ 20).
@@ -380,8 +387,29 @@ fn server_max_over_bound(p: f64, n: u64) -> Option<u64> {
 }
 
 /// Answers the planning questions for percentile `p` (a fraction in (0, 1)).
+/// `p` above [`MAX_PLAN_PERCENTILE`], `queries` above [`MAX_PLAN_QUERIES`] and `over_bound`
+/// above [`MAX_PLAN_OVER_BOUND`] are refused.
 pub fn plan(p: f64, queries: Option<u64>, over_bound: Option<u64>) -> Result<EarlyStoppingPlan> {
     check_p(p)?;
+    let refuse = |reason: String| {
+        Err(Error::EarlyStopping {
+            percentile: p,
+            reason,
+        })
+    };
+    if p > MAX_PLAN_PERCENTILE + 1e-12 {
+        return refuse("percentiles above 99.99 % are not planned".into());
+    }
+    if let Some(n) = queries.filter(|&n| n > MAX_PLAN_QUERIES) {
+        return refuse(format!(
+            "{n} queries: at most {MAX_PLAN_QUERIES} are planned"
+        ));
+    }
+    if let Some(t) = over_bound.filter(|&t| t > MAX_PLAN_OVER_BOUND) {
+        return refuse(format!(
+            "{t} queries over the bound: at most {MAX_PLAN_OVER_BOUND} are planned"
+        ));
+    }
     let h1 = MinPassingFinder::new().min_passing(1, p) as u64;
     let h0 = MinPassingFinder::new().min_passing(0, p) as u64;
     let queries = match queries {

@@ -221,21 +221,36 @@ impl TestSettings {
             }
         }
         if self.scenario == Scenario::Server
-            && !(self.server_target_qps.is_finite() && self.server_target_qps > 0.0)
+            && let Err(e) = qps_in_range(self.server_target_qps)
         {
-            return bad(
-                "server_target_qps",
-                self.server_target_qps.to_string(),
-                "must be a positive finite rate",
-            );
+            return bad("server_target_qps", self.server_target_qps.to_string(), &e);
         }
-        if self.scenario == Scenario::Offline
-            && !(self.offline_expected_qps.is_finite() && self.offline_expected_qps > 0.0)
-        {
+        if self.scenario == Scenario::Offline {
+            if let Err(e) = qps_in_range(self.offline_expected_qps) {
+                return bad(
+                    "offline_expected_qps",
+                    self.offline_expected_qps.to_string(),
+                    &e,
+                );
+            }
+            let planned = crate::sampling::offline_sample_count(self, 0);
+            if planned > MAX_QUERIES {
+                return bad(
+                    "offline_expected_qps",
+                    self.offline_expected_qps.to_string(),
+                    &format!(
+                        "with min_duration {} ms it sizes the batch at {planned} queries, \
+                         more than {MAX_QUERIES}",
+                        self.min_duration_ms
+                    ),
+                );
+            }
+        }
+        if self.min_query_count > MAX_QUERIES {
             return bad(
-                "offline_expected_qps",
-                self.offline_expected_qps.to_string(),
-                "must be a positive finite rate",
+                "min_query_count",
+                self.min_query_count.to_string(),
+                &format!("must be at most {MAX_QUERIES}"),
             );
         }
         if !(0.0..=1.0).contains(&self.accuracy_log_probability) {
@@ -360,9 +375,11 @@ impl TestSettings {
             ("target_latency_percentile", Scope::Fixed(Scenario::Server)) => {
                 self.server_target_latency_percentile = v.as_f64() * 0.01
             }
-            ("target_qps", Scope::Fixed(Scenario::Server)) => self.server_target_qps = v.as_f64(),
+            ("target_qps", Scope::Fixed(Scenario::Server)) => {
+                self.server_target_qps = qps_in_range(v.as_f64()).map_err(err)?
+            }
             ("target_qps", Scope::Fixed(Scenario::Offline)) => {
-                self.offline_expected_qps = v.as_f64()
+                self.offline_expected_qps = qps_in_range(v.as_f64()).map_err(err)?
             }
             ("query_timeout", _) => self.query_timeout_ms = v.as_u64(),
             ("server_qps_tolerance", _) => self.server_qps_tolerance = v.as_f64() * 0.01,
@@ -370,6 +387,33 @@ impl TestSettings {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Lowest query rate a run accepts (Server's schedule, Offline's expected rate): one query
+/// per 100 s on average. Below it a Server run would wait hours between arrivals.
+pub const MIN_QPS: f64 = 0.01;
+/// Highest query rate a run accepts: far above any on-device model (and the null SUT's
+/// engine overhead benchmark), low enough that an Offline batch sized from it stays small.
+pub const MAX_QPS: f64 = 1e6;
+/// Most queries a run may plan (an Offline batch, or a minimum query count): their records
+/// are held in memory.
+pub const MAX_QUERIES: u64 = 100_000_000;
+
+/// The allowed range of a query rate, as error messages state it.
+pub fn qps_range() -> String {
+    format!("a rate from {MIN_QPS} to {MAX_QPS:e} queries/s")
+}
+
+/// `q` if it is within [`MIN_QPS`, `MAX_QPS`], else why not.
+pub fn qps_in_range(q: f64) -> std::result::Result<f64, String> {
+    if q.is_finite() && (MIN_QPS..=MAX_QPS).contains(&q) {
+        Ok(q)
+    } else {
+        Err(format!(
+            "{q} queries/s is out of range: expected {}",
+            qps_range()
+        ))
     }
 }
 

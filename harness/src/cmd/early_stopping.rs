@@ -17,10 +17,10 @@ pub struct EarlyStoppingArgs {
     /// below 1 (0.9).
     #[arg(long)]
     pub percentile: f64,
-    /// Planned number of queries.
+    /// Planned number of queries (at most 1 000 000).
     #[arg(long)]
     pub queries: Option<u64>,
-    /// Number of queries over the latency bound.
+    /// Number of queries over the latency bound (at most 100 000).
     #[arg(long)]
     pub over_bound: Option<u64>,
     /// Print JSON instead of text.
@@ -28,19 +28,37 @@ pub struct EarlyStoppingArgs {
     pub json: bool,
 }
 
-/// The percentile as a fraction: values of 1 and above are percent.
+/// The percentile as a fraction: values of 1 and above are percent. At most 99.99 %
+/// ([`early_stopping::MAX_PLAN_PERCENTILE`]).
 pub fn percentile_fraction(p: f64) -> Result<f64> {
-    if !p.is_finite() || p <= 0.0 || p >= 100.0 {
+    let max = early_stopping::MAX_PLAN_PERCENTILE;
+    let f = if p >= 1.0 { p / 100.0 } else { p };
+    // The tolerance admits 99.99 itself, whose quotient by 100 rounds either way.
+    if !p.is_finite() || p <= 0.0 || p >= 100.0 || f > max + 1e-12 {
         bail!(
-            "--percentile {p}: expected a percentile in (0, 100), in percent (90, 99.9) or as a \
-             fraction below 1 (0.9)"
+            "--percentile {p}: expected a percentile in (0, 99.99], in percent (90, 99.9) or as \
+             a fraction below 1 (0.9)"
         );
     }
-    Ok(if p >= 1.0 { p / 100.0 } else { p })
+    Ok(f)
 }
 
 pub fn run(a: &EarlyStoppingArgs) -> Result<i32> {
     let p = percentile_fraction(a.percentile)?;
+    // The rank scan costs one search per query and the series grows with the count over the
+    // bound: the limits keep an answer within seconds.
+    for (flag, v, max) in [
+        ("--queries", a.queries, early_stopping::MAX_PLAN_QUERIES),
+        (
+            "--over-bound",
+            a.over_bound,
+            early_stopping::MAX_PLAN_OVER_BOUND,
+        ),
+    ] {
+        if let Some(v) = v.filter(|&v| v > max) {
+            bail!("{flag} {v}: must be 0 to {max}");
+        }
+    }
     let plan = early_stopping::plan(p, a.queries, a.over_bound)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);

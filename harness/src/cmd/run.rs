@@ -169,10 +169,8 @@ pub fn resolve_settings(a: &RunArgs) -> Result<TestSettings> {
         settings.apply_config_str(&text, &cfg.display().to_string(), CONFIG_MODEL)?;
     }
     if let Some(q) = a.server_qps {
-        if !(q.is_finite() && q > 0.0) {
-            bail!("--server-qps {q}: must be a positive number");
-        }
-        settings.server_target_qps = q;
+        settings.server_target_qps = pocketperf_scenarios::settings::qps_in_range(q)
+            .map_err(|e| anyhow::anyhow!("--server-qps {e}"))?;
     }
     settings.validate()?;
     Ok(settings)

@@ -64,7 +64,11 @@ pub enum ModelCmd {
         json: bool,
     },
     /// Rewrite a GGUF with tensor data aligned to a page boundary (zero-copy GPU import).
+    /// OUTPUT must not be INPUT by any path; it is written beside its destination and
+    /// renamed into place.
     Align {
+        /// Alignment in bytes: a power of two from 32 to 65536 (64 KiB, the largest page
+        /// size).
         #[arg(long, default_value_t = 4096)]
         to: u64,
         input: PathBuf,

@@ -10,6 +10,7 @@ use clap::Args;
 use crate::cmd::runtime::EngineArgs;
 use crate::meta;
 use crate::model_store;
+use crate::soak::analysis::RunStatus;
 use crate::soak::config::{SoakConfig, Thresholds, Windows, format_duration, parse_duration};
 use crate::soak::journal::{
     EndReason, JOURNAL_FILE, JOURNAL_SCHEMA, JOURNAL_SCHEMA_VERSION, Journal, Record, read_journal,
@@ -186,6 +187,9 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
     } else {
         None
     };
+    if let Some(f) = &a.fault {
+        crate::serve::FaultSpec::parse(f).context("--fault")?;
+    }
     let telemetry_every_s = dur("--telemetry-every", &a.telemetry_every)?;
     // The sampler keeps its rows in memory: at most 100 000 per soak.
     if telemetry_every_s < (duration_s / 100_000.0).max(0.05) {
@@ -242,6 +246,12 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
 }
 
 fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
+    // Without evidence (no server start, no successful turn, an incomplete run) the result
+    // is not a measurement at all: INVALID, or INCOMPLETE for an interrupted run.
+    let invalid = a
+        .checks
+        .iter()
+        .any(|c| c.name == "evidence" && c.verdict == Verdict::Fail);
     println!(
         "soak {:?}: {} of {}, {} dialogue turns, {} probes in {} rounds, {} server starts, {} crashes, {} timeouts — {}",
         a.status,
@@ -253,7 +263,12 @@ fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
         a.counts.sut_starts,
         a.counts.crashes,
         a.counts.timeouts,
-        if a.passed { "PASS" } else { "FAIL" }
+        match (invalid, a.status, a.passed) {
+            (true, RunStatus::Interrupted, _) => "INCOMPLETE",
+            (true, _, _) => "INVALID",
+            (false, _, true) => "PASS",
+            (false, _, false) => "FAIL",
+        }
     );
     for c in &a.checks {
         let v = match c.verdict {

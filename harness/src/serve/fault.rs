@@ -39,6 +39,11 @@ pub struct FaultSpecError {
 }
 
 const DEFAULT_STALL_MS: u64 = 3_600_000;
+/// Most KiB `leak_kib` may leak per request: 1 GiB, enough to exhaust a phone in a few
+/// requests, while the size of one allocation stays far from overflowing.
+pub const MAX_LEAK_KIB: u64 = 1 << 20;
+/// Longest `stall_ms`: one day, far beyond any query timeout a soak uses.
+pub const MAX_STALL_MS: u64 = 86_400_000;
 
 impl FaultSpec {
     /// Parses a spec; an empty string is no fault.
@@ -59,12 +64,21 @@ impl FaultSpec {
                 .trim()
                 .parse()
                 .map_err(|_| err(format!("`{v}` in `{part}` is not a whole number")))?;
+            let bounded = |key: &str, max: u64| {
+                if n <= max {
+                    Ok(n)
+                } else {
+                    Err(err(format!(
+                        "{key}={n} is out of range: allowed 0 to {max}"
+                    )))
+                }
+            };
             match k.trim() {
                 "crash_after" => f.crash_after = Some(n),
-                "leak_kib" => f.leak_kib = Some(n),
+                "leak_kib" => f.leak_kib = Some(bounded("leak_kib", MAX_LEAK_KIB)?),
                 "flip_after" => f.flip_after = Some(n),
                 "stall_after" => f.stall_after = Some(n),
-                "stall_ms" => f.stall_ms = n,
+                "stall_ms" => f.stall_ms = bounded("stall_ms", MAX_STALL_MS)?,
                 other => return Err(err(format!("unknown fault `{other}`"))),
             }
         }

@@ -7,12 +7,14 @@
 //! - [`server`]: the serving loop;
 //! - [`client`]: the client, [`client::ServeClient`] (child process, timeouts, crash
 //!   reports), used by the child-process SUT ([`crate::sut::process`]) and the soak;
-//! - [`fault`]: fault injection for robustness tests (`POCKETPERF_FAULT`).
+//! - [`fault`]: fault injection for robustness tests (`POCKETPERF_FAULT`);
+//! - [`strict_json`]: request JSON with duplicate keys refused.
 
 pub mod client;
 pub mod fault;
 pub mod protocol;
 pub mod server;
+pub mod strict_json;
 
 pub use fault::{FAULT_ENV, FaultSpec, Faults};
 pub use protocol::{

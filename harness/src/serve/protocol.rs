@@ -3,7 +3,8 @@
 //!
 //! A request is an object `{"op": ..., "id": ..., "v": 1, ...fields}`: `op` names the
 //! operation, `id` (any JSON scalar, optional) is echoed in every event the request causes,
-//! `v` (optional) must equal [`PROTOCOL_VERSION`]. Unknown fields are errors, never ignored.
+//! `v` (optional) must equal [`PROTOCOL_VERSION`]. Unknown fields are errors, never ignored,
+//! and so is a key given twice.
 //! Every event carries `event`, `id` and `t_ns`, the server's monotonic clock (nanoseconds
 //! since the server started). The types here are shared by the server and the client, so
 //! both sides agree on every field by construction, and so is the line framing
@@ -486,7 +487,8 @@ pub fn parse_request(line: &[u8]) -> Result<(Option<Value>, Request), Refusal> {
             ),
         )
     })?;
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    // A key given twice is refused, not resolved to either of its values.
+    let value: Value = super::strict_json::from_str(text).map_err(|e| {
         refuse(
             &none,
             ErrorCode::BadJson,

@@ -1,9 +1,10 @@
 //! The checks of a soak, computed from its journal alone (so a live checkpoint, a resumed run
-//! and the final report agree): crashes, timeouts, RSS growth (grouped Theil–Sen), output
+//! and the final report agree): evidence (the server started, a turn succeeded, the run was
+//! not cut short), crashes, timeouts, RSS growth (grouped Theil–Sen), output
 //! drift, latency drift (P99 TPOT), stability (worst/best window throughput) and thermal
 //! limits. Rules and defaults: `docs/SOAK.md`.
 //!
-//! Size: over 800 lines, a quarter of them tests: the seven checks read the same journal
+//! Size: over 800 lines, a quarter of them tests: the eight checks read the same journal
 //! windows and share their thresholds; each check is a function of its own here.
 
 use std::collections::BTreeMap;
@@ -285,6 +286,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     counts.crashes = crashes.len() as u64;
     counts.timeouts = timeouts.len() as u64;
     let mut checks = vec![
+        evidence_check(&counts, status, soak_time_s, cfg.duration_s),
         check(
             "crashes",
             Verdict::pass_if(counts.crashes <= th.max_crashes),
@@ -413,6 +415,48 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
         crashes,
         timeouts,
         drift,
+    }
+}
+
+/// A verdict needs evidence: the server started, at least one dialogue turn succeeded, and
+/// the run was neither aborted nor interrupted. Without this a soak in which nothing ran
+/// (a server that never starts, every request refused) would pass every other check.
+fn evidence_check(counts: &Counts, status: RunStatus, soak_time_s: f64, planned_s: f64) -> Check {
+    let fail = match status {
+        _ if counts.sut_starts == 0 => Some("the server never started".to_string()),
+        _ if counts.queries == 0 => Some(format!(
+            "no dialogue turn succeeded ({} refused, {} skipped)",
+            counts.refused, counts.skipped
+        )),
+        RunStatus::Aborted => Some(format!(
+            "incomplete: aborted at {} of {}",
+            format_duration(soak_time_s),
+            format_duration(planned_s)
+        )),
+        RunStatus::Interrupted => Some(format!(
+            "incomplete: interrupted at {} of {}",
+            format_duration(soak_time_s),
+            format_duration(planned_s)
+        )),
+        RunStatus::Running | RunStatus::Completed => None,
+    };
+    Check {
+        name: "evidence",
+        verdict: if fail.is_some() {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        value: Some(counts.queries as f64),
+        threshold: Some(1.0),
+        unit: "turns",
+        interval: None,
+        detail: fail.unwrap_or_else(|| {
+            format!(
+                "{} successful dialogue turn(s) in {} server start(s)",
+                counts.queries, counts.sut_starts
+            )
+        }),
     }
 }
 

@@ -34,13 +34,22 @@ pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
             a.ctx
         );
     }
+    if a.max_tokens > a.ctx {
+        bail!(
+            "--max-tokens {}: must be at most --ctx {} (the new tokens and the prompt share it)",
+            a.max_tokens,
+            a.ctx
+        );
+    }
     let ids = prompt_tokens(engine, a.prompt, a.chat)?;
     if ids.is_empty() {
         bail!("the prompt is empty");
     }
-    if ids.len() + a.max_tokens > a.ctx {
+    // Compared without adding: `--max-tokens` may be as large as the type allows.
+    if a.max_tokens > a.ctx.saturating_sub(ids.len()) {
         bail!(
-            "prompt of {} tokens plus {} new tokens does not fit --ctx {}",
+            "--max-tokens {}: prompt of {} tokens plus {} new tokens does not fit --ctx {}",
+            a.max_tokens,
             ids.len(),
             a.max_tokens,
             a.ctx

@@ -52,8 +52,33 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Rewrites `input` to `output` with every tensor aligned to `to` bytes, and checks it.
+/// Smallest alignment `model align --to` takes: GGUF's default, 32 bytes.
+pub const MIN_ALIGN_TO: u64 = pocketperf_runtime::gguf::DEFAULT_ALIGNMENT;
+
+/// Checks `model align --to`: a power of two from 32 bytes (GGUF's default) to 64 KiB (the
+/// largest page size a device maps, so the largest boundary a zero-copy import needs); a
+/// larger value would only pad the file with up to that many zero bytes per tensor.
+pub fn check_align_to(to: u64) -> Result<()> {
+    let max = pocketperf_runtime::gguf::MAX_ALIGNMENT;
+    if !(MIN_ALIGN_TO..=max).contains(&to) || !to.is_power_of_two() {
+        let why = if to.is_power_of_two() {
+            "out of range".to_string()
+        } else {
+            format!("{to} is not a power of two")
+        };
+        bail!(
+            "--to {to}: the alignment must be a power of two from {MIN_ALIGN_TO} to {max} bytes \
+             (64 KiB, the largest page size); {why}"
+        );
+    }
+    Ok(())
+}
+
+/// Rewrites `input` to `output` with every tensor aligned to `to` bytes, and checks it. An
+/// `output` that is `input` by any path is refused before anything is written; the output is
+/// written beside its destination and renamed into place, and removed if the check fails.
 pub fn align(to: u64, input: &Path, output: &Path) -> Result<()> {
+    check_align_to(to)?;
     let g = naming_file(GgufFile::open(input), input)?;
     naming_file(
         pocketperf_runtime::gguf::write_aligned(&g, output, to),
@@ -66,6 +91,8 @@ pub fn align(to: u64, input: &Path, output: &Path) -> Result<()> {
         .filter(|t| out.tensor_file_offset(t) % to != 0)
         .count();
     if misaligned > 0 {
+        drop(out);
+        let _ = std::fs::remove_file(output);
         bail!(
             "{}: {misaligned} tensors are not {to}-aligned after rewriting",
             output.display()

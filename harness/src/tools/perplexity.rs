@@ -2,12 +2,21 @@
 //! ([`pocketperf_runtime::perplexity`], the one route), with the running perplexity after
 //! each chunk.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use pocketperf_runtime::perplexity::{perplexity as measure, text_tokens};
 use pocketperf_runtime::session::Engine;
 
-/// Encodes `text` (as read from the file) and prints its perplexity over chunks of `ctx`.
+/// Smallest `--ctx` the protocol can score (half the chunk is context, half is scored).
+pub const MIN_CTX: usize = 4;
+
+/// Encodes `text` (as read from the file) and prints its perplexity over chunks of `ctx`,
+/// which must be from [`MIN_CTX`] to the model's context length (checked before anything is
+/// encoded or allocated: the logits of a chunk take `ctx × vocabulary` floats).
 pub fn perplexity(engine: &Engine, mut text: String, ctx: usize, json: bool) -> Result<()> {
+    let model_ctx = engine.model.config().context_length;
+    if !(MIN_CTX..=model_ctx).contains(&ctx) {
+        bail!("--ctx {ctx}: must be {MIN_CTX} to the model's context length {model_ctx}");
+    }
     // llama-perplexity drops one trailing newline of the file.
     if text.ends_with('\n') {
         text.pop();

@@ -16,7 +16,7 @@ mod value;
 mod writer;
 
 pub use value::{Array, Value, ValueType};
-pub use writer::{GgufWriter, write_aligned};
+pub use writer::{GgufWriter, MAX_ALIGNMENT, replace_file, same_file, write_aligned};
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -3,9 +3,10 @@
 //! on a page boundary (spec: ggml `docs/gguf.md`; layout as read by [`super::GgufFile`]).
 
 use std::borrow::Cow;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Array, DEFAULT_ALIGNMENT, GgufFile, Value};
 use crate::error::{Error, Result};
@@ -33,6 +34,12 @@ impl Default for GgufWriter<'_> {
         Self::new()
     }
 }
+
+/// Largest alignment a file may be written with: 64 KiB, the largest page size of the devices
+/// served (arm64 kernels configured with 64 KiB pages; 4 KiB and 16 KiB elsewhere), and so the
+/// largest boundary a zero-copy GPU import (host-pointer buffers are page-aligned) can need.
+/// Beyond it padding buys nothing; it is bounded by this much per tensor.
+pub const MAX_ALIGNMENT: u64 = 1 << 16;
 
 fn invalid(what: &str, reason: String) -> Error {
     Error::InvalidArgument {
@@ -67,10 +74,10 @@ impl<'a> GgufWriter<'a> {
     /// Alignment of the data section and of every tensor: a power of two. Written as
     /// `general.alignment` (UINT32) unless it is the default and the key was never set.
     pub fn set_alignment(&mut self, alignment: u64) -> Result<&mut Self> {
-        if alignment == 0 || !alignment.is_power_of_two() || alignment > u32::MAX as u64 {
+        if alignment == 0 || !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
             return Err(invalid(
                 "alignment",
-                format!("{alignment} is not a power of two that fits in u32"),
+                format!("{alignment} is not a power of two from 1 to {MAX_ALIGNMENT} bytes"),
             ));
         }
         self.alignment = alignment;
@@ -184,19 +191,77 @@ impl<'a> GgufWriter<'a> {
         out
     }
 
-    /// Writes the file to `path` (created or truncated).
+    /// Writes the file to `path`: into a new temporary file beside it, then renamed into
+    /// place, so a reader of the old file (or the old file itself, when it is this writer's
+    /// source) is never truncated, and a symlink at `path` is replaced rather than followed.
     pub fn write(&self, path: &Path) -> Result<()> {
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::create(path).map_err(io)?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        self.write_to(&mut w).map_err(io)?;
-        w.into_inner()
-            .map_err(|e| io(e.into_error()))?
-            .sync_all()
-            .map_err(io)
+        replace_file(path, |f| {
+            let mut w = BufWriter::with_capacity(1 << 20, f);
+            self.write_to(&mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()
+        })
+    }
+}
+
+/// Writes `path` by way of a temporary file in the same directory (created exclusively, filled
+/// by `fill`, then renamed over `path`); the temporary is removed on any failure.
+pub fn replace_file(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<()> {
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    let Some(name) = path.file_name() else {
+        return Err(invalid(
+            "output path",
+            format!("{} does not name a file", path.display()),
+        ));
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = dir.join(format!(
+        ".{}.{}-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    ));
+    let io = |p: &Path, source| Error::Io {
+        path: p.to_path_buf(),
+        source,
+    };
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| io(&tmp, e))?;
+    let done = fill(&mut f)
+        .map_err(|e| io(&tmp, e))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| io(path, e)));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// Whether `a` and `b` name the same file by any path (`..`, symlinks, hard links): the same
+/// device and inode. A `b` that does not exist is not `a`.
+pub fn same_file(a: &Path, b: &Path) -> std::io::Result<bool> {
+    let mb = match std::fs::metadata(b) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let ma = std::fs::metadata(a)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok(ma.dev() == mb.dev() && ma.ino() == mb.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        Ok(std::fs::canonicalize(a)? == std::fs::canonicalize(b)?)
     }
 }
 
@@ -264,15 +329,23 @@ fn put_array(h: &mut Vec<u8>, a: &Array) {
 /// Rewrites `src` to `out` with `general.alignment = alignment`, the data section and every
 /// tensor aligned to it (e.g. 4096 for page-aligned, zero-copy buffer import). Metadata and
 /// tensor order are kept and tensor bytes are copied unchanged; the result is a valid GGUF v3.
+/// An `out` that is the source file by any path is refused before anything is written.
 pub fn write_aligned(src: &GgufFile, out: &Path, alignment: u64) -> Result<()> {
-    if src.path().is_some_and(|p| p == out) {
-        return Err(invalid(
-            "output path",
-            format!(
-                "{} is the source file; write to another path",
-                out.display()
-            ),
-        ));
+    if let Some(p) = src.path() {
+        let same = same_file(p, out).map_err(|source| Error::Io {
+            path: out.to_path_buf(),
+            source,
+        })?;
+        if p == out || same {
+            return Err(invalid(
+                "output path",
+                format!(
+                    "{} is the source file {} (same device and inode); write to another path",
+                    out.display(),
+                    p.display()
+                ),
+            ));
+        }
     }
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
