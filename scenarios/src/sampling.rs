@@ -7,8 +7,6 @@
 use std::collections::HashMap;
 
 use crate::settings::TestSettings;
-/// LoadGen's Offline slack on the expected sample count.
-const OFFLINE_SLACK: f64 = 1.1;
 
 /// Deterministic 64-bit generator (SplitMix64 seeding a xoshiro256** state), identical on
 /// every platform so seeds reproduce runs across devices.
@@ -114,9 +112,10 @@ impl<'a> SampleSeq<'a> {
 
 /// Offline sample count LoadGen would generate for these settings and loaded-set size.
 pub fn offline_sample_count(settings: &TestSettings, loaded: u64) -> u64 {
-    let expected = (OFFLINE_SLACK * settings.offline_expected_qps * settings.min_duration_ms as f64
-        / 1000.0) as u64;
-    let mut n = settings.min_query_count.max(expected).max(1);
+    let mut n = settings
+        .min_query_count
+        .max(settings.offline_expected_count())
+        .max(1);
     if settings.sample_concatenate_permutation && loaded > 0 {
         n = n.div_ceil(loaded) * loaded;
     }

@@ -184,6 +184,12 @@ impl Default for TestSettings {
 }
 
 impl TestSettings {
+    /// Offline queries the expected QPS asks for over the minimum duration, with LoadGen's
+    /// slack of 1.1 (the sample count before the minimum query count and the cap apply).
+    pub fn offline_expected_count(&self) -> u64 {
+        (OFFLINE_SLACK * self.offline_expected_qps * self.min_duration_ms as f64 / 1000.0) as u64
+    }
+
     /// Defaults for `scenario`.
     pub fn new(scenario: Scenario) -> Self {
         TestSettings {
@@ -233,7 +239,13 @@ impl TestSettings {
                     &e,
                 );
             }
-            let planned = crate::sampling::offline_sample_count(self, 0);
+            let mut planned = self
+                .min_query_count
+                .max(self.offline_expected_count())
+                .max(1);
+            if self.max_query_count > 0 {
+                planned = planned.min(self.max_query_count);
+            }
             if planned > MAX_QUERIES {
                 return bad(
                     "offline_expected_qps",
@@ -398,6 +410,9 @@ pub const MIN_QPS: f64 = 0.01;
 pub const MAX_QPS: f64 = 1e6;
 /// Most queries a run may plan (an Offline batch, or a minimum query count): their records
 /// are held in memory.
+/// LoadGen's Offline slack on the expected sample count.
+const OFFLINE_SLACK: f64 = 1.1;
+
 pub const MAX_QUERIES: u64 = 100_000_000;
 
 /// The allowed range of a query rate, as error messages state it.
