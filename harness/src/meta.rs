@@ -83,18 +83,19 @@ pub fn now_utc() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// The model's own name (`general.name` in its GGUF metadata); the file name when the file has
-/// none or cannot be read, so a header is never left without one.
+/// The model's own name: `general.name` in its GGUF metadata, `unknown` when it has none.
+/// The one rule for every output (result.json's `meta.model.name` and the CSV headers).
+pub fn model_name_in(gguf: &pocketperf_runtime::gguf::GgufFile) -> String {
+    gguf.get_str("general.name")
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// [`model_name_in`] for a file not loaded yet (`unknown` when it cannot be read either).
 pub fn model_name(path: &Path) -> String {
     pocketperf_runtime::gguf::GgufFile::open(path)
-        .ok()
-        .and_then(|g| g.get_str("general.name").ok().map(str::to_string))
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| {
-            path.file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_else(|| path.display().to_string())
-        })
+        .map(|g| model_name_in(&g))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// SHA-256 of a model file, cached by (path, size, mtime) in memory for the process.

@@ -233,12 +233,7 @@ pub fn run_meta(
             os: host.os,
         },
         model: ModelInfo {
-            name: engine
-                .model
-                .gguf()
-                .get_str("general.name")
-                .unwrap_or("unknown")
-                .to_string(),
+            name: meta::model_name_in(engine.model.gguf()),
             path: model_path.display().to_string(),
             sha256: meta::model_sha256(model_path),
             file_type: engine

@@ -585,7 +585,10 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         ),
         ("git_commit".into(), meta::GIT_COMMIT.into()),
         ("device".into(), device.id()),
-        ("model_name".into(), meta::model_name(&model_path)),
+        (
+            "model_name".into(),
+            meta::model_name_in(engine.model.gguf()),
+        ),
         ("model_sha256".into(), model_sha.clone()),
         ("settings".into(), settings.to_string()),
         ("started_utc".into(), started.to_rfc3339()),
