@@ -1,7 +1,10 @@
 //! AVX2 + FMA + F16C kernels (x86_64): activation quantization and the int8 dot products,
-//! one 32-element block per step, following ggml-cpu/arch/x86/quants.c (AVX2 paths):
-//! `vpmaddubsw` + `vpmaddwd` for the integer block dot, scale by `d_w * d_a` and accumulate
-//! eight f32 lanes with FMA; the Q4_1 min term `m_w * s_a` is summed separately.
+//! one 32-element block per step: `vpmaddubsw` + `vpmaddwd` for the integer block dot (as
+//! ggml-cpu/arch/x86/quants.c), then the block's exact integer sum is scaled and added with
+//! the scalar reference's f32 operations in its order (`sumf += sumi · (d_w · d_a)`, plus
+//! `m_w · s_a` for Q4_1), so the quantized dot products return the scalar tier's bits.
+//! (ggml accumulates eight f32 lanes with FMA instead; on Gemma 3 that different rounding
+//! alone moves the perplexity by about 1%, see docs/RUNTIME.md.)
 //!
 //! Every function is `unsafe`: the caller guarantees the CPU has AVX2, FMA and F16C and that
 //! the weight bytes hold at least as many blocks as the activation row.
@@ -124,52 +127,52 @@ fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_q8_1(w: &[u8], a: &[BlockQ8_1]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
+    let mut sumf = 0.0f32;
     for (i, y) in a.iter().enumerate() {
         // SAFETY: the caller guarantees w holds a.len() blocks of 20 bytes.
         unsafe {
             let wp = w.as_ptr().add(i * 20);
-            summs += f16_to_f32(wp.add(2)) * y.s.to_f32();
-            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
             let qx = nibbles(wp.add(4));
             let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us(qx, qy)), acc);
+            let sumi = hsum_epi32(dot_us(qx, qy));
+            // The scalar reference's f32 operations, in its order (no FMA).
+            let dd = f16_to_f32(wp) * y.d.to_f32();
+            sumf += dd * sumi as f32 + f16_to_f32(wp.add(2)) * y.s.to_f32();
         }
     }
-    hsum_ps(acc) + summs
+    sumf
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+    let mut sumf = 0.0f32;
     for (i, y) in a.iter().enumerate() {
         // SAFETY: the caller guarantees w holds a.len() blocks of 18 bytes.
         unsafe {
             let wp = w.as_ptr().add(i * 18);
-            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
             let qx = _mm256_sub_epi8(nibbles(wp.add(2)), _mm256_set1_epi8(8));
             let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_ss(qx, qy)), acc);
+            let sumi = hsum_epi32(dot_ss(qx, qy));
+            sumf += sumi as f32 * (f16_to_f32(wp) * y.d.to_f32());
         }
     }
-    hsum_ps(acc)
+    sumf
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+    let mut sumf = 0.0f32;
     for (i, y) in a.iter().enumerate() {
         // SAFETY: the caller guarantees w holds a.len() blocks of 34 bytes.
         unsafe {
             let wp = w.as_ptr().add(i * 34);
-            let d = _mm256_set1_ps(f16_to_f32(wp) * y.d.to_f32());
             let qx = _mm256_loadu_si256(wp.add(2) as *const __m256i);
             let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_ss(qx, qy)), acc);
+            let sumi = hsum_epi32(dot_ss(qx, qy));
+            sumf += sumi as f32 * (f16_to_f32(wp) * y.d.to_f32());
         }
     }
-    hsum_ps(acc)
+    sumf
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

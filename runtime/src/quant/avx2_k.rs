@@ -3,7 +3,9 @@
 //! and for the four-row prefill tile (each weight block decoded once for four rows).
 //!
 //! Q5_0/Q5_1 follow ggml-cpu/arch/x86/quants.c: the 32 high bits spread to bytes
-//! (`vpshufb` + compare), merged into the nibbles, then the block dot as for Q4_0/Q4_1.
+//! (`vpshufb` + compare), merged into the nibbles, then the block dot as for Q4_0/Q4_1;
+//! each block's exact integer sum is then scaled and added with the scalar reference's f32
+//! operations in its order, so these kernels too return exactly the scalar result.
 //! K-quants: each block is decoded in registers to the unsigned quants of
 //! [`super::kquants::KBlock`] (8 × 32 bytes, every value ≤ 63); `vpmaddubsw` with the Q8_K
 //! quants gives pairs, `vpmaddwd` with the group scales (one per 16 elements) gives exact
@@ -61,15 +63,6 @@ fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
     _mm_cvtsi128_si32(s)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn hsum_ps(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
 }
 
 /// Bit `i` of the little-endian u32 at `p` → byte `i` = 0xFF if set, else 0.
@@ -137,11 +130,35 @@ fn dot_us(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
-/// Q5_0 weights · Q8_0 activations for `R` rows (1 or 4).
+/// The integer sums of `R` (1 or 4) vectors of eight i32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lane_sums<const R: usize>(p: [__m256i; R]) -> [i32; R] {
+    let mut out = [0i32; R];
+    if R == 4 {
+        // Integer adds are exact, so the order of the pairwise reduction does not matter.
+        let h01 = _mm256_hadd_epi32(p[0], p[1]);
+        let h23 = _mm256_hadd_epi32(p[2], p[3]);
+        let h = _mm256_hadd_epi32(h01, h23);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        let mut t = [0i32; 4];
+        // SAFETY: `t` holds four i32, the 16 bytes an unaligned store writes.
+        unsafe { _mm_storeu_si128(t.as_mut_ptr() as *mut __m128i, s) };
+        out.copy_from_slice(&t[..R]);
+    } else {
+        for r in 0..R {
+            out[r] = hsum_epi32(p[r]);
+        }
+    }
+    out
+}
+
+/// Q5_0 weights · Q8_0 activations for `R` rows (1 or 4): exact block sums, then the scalar
+/// reference's f32 operations in its order, so the result equals the scalar tier's bits.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q5_0_q8_0<const R: usize>(w: &[u8], a: [&[BlockQ8_0]; R]) -> [f32; R] {
     let nb = a[0].len();
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut sumf = [0.0f32; R];
     for i in 0..nb {
         // SAFETY: w holds nb blocks of 22 bytes; each a[r] holds nb blocks (caller contract).
         unsafe {
@@ -149,48 +166,44 @@ pub(super) unsafe fn q5_0_q8_0<const R: usize>(w: &[u8], a: [&[BlockQ8_0]; R]) -
             let wd = f16_to_f32(wp);
             let qx = q5_0_quants(wp);
             let ax = _mm256_sign_epi8(qx, qx);
+            let mut p = [_mm256_setzero_si256(); R];
             for r in 0..R {
-                let y = &a[r][i];
-                let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                let p = dot_us(ax, _mm256_sign_epi8(qy, qx));
-                let d = _mm256_set1_ps(wd * y.d.to_f32());
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+                let qy = _mm256_loadu_si256(a[r][i].qs.as_ptr() as *const __m256i);
+                p[r] = dot_us(ax, _mm256_sign_epi8(qy, qx));
+            }
+            let s = lane_sums(p);
+            for r in 0..R {
+                sumf[r] += (wd * a[r][i].d.to_f32()) * s[r] as f32;
             }
         }
     }
-    let mut out = [0.0f32; R];
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-    }
-    out
+    sumf
 }
 
-/// Q5_1 weights · Q8_1 activations for `R` rows (1 or 4).
+/// Q5_1 weights · Q8_1 activations for `R` rows (1 or 4), in the scalar reference's order.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q5_1_q8_1<const R: usize>(w: &[u8], a: [&[BlockQ8_1]; R]) -> [f32; R] {
     let nb = a[0].len();
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = [0.0f32; R];
+    let mut sumf = [0.0f32; R];
     for i in 0..nb {
         // SAFETY: w holds nb blocks of 24 bytes; each a[r] holds nb blocks (caller contract).
         unsafe {
             let wp = w.as_ptr().add(i * 24);
             let (wd, wm) = (f16_to_f32(wp), f16_to_f32(wp.add(2)));
             let qx = q5_1_quants(wp);
+            let mut p = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let qy = _mm256_loadu_si256(a[r][i].qs.as_ptr() as *const __m256i);
+                p[r] = dot_us(qx, qy);
+            }
+            let s = lane_sums(p);
             for r in 0..R {
                 let y = &a[r][i];
-                mins[r] += wm * y.s.to_f32();
-                let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                let d = _mm256_set1_ps(wd * y.d.to_f32());
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us(qx, qy)), acc[r]);
+                sumf[r] += (wd * y.d.to_f32()) * s[r] as f32 + wm * y.s.to_f32();
             }
         }
     }
-    let mut out = [0.0f32; R];
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + mins[r];
-    }
-    out
+    sumf
 }
 
 /// One K block decoded in registers: quants of 32-element chunk `c` in `u[c]`, group scales
