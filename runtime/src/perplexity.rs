@@ -63,7 +63,7 @@ pub fn perplexity(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perplex
     };
     let mut s = engine.session(SessionOptions {
         max_seq_len: ctx,
-        max_batch: ctx,
+        max_batch: ctx - ctx / 2,
         logits_all: true,
         ..Default::default()
     })?;
@@ -77,10 +77,19 @@ pub fn perplexity(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perplex
             chunk[0] = b;
         }
         s.reset();
-        s.prefill(&chunk)?;
+        // The first half is context only: no logits but the last (skips the output matrix
+        // for those rows). Every row's computation is independent of how the chunk is split
+        // into forward calls, so this gives the same bits as one call over the whole chunk.
+        let half = ctx / 2;
+        s.set_logits_all(false)?;
+        s.prefill(&chunk[..half])?;
+        s.set_logits_all(true)?;
+        s.prefill(&chunk[half..])?;
+        // Row `r` of the second call holds the logits at position `half + r`.
         let all = s.all_logits();
-        for pos in ctx / 2..ctx - 1 {
-            nll -= log_prob(&all[pos * vocab..(pos + 1) * vocab], chunk[pos + 1]);
+        for pos in half..ctx - 1 {
+            let r = pos - half;
+            nll -= log_prob(&all[r * vocab..(r + 1) * vocab], chunk[pos + 1]);
             scored += 1;
         }
         running.push((nll / scored as f64).exp());

@@ -383,6 +383,12 @@ impl<'e> Session<'e> {
         self.sampler.reseed(seed);
     }
 
+    /// Turns `logits_all` off or back on for the following calls (see
+    /// [`crate::model::Forward::set_logits_all`]).
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        self.fwd.set_logits_all(on)
+    }
+
     /// Logits of every position of the last forward call (sessions with `logits_all`).
     pub fn all_logits(&self) -> &[f32] {
         self.fwd.logits()

@@ -143,3 +143,46 @@ fn batched_prefill_equals_token_by_token() {
     assert!(rms(&la, &lb) < 0.05, "rms {}", rms(&la, &lb));
     assert_eq!(top2(&la).0, top2(&lb).0);
 }
+
+/// `set_logits_all(false)` then `(true)` across two calls (the perplexity route's split of a
+/// chunk) gives the very bits of one `logits_all` call over the whole chunk; switching it on
+/// is refused for a session created without `logits_all`.
+#[test]
+fn logits_all_switched_per_call_gives_the_same_bits() {
+    let p = common::reference_dir().join("perplexity.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let tokens = &ids(&v["token_ids"])[..32];
+    let vocab = model().config().vocab_size;
+    let opts = SessionOptions {
+        max_seq_len: 32,
+        max_batch: 32,
+        logits_all: true,
+        ..Default::default()
+    };
+    let mut whole = forward(opts.clone());
+    whole.forward(model(), tokens).unwrap();
+    let want = whole.logits()[..32 * vocab].to_vec();
+    let mut split = forward(opts);
+    split.set_logits_all(false).unwrap();
+    let last = split.forward(model(), &tokens[..20]).unwrap().to_vec();
+    assert_eq!(
+        last,
+        want[19 * vocab..20 * vocab],
+        "last row of the first call"
+    );
+    split.set_logits_all(true).unwrap();
+    split.forward(model(), &tokens[20..]).unwrap();
+    assert_eq!(
+        split.logits()[..12 * vocab],
+        want[20 * vocab..],
+        "rows of the second call"
+    );
+
+    let mut plain = forward(SessionOptions {
+        max_seq_len: 32,
+        ..Default::default()
+    });
+    let e = plain.set_logits_all(true).unwrap_err().to_string();
+    assert!(e.contains("logits_all"), "{e}");
+    plain.set_logits_all(false).unwrap();
+}

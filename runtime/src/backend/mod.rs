@@ -120,6 +120,13 @@ impl Exec {
         }
     }
 
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        match self {
+            Exec::Cpu(f) => f.set_logits_all(on),
+            Exec::OpenCl(f) => f.set_logits_all(on),
+        }
+    }
+
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         match self {
             Exec::Cpu(f) => f.truncate(n),

@@ -146,8 +146,23 @@ pub struct Forward {
     pool: Arc<ThreadPool>,
     isa: Isa,
     opts: SessionOptions,
+    /// Whether the logits buffer holds a row per batch token (created with `logits_all`).
+    all_rows: bool,
     pub(super) n_past: u32,
     pub counters: Counters,
+}
+
+/// The rule of [`Forward::set_logits_all`], shared with the OpenCL session.
+pub(crate) fn set_logits_all(opts: &mut SessionOptions, all_rows: bool, on: bool) -> Result<()> {
+    if on && !all_rows {
+        return Err(Error::InvalidArgument {
+            what: "logits_all".into(),
+            reason: "the session was created without logits_all: its logits buffer holds one row"
+                .into(),
+        });
+    }
+    opts.logits_all = on;
+    Ok(())
 }
 
 pub(super) fn check_tokens(model: &Model, tokens: &[u32]) -> Result<()> {
@@ -188,6 +203,7 @@ impl Forward {
             ws,
             pool,
             isa,
+            all_rows: opts.logits_all,
             opts,
             n_past: 0,
             counters: Counters::default(),
@@ -246,6 +262,13 @@ impl Forward {
     /// Logits of the last forward call: one row of `vocab` (or one per token with `logits_all`).
     pub fn logits(&self) -> &[f32] {
         &self.ws.logits
+    }
+
+    /// Turns `logits_all` off (only the last token's logits, skipping the output matrix for
+    /// the others) or back on, for the following forward calls. On only for a session created
+    /// with `logits_all`, whose buffer holds a row per batch token.
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        set_logits_all(&mut self.opts, self.all_rows, on)
     }
 
     /// Runs `tokens` through the model in chunks of `max_batch`, appending them to the cache.

@@ -57,6 +57,7 @@ mod workspace;
 
 pub use batch::{BatchForward, SeqSet};
 pub use config::{FfnAct, ModelConfig, RopeLayout, RopeScaling};
+pub(crate) use forward::set_logits_all;
 pub use forward::{Forward, SessionOptions};
 pub use layers::{gelu_tanh, rms_norm, rope, silu};
 pub use pass_io::Counters;

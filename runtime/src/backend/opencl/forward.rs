@@ -85,6 +85,8 @@ impl Bufs {
 pub struct ClForward {
     inner: Arc<Inner>,
     opts: SessionOptions,
+    /// Whether the logits buffer holds a row per batch token (created with `logits_all`).
+    all_rows: bool,
     kv: KvCache,
     n_past: u32,
     counters: Counters,
@@ -218,6 +220,7 @@ impl ClForward {
             ]);
         }
         let mut f = ClForward {
+            all_rows: opts.logits_all,
             opts,
             kv,
             n_past: 0,
@@ -379,6 +382,11 @@ impl ClForward {
     /// Logits of the last forward call: one row of `vocab` (or one per token with `logits_all`).
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// Same contract as [`crate::model::Forward::set_logits_all`].
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        crate::model::set_logits_all(&mut self.opts, self.all_rows, on)
     }
 
     /// Runs `tokens` through the model in chunks of `max_batch`; same contract as
