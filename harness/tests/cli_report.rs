@@ -346,6 +346,8 @@ fn every_string_from_files_is_escaped() {
         os("plain"),
         os("--out"),
         out.as_os_str(),
+        os("--allow-diff"),
+        os("model,device,cli,settings,threads,backend,isa,sut,scenario"),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_no_markup(
@@ -369,6 +371,8 @@ fn every_string_from_files_is_escaped() {
         junit.as_os_str(),
         os("--markdown"),
         gmd.as_os_str(),
+        os("--allow-diff"),
+        os("model,device,cli,settings,threads,backend,isa,sut,scenario"),
     ]);
     // The hostile run is INVALID and lacks nothing the baseline has: a regression.
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -446,12 +450,29 @@ fn compare_renders_two_simulated_handsets() {
     replay_on_sim(&h1, "snapdragon-8gen3");
     replay_on_sim(&h2, "pixel-8-pro");
     let out = tmp.path().join("cmp");
+    // Two handsets differ in their device: an error naming it unless that is what is compared.
     let o = pocketperf(&[
         os("compare"),
         h1.as_os_str(),
         h2.as_os_str(),
         os("--out"),
         out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not comparable") && err.contains("device.id") && err.contains("--allow-diff"),
+        "{err}"
+    );
+    assert!(!out.join("compare.html").exists());
+    let o = pocketperf(&[
+        os("compare"),
+        h1.as_os_str(),
+        h2.as_os_str(),
+        os("--out"),
+        out.as_os_str(),
+        os("--allow-diff"),
+        os("device"),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let html = std::fs::read_to_string(out.join("compare.html")).unwrap();
@@ -537,6 +558,8 @@ fn compare_renders_two_simulated_handsets() {
         h2.as_os_str(),
         os("--out"),
         out.as_os_str(),
+        os("--allow-diff"),
+        os("device"),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let md = std::fs::read_to_string(out.join("compare.md")).unwrap();

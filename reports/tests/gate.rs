@@ -22,6 +22,14 @@ fn dirs(base: &ResultFile, cand: &ResultFile) -> (tempfile::TempDir, tempfile::T
     (b, c)
 }
 
+/// The default rules, accepting differences in `fields`.
+fn allowing(fields: &[&str]) -> GateRules {
+    let mut r = GateRules::default();
+    r.comparability.allow_diff = fields.iter().map(|f| f.to_string()).collect();
+    r.validate().expect("known field names");
+    r
+}
+
 fn status_of(o: &pocketperf_reports::GateOutcome, name: &str) -> CheckStatus {
     o.checks
         .iter()
@@ -268,7 +276,7 @@ fn junit_snapshot() {
         &common::hand_result(),
         Path::new("runs/cand"),
         &cand,
-        &GateRules::default(),
+        &allowing(&["device.name"]),
     );
     insta::assert_snapshot!(o.to_junit(&common::fixed_ctx()));
 }
@@ -283,7 +291,7 @@ fn markdown_snapshot() {
         &common::hand_result(),
         Path::new("runs/cand"),
         &cand,
-        &GateRules::default(),
+        &allowing(&["device"]),
     );
     assert_eq!(o.exit_code(), 1);
     insta::assert_snapshot!(o.to_markdown(&common::fixed_ctx()));
@@ -302,4 +310,135 @@ fn failed_outcome_is_an_error_in_every_format() {
         o.to_markdown(&common::fixed_ctx())
             .contains("**Error:** rules.toml: bad &lt;key&gt;")
     );
+}
+
+/// A run with the settings sections real runs write (`cli`, `test_settings`).
+fn structured() -> ResultFile {
+    let mut r = common::hand_result();
+    r.meta.settings = serde_json::json!({
+        "cli": {
+            "preset": "quick", "max_tokens": 64, "out": "runs/a", "sut": "in-process",
+            "engine": {"model": "smollm2-135m", "threads": 2},
+            "governor": {"governor": "off", "governor_sysfs_root": "/sys"}
+        },
+        "test_settings": {"scenario": "SingleStream", "min_query_count": 64, "qsl_rng_seed": 1}
+    });
+    r
+}
+
+/// Every field that defines the workload or the system makes two runs incomparable (exit 2,
+/// the field named), unless allowed by its name or a name above it; output paths and the
+/// build never do.
+#[test]
+fn each_workload_and_system_field_is_checked_before_statistics() {
+    type Edit = fn(&mut ResultFile);
+    let cases: [(&str, &str, Edit); 14] = [
+        ("model", "model", |r| r.meta.model.sha256 = "f".repeat(64)),
+        ("scenario", "scenario", |r| {
+            r.meta.settings["test_settings"]["scenario"] = "Offline".into()
+        }),
+        ("settings.min_query_count", "settings", |r| {
+            r.meta.settings["test_settings"]["min_query_count"] = 100.into()
+        }),
+        ("settings.qsl_rng_seed", "settings.qsl_rng_seed", |r| {
+            r.meta.settings["test_settings"]["qsl_rng_seed"] = 2.into()
+        }),
+        ("cli.preset", "cli.preset", |r| {
+            r.meta.settings["cli"]["preset"] = "full".into()
+        }),
+        ("cli.max_tokens", "cli", |r| {
+            r.meta.settings["cli"]["max_tokens"] = 128.into()
+        }),
+        ("cli.governor.governor", "cli.governor", |r| {
+            r.meta.settings["cli"]["governor"]["governor"] = "pid".into()
+        }),
+        ("threads", "threads", |r| r.meta.threads = 1),
+        ("backend", "backend", |r| r.meta.backend = "opencl".into()),
+        ("isa", "isa", |r| r.meta.isa = "avx2".into()),
+        ("device.id", "device", |r| {
+            r.meta.device.id = "adb:XYZ".into()
+        }),
+        ("device.cpu", "device.cpu", |r| {
+            r.meta.device.cpu = "other".into()
+        }),
+        ("device.os", "device", |r| {
+            r.meta.device.os = "Android 15".into()
+        }),
+        ("sut", "sut", |r| {
+            r.meta.settings["cli"]["sut"] = "process".into()
+        }),
+    ];
+    for (field, allow, edit) in cases {
+        let base = structured();
+        let mut cand = structured();
+        edit(&mut cand);
+        let o = gate_results(
+            Path::new("b"),
+            &base,
+            Path::new("c"),
+            &cand,
+            &GateRules::default(),
+        );
+        assert_eq!(o.exit_code(), 2, "{field}: {o:?}");
+        let err = o.error.clone().unwrap_or_default();
+        assert!(err.contains(field), "{field}: {err}");
+        assert_eq!(
+            status_of(&o, &format!("comparability.{field}")),
+            CheckStatus::Error
+        );
+        let o = gate_results(
+            Path::new("b"),
+            &base,
+            Path::new("c"),
+            &cand,
+            &allowing(&[allow]),
+        );
+        assert_eq!(o.exit_code(), 0, "{field} allowed by {allow}: {o:?}");
+        assert_eq!(
+            status_of(&o, &format!("comparability.{field}")),
+            CheckStatus::Pass
+        );
+    }
+    // The build, the output directory and the model's path are expected to differ.
+    let base = structured();
+    let mut cand = structured();
+    cand.meta.git_commit = "0123456789ab".into();
+    cand.meta.tool_version = "9.9.9".into();
+    cand.meta.model.path = "/elsewhere/model.gguf".into();
+    cand.meta.settings["cli"]["out"] = "runs/b".into();
+    cand.meta.settings["cli"]["governor"]["governor_sysfs_root"] = "/tmp/sys".into();
+    let o = gate_results(
+        Path::new("b"),
+        &base,
+        Path::new("c"),
+        &cand,
+        &GateRules::default(),
+    );
+    assert_eq!(o.exit_code(), 0, "{o:?}");
+    assert!(!o.checks.iter().any(|c| c.name.starts_with("comparability")));
+}
+
+#[test]
+fn unknown_allow_diff_names_are_refused() {
+    let p = Path::new("gate.toml");
+    let e = GateRules::from_toml_str("[comparability]\nallow_diff = [\"thread\"]\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("comparability.allow_diff") && e.contains("thread"),
+        "{e}"
+    );
+    for ok in [
+        "threads",
+        "settings.min_query_count",
+        "cli.governor",
+        "device.os",
+    ] {
+        let t = format!("[comparability]\nallow_diff = [\"{ok}\"]\n");
+        GateRules::from_toml_str(&t, p).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in ["device.gpu", "threads.x", "cli.", "modell"] {
+        let t = format!("[comparability]\nallow_diff = [\"{bad}\"]\n");
+        assert!(GateRules::from_toml_str(&t, p).is_err(), "{bad}");
+    }
 }

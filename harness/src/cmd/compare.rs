@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use pocketperf_reports::comparability;
 use pocketperf_reports::compare::{ComparedRun, compare_results};
 use pocketperf_reports::render::RenderContext;
 
@@ -25,6 +26,12 @@ pub struct CompareArgs {
     /// Directory for compare.html, compare.csv and compare.md (created).
     #[arg(long, default_value = ".")]
     pub out: PathBuf,
+    /// Accept differences from the baseline in this field (repeatable or comma-separated:
+    /// model, scenario, settings[.KEY], cli[.KEY], threads, backend, isa,
+    /// device[.id|name|cpu|os], sut). Comparing handsets side by side: `--allow-diff device`.
+    /// Any other difference is an error.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_diff: Vec<String>,
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -62,6 +69,9 @@ pub fn compare(a: &CompareArgs) -> Result<i32> {
             result,
         });
     }
+    let labelled: Vec<(&str, &pocketperf_reports::ResultFile)> =
+        runs.iter().map(|r| (r.label.as_str(), &r.result)).collect();
+    comparability::check_all(&labelled, baseline_index, &a.allow_diff)?;
     let c = compare_results(runs, baseline_index)?;
     let ctx = RenderContext::now();
     std::fs::create_dir_all(&a.out)

@@ -31,6 +31,11 @@ pub struct GateArgs {
     /// Write the verdict as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Accept a difference between the runs in this field (repeatable or comma-separated:
+    /// model, scenario, settings[.KEY], cli[.KEY], threads, backend, isa, device[.id|name|cpu|os],
+    /// sut); added to the rules' `comparability.allow_diff`. Any other difference is an error.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_diff: Vec<String>,
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
@@ -42,10 +47,19 @@ fn write(path: &Path, text: &str) -> Result<()> {
 }
 
 pub fn run_gate(a: &GateArgs) -> Result<i32> {
-    let outcome = match a.rules.as_ref().map(GateRules::from_toml_file) {
-        None => gate(&a.baseline, &a.candidate, &GateRules::default()),
-        Some(Ok(rules)) => gate(&a.baseline, &a.candidate, &rules),
-        Some(Err(e)) => GateOutcome::failed(&a.baseline, &a.candidate, e.to_string()),
+    let rules = match a.rules.as_ref().map(GateRules::from_toml_file) {
+        None => Ok(GateRules::default()),
+        Some(r) => r,
+    }
+    .and_then(|mut r| {
+        r.comparability
+            .allow_diff
+            .extend(a.allow_diff.iter().cloned());
+        r.validate().map(|()| r)
+    });
+    let outcome = match rules {
+        Ok(rules) => gate(&a.baseline, &a.candidate, &rules),
+        Err(e) => GateOutcome::failed(&a.baseline, &a.candidate, e.to_string()),
     };
     let ctx = RenderContext::now();
     if let Some(p) = &a.junit {

@@ -120,10 +120,21 @@ pub struct RobustnessRules {
     pub max_drift: u64,
 }
 
+/// Which differences between the two runs' workload and system the gate accepts (see
+/// [`crate::comparability`] for the field names). Empty: the runs must agree in all of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComparabilityRules {
+    /// Field names whose differences are accepted (`threads`, `device.os`, `cli.preset` …).
+    pub allow_diff: Vec<String>,
+}
+
 /// All gate rules. Every field has a default, so an empty file is a valid rule set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GateRules {
+    /// Differences between the runs' workload and system that are accepted.
+    pub comparability: ComparabilityRules,
     /// Timing checks.
     pub performance: PerformanceRules,
     /// Energy check.
@@ -177,6 +188,16 @@ impl GateRules {
                 })
             }
         };
+        if let Some(n) = crate::comparability::unknown_name(&self.comparability.allow_diff) {
+            return Err(ReportError::Rule {
+                rule: "comparability.allow_diff".into(),
+                value: format!("{n:?}"),
+                problem: format!(
+                    "not a field name (one of {}, or settings.KEY, cli.KEY, device.id|name|cpu|os)",
+                    crate::comparability::FIELD_NAMES.join(", ")
+                ),
+            });
+        }
         open01("performance.alpha", self.performance.alpha)?;
         nonneg(
             "performance.noise_threshold",
@@ -472,6 +493,36 @@ pub fn gate_results(
     rules: &GateRules,
 ) -> GateOutcome {
     let mut checks = Vec::new();
+    // Comparability first: a verdict on different workloads or systems means nothing.
+    let mut refused = Vec::new();
+    for d in crate::comparability::differences(b, c) {
+        let name = format!("comparability.{}", d.field);
+        if crate::comparability::allowed(&d.field, &rules.comparability.allow_diff) {
+            checks.push(check(
+                name,
+                CheckStatus::Pass,
+                format!("allowed difference: {d}"),
+            ));
+        } else {
+            checks.push(check(name, CheckStatus::Error, format!("differs: {d}")));
+            refused.push(d.field);
+        }
+    }
+    if !refused.is_empty() {
+        return GateOutcome {
+            status: GateStatus::Error,
+            baseline_dir: baseline_dir.into(),
+            candidate_dir: candidate_dir.into(),
+            checks,
+            error: Some(format!(
+                "the runs are not comparable: they differ in {}; if that is intended, name \
+                 each field with --allow-diff (or comparability.allow_diff in the rules)",
+                refused.join(", ")
+            )),
+            baseline_meta: Some(b.meta.clone()),
+            candidate_meta: Some(c.meta.clone()),
+        };
+    }
     let pr = &rules.performance;
     match (&b.performance, &c.performance) {
         (Some(bp), Some(cp)) => {
