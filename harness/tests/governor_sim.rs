@@ -287,7 +287,6 @@ fn governor_sim_command_writes_report_trace_and_plots() {
         "--governor",
         "pid",
         "--json",
-        "--check",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -335,7 +334,8 @@ fn governor_sim_command_writes_report_trace_and_plots() {
     }
     let html = std::fs::read_to_string(out.join("governor_sim.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 3);
-    // Text mode names every governor; an unknown handset is an error (exit 2).
+    // Text mode names every governor (5 minutes are too few for the checks: exit 1);
+    // an unknown handset is an error (exit 2).
     let o = run_cli(&[
         "governor",
         "sim",
@@ -344,10 +344,48 @@ fn governor_sim_command_writes_report_trace_and_plots() {
         "--minutes",
         "5",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(1));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("\noff ") && text.contains("\nstep ") && text.contains("\npid "));
     let o = run_cli(&["governor", "sim", "--device", "sim:nokia-3310"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("sim:snapdragon-8gen3"));
+}
+
+#[test]
+fn governor_sim_exits_1_on_a_failed_check_and_warns_when_the_run_is_short() {
+    // 10 simulated minutes: the checks' final window halves to 5 minutes and pid has not
+    // settled before it, so checks fail; the command says why before it starts.
+    let o = run_cli(&[
+        "governor",
+        "sim",
+        "--device",
+        "sim:snapdragon-8gen3",
+        "--minutes",
+        "10",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let fails = stdout.matches("[FAIL]").count();
+    assert!(fails > 0, "expected failed checks:\n{stdout}");
+    assert_eq!(o.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("warning: --minutes 10 is too few for the checks: they need 20"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("governor sim: {fails} of ")),
+        "{stderr}"
+    );
+    // An error (unknown handset) is exit status 2, distinct from a failed check.
+    let o = run_cli(&["governor", "sim", "--device", "sim:no-such-phone"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn governor_sim_warns_only_below_two_final_windows() {
+    use pocketperf::cmd::governor::short_run_warning;
+    assert!(short_run_warning(19.9, 600.0).is_some());
+    assert!(short_run_warning(20.0, 600.0).is_none());
+    assert!(short_run_warning(30.0, 600.0).is_none());
 }

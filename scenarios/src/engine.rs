@@ -16,7 +16,10 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::results::{AccuracyEntry, AccuracyPass, EndReason, PassRecords, TestResult};
-use crate::sampling::{Rng, SampleSeq, choose_loaded_set, offline_sample_count};
+use crate::sampling::{
+    ArrivalSchedule, SamplePlan, SampleSeq, accuracy_order, accuracy_sets, offline_sample_count,
+    performance_set,
+};
 use crate::settings::{Scenario, TestSettings};
 use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest};
 
@@ -150,6 +153,7 @@ pub fn run_test(
         .then(|| settings.query_timeout_ms.saturating_mul(1_000_000));
     let waiter = Waiter { clock, timeout_ns };
 
+    let plan = SamplePlan::new(settings, qsl.performance_sample_count());
     let accuracy_count = match settings.accuracy_sample_count_override {
         0 => total,
         n => n.min(total),
@@ -159,6 +163,7 @@ pub fn run_test(
         accuracy = Some(run_accuracy(
             sut,
             qsl,
+            settings,
             perf_count,
             accuracy_count,
             &waiter,
@@ -168,13 +173,13 @@ pub fn run_test(
     let mut perf = None;
     let mut loaded = Vec::new();
     if settings.mode.runs_performance() {
-        loaded = choose_loaded_set(total, perf_count, settings.qsl_rng_seed);
+        loaded = performance_set(total, perf_count, settings.qsl_rng_seed);
         qsl.load_samples(&loaded)
             .map_err(|e| qsl_err("load_samples", e))?;
         let p = match settings.scenario {
-            Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &waiter),
-            Scenario::Server => run_server(sut, settings, &loaded, &waiter),
-            Scenario::Offline => run_offline(sut, settings, &loaded, &waiter),
+            Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &plan, &waiter),
+            Scenario::Server => run_server(sut, settings, &loaded, &plan, &waiter),
+            Scenario::Offline => run_offline(sut, settings, &loaded, &plan, &waiter),
         };
         qsl.unload_samples(&loaded)
             .map_err(|e| qsl_err("unload_samples", e))?;
@@ -188,6 +193,7 @@ pub fn run_test(
         accuracy_count,
         perf_count,
         loaded,
+        plan,
         perf,
         accuracy,
     ))
@@ -196,17 +202,22 @@ pub fn run_test(
 fn run_accuracy(
     sut: &mut dyn SystemUnderTest,
     qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
     perf_count: u64,
-    total: u64,
+    count: u64,
     waiter: &Waiter<'_>,
     qsl_err: &dyn Fn(&str, crate::sut::QslError) -> Error,
 ) -> Result<AccuracyPass> {
-    let mut entries = Vec::with_capacity(total as usize);
-    let mut start = 0u64;
-    while start < total {
-        let end = (start + perf_count).min(total);
-        let group: Vec<u64> = (start..end).collect();
-        qsl.load_samples(&group)
+    let mut entries = Vec::with_capacity(count as usize);
+    let sets = accuracy_sets(count, count, perf_count, settings.qsl_rng_seed);
+    for set in sets {
+        // LoadGen loads each set in its shuffled order and issues it in the order its
+        // accuracy-mode query generation draws.
+        let group: Vec<u64> = accuracy_order(set.len(), settings)
+            .into_iter()
+            .map(|i| set[i])
+            .collect();
+        qsl.load_samples(&set)
             .map_err(|e| qsl_err("load_samples", e))?;
         let mut rec = Records {
             keep_outputs: true,
@@ -246,12 +257,11 @@ fn run_accuracy(
                 token_count: (rec.tokens_of(id as usize) > 0).then(|| rec.tokens_of(id as usize)),
             });
         }
-        qsl.unload_samples(&group)
+        qsl.unload_samples(&set)
             .map_err(|e| qsl_err("unload_samples", e))?;
         if let WaitOutcome::TimedOut(id) = outcome {
             return Ok((entries, Some((group[id as usize], id))));
         }
-        start = end;
     }
     Ok((entries, None))
 }
@@ -269,14 +279,11 @@ fn run_single_stream(
     sut: &mut dyn SystemUnderTest,
     s: &TestSettings,
     loaded: &[u64],
+    plan: &SamplePlan,
     waiter: &Waiter<'_>,
 ) -> PassRecords {
     let clock = waiter.clock;
-    let mut seq = SampleSeq::new(
-        loaded,
-        s.sample_index_rng_seed,
-        s.sample_concatenate_permutation,
-    );
+    let mut seq = SampleSeq::new(loaded, plan);
     let mut rec = Records::default();
     let start = clock.now_ns();
     let mut last_rel = None;
@@ -321,19 +328,14 @@ fn run_server(
     sut: &mut dyn SystemUnderTest,
     s: &TestSettings,
     loaded: &[u64],
+    plan: &SamplePlan,
     waiter: &Waiter<'_>,
 ) -> PassRecords {
     let clock = waiter.clock;
-    let mut seq = SampleSeq::new(
-        loaded,
-        s.sample_index_rng_seed,
-        s.sample_concatenate_permutation,
-    );
-    let mut sched_rng = Rng::new(s.schedule_rng_seed);
-    let mean_gap_ns = 1e9 / s.server_target_qps;
+    let mut seq = SampleSeq::new(loaded, plan);
+    let mut arrivals = ArrivalSchedule::new(s.server_target_qps, s.schedule_rng_seed);
     let mut rec = Records::default();
     let start = clock.now_ns();
-    let mut sched = start as f64;
     let mut last_rel = None;
     let mut oldest = 0usize;
     let k = loaded.len() as u64;
@@ -341,8 +343,7 @@ fn run_server(
         if let Some(reason) = stop_reason(s, rec.issued(), last_rel, k) {
             break reason;
         }
-        sched += -mean_gap_ns * sched_rng.unit_open0().ln();
-        let t = sched as u64;
+        let t = start.saturating_add(arrivals.next_offset_ns());
         // Wait for the arrival, letting an asynchronous SUT report meanwhile.
         loop {
             let now = clock.now_ns();
@@ -399,15 +400,12 @@ fn run_offline(
     sut: &mut dyn SystemUnderTest,
     s: &TestSettings,
     loaded: &[u64],
+    plan: &SamplePlan,
     waiter: &Waiter<'_>,
 ) -> PassRecords {
     let clock = waiter.clock;
     let n = offline_sample_count(s, loaded.len() as u64);
-    let mut seq = SampleSeq::new(
-        loaded,
-        s.sample_index_rng_seed,
-        s.sample_concatenate_permutation,
-    );
+    let mut seq = SampleSeq::new(loaded, plan);
     let start = clock.now_ns();
     let mut rec = Records {
         single_issue: Some(start),

@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use crate::early_stopping::{self, EarlyStoppingOutcome};
-use crate::sampling::{SampleSeq, offline_sample_count};
+use crate::sampling::{SamplePlan, SampleSeq, offline_sample_count};
 use crate::settings::{Scenario, TestSettings};
 use crate::stats::{LatencyStats, percentile, percentile_index, select_kth, tpot_ns};
 use crate::sut::Records;
@@ -360,6 +360,8 @@ pub struct TestResult {
     pub invalid_causes: Vec<InvalidCause>,
     #[serde(skip)]
     records: Option<Records>,
+    #[serde(skip)]
+    sample_plan: SamplePlan,
 }
 
 impl std::fmt::Debug for TestResult {
@@ -392,17 +394,13 @@ impl TestResult {
     pub fn query_records(&self) -> impl Iterator<Item = QueryRecord<'_>> + '_ {
         let rec = self.records.as_ref();
         let n = rec.map(|r| r.issued()).unwrap_or(0);
-        let mut seq = SampleSeq::new(
-            &self.loaded_set,
-            self.settings.sample_index_rng_seed,
-            self.settings.sample_concatenate_permutation,
-        );
+        let mut seq = (n > 0).then(|| SampleSeq::new(&self.loaded_set, &self.sample_plan));
         (0..n).filter_map(move |id| {
             let r = rec?;
             let i = id as usize;
             Some(QueryRecord {
                 id,
-                sample_index: seq.next_sample(),
+                sample_index: seq.as_mut()?.next_sample(),
                 issue_ns: r.issue_of(i),
                 first_token_ns: r.first_token_of(i),
                 token_ns: r.token_times_of(i),
@@ -421,6 +419,7 @@ impl TestResult {
         accuracy_sample_count: u64,
         performance_sample_count: u64,
         loaded_set: Vec<u64>,
+        sample_plan: SamplePlan,
         perf: Option<PassRecords>,
         accuracy: Option<AccuracyPass>,
     ) -> TestResult {
@@ -439,7 +438,7 @@ impl TestResult {
         let mut records = None;
         let mut performance = None;
         if let Some(pass) = perf {
-            let (p, mut c) = analyze(&settings, &loaded_set, &pass);
+            let (p, mut c) = analyze(&settings, &loaded_set, &sample_plan, &pass);
             causes.append(&mut c);
             performance = Some(p);
             records = Some(pass.rec);
@@ -456,6 +455,7 @@ impl TestResult {
             accuracy: acc_entries,
             invalid_causes: causes,
             records,
+            sample_plan,
         }
     }
 }
@@ -463,6 +463,7 @@ impl TestResult {
 fn analyze(
     s: &TestSettings,
     loaded: &[u64],
+    plan: &SamplePlan,
     pass: &PassRecords,
 ) -> (PerformanceResult, Vec<InvalidCause>) {
     let r = &pass.rec;
@@ -661,11 +662,7 @@ fn analyze(
         });
     }
     if let Some(id) = pass.timed_out {
-        let mut seq = SampleSeq::new(
-            loaded,
-            s.sample_index_rng_seed,
-            s.sample_concatenate_permutation,
-        );
+        let mut seq = SampleSeq::new(loaded, plan);
         let mut sample = 0;
         for _ in 0..=id {
             sample = seq.next_sample();

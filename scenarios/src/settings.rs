@@ -187,7 +187,8 @@ impl TestSettings {
     /// Offline queries the expected QPS asks for over the minimum duration, with LoadGen's
     /// slack of 1.1 (the sample count before the minimum query count and the cap apply).
     pub fn offline_expected_count(&self) -> u64 {
-        (OFFLINE_SLACK * self.offline_expected_qps * self.min_duration_ms as f64 / 1000.0) as u64
+        // LoadGen's order of operations: kSlack · DurationToSeconds(min_duration) · qps.
+        (OFFLINE_SLACK * (self.min_duration_ms as f64 / 1000.0) * self.offline_expected_qps) as u64
     }
 
     /// Defaults for `scenario`.

@@ -520,23 +520,39 @@ fn accuracy_mode_runs_every_sample_once_and_logs_outputs() {
     s.mode = pocketperf_scenarios::TestMode::AccuracyOnly;
     let mut sut = SimSut::new(Box::new(|_| SimQuery::tokens(MS, 3, MS)));
     sut.output = true;
-    let r = run(&mut sut, &s, &mut TestQsl::new(7, 3));
+    let mut qsl = TestQsl::new(7, 3);
+    let r = run(&mut sut, &s, &mut qsl);
     let acc = r.accuracy.as_ref().unwrap();
     assert_eq!(acc.len(), 7);
     for (i, e) in acc.iter().enumerate() {
         assert_eq!(e.seq_id, i as u64);
-        assert_eq!(e.qsl_idx, i as u64);
-        assert_eq!(e.data, (i as u64).to_le_bytes().to_vec());
+        assert_eq!(e.data, e.qsl_idx.to_le_bytes().to_vec());
         assert_eq!(e.token_count, Some(3));
     }
+    // Every sample once, issued set by set (sets of the performance count, in load order,
+    // each in its own seeded order).
+    let mut idx: Vec<u64> = acc.iter().map(|e| e.qsl_idx).collect();
+    assert_eq!(qsl.loaded.len(), 7);
+    for (set, issued) in qsl.loaded.chunks(3).zip(idx.chunks(3)) {
+        let (mut a, mut b) = (set.to_vec(), issued.to_vec());
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+    }
+    idx.sort_unstable();
+    assert_eq!(idx, (0..7).collect::<Vec<u64>>());
     assert!(r.performance.is_none());
     let json = r.accuracy_json();
-    assert!(json.starts_with(
-        "[\n{ \"seq_id\" : 0, \"qsl_idx\" : 0, \"data\" : \"0000000000000000\", \"token_count\" : 3 },\n"
-    ));
+    let first = acc[0].qsl_idx;
+    assert!(json.starts_with(&format!(
+        "[\n{{ \"seq_id\" : 0, \"qsl_idx\" : {first}, \"data\" : \"{first:02x}00000000000000\", \"token_count\" : 3 }},\n"
+    )));
     assert!(json.ends_with(" }\n]\n"));
     let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(parsed[1]["data"], "0100000000000000");
+    assert_eq!(
+        parsed[1]["data"],
+        format!("{:02x}00000000000000", acc[1].qsl_idx)
+    );
 }
 
 /// A SUT on a shared virtual clock that, after finishing each query, keeps the engine's

@@ -74,9 +74,22 @@ pub struct SimArgs {
     /// Write governor_sim.json, governor_trace.csv, SVG plots and governor_sim.html here.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Exit 1 when an acceptance check fails.
-    #[arg(long)]
-    pub check: bool,
+}
+
+/// A warning when `minutes` leave the acceptance checks too little time: they look for
+/// settling before a final window of `final_window_s` and judge that window, so a run
+/// shorter than two windows halves the window and may fail for lack of time alone.
+pub fn short_run_warning(minutes: f64, final_window_s: f64) -> Option<String> {
+    let need_min = 2.0 * final_window_s / 60.0;
+    (minutes < need_min).then(|| {
+        format!(
+            "warning: --minutes {minutes} is too few for the checks: they need {need_min:.0} \
+             simulated minutes (settling, then a {:.0}-minute final window); the final window \
+             shrinks to {:.1} minutes and checks may fail only because the run is short",
+            final_window_s / 60.0,
+            minutes / 2.0
+        )
+    })
 }
 
 /// A built-in profile from `sim:NAME` (or `NAME`).
@@ -111,6 +124,9 @@ fn sim(a: &SimArgs) -> Result<i32> {
     spec.period_s = a.period;
     spec.actuator = a.actuator;
     spec.sensor = a.sensor;
+    if let Some(w) = short_run_warning(a.minutes, spec.final_window_s) {
+        eprintln!("{w}");
+    }
     let progress = crate::progress::spinner("governor sim");
     let cmp = crate::sim::governor::compare(&spec)?;
     progress.finish_and_clear();
@@ -129,8 +145,15 @@ fn sim(a: &SimArgs) -> Result<i32> {
     } else {
         print!("{}", sim_text(&cmp, a.governor));
     }
-    let failed = report.checks.iter().any(|c| !c.pass);
-    Ok(if a.check && failed { 1 } else { 0 })
+    // Exit status: 0 every check passed, 1 a check failed (errors return 2 from main).
+    let failed = report.checks.iter().filter(|c| !c.pass).count();
+    if failed > 0 {
+        eprintln!(
+            "governor sim: {failed} of {} checks failed",
+            report.checks.len()
+        );
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
 }
 
 fn summary_of(cmp: &Comparison, g: GovernorKind) -> &SimSummary {

@@ -100,7 +100,8 @@ fn common_settings(scenario: Scenario, preset: PresetArg) -> TestSettings {
     s.use_token_latencies = true;
     s.mode = TestMode::PerformanceOnly;
     s.query_timeout_ms = 120_000;
-    // The seeds of LoadGen's mlperf.conf, so sample choice matches an MLPerf run.
+    // The seeds of LoadGen's mlperf.conf: with them the loaded set, each query's sample and
+    // the Server arrivals are those of an MLPerf LoadGen run (docs/SCENARIOS.md).
     s.qsl_rng_seed = 2_085_463_073_848_966_840;
     s.sample_index_rng_seed = 2_747_215_439_041_700_203;
     s.schedule_rng_seed = 16_159_082_839_903_944_936;
