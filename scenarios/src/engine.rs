@@ -23,12 +23,12 @@ use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest}
 /// Largest slice of queries handed to one `issue_queries` call in Offline.
 pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
 
-struct Waiter<'c> {
-    clock: &'c dyn Clock,
-    timeout_ns: Option<u64>,
+pub(crate) struct Waiter<'c> {
+    pub(crate) clock: &'c dyn Clock,
+    pub(crate) timeout_ns: Option<u64>,
 }
 
-enum WaitOutcome {
+pub(crate) enum WaitOutcome {
     Done,
     TimedOut(u64),
 }
@@ -36,7 +36,7 @@ enum WaitOutcome {
 impl Waiter<'_> {
     /// Polls the SUT until `done` holds, or until the oldest pending query (found from
     /// `oldest`) exceeds the timeout. Returns the timed-out query id.
-    fn wait(
+    pub(crate) fn wait(
         &self,
         sut: &mut dyn SystemUnderTest,
         rec: &mut Records,
@@ -120,6 +120,18 @@ pub fn run_test(
     settings: &TestSettings,
     clock: &dyn Clock,
 ) -> Result<TestResult> {
+    run_test_with_warmup(sut, qsl, settings, clock, 0)
+}
+
+/// [`run_test`] with `warmup` untimed queries before the performance pass
+/// ([`crate::warmup`]): recorded in [`TestResult::warmup`], never in the pass.
+pub fn run_test_with_warmup(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
+    clock: &dyn Clock,
+    warmup: u64,
+) -> Result<TestResult> {
     settings.validate()?;
     let total = qsl.total_sample_count();
     let perf_count = if settings.performance_sample_count_override > 0 {
@@ -167,10 +179,12 @@ pub fn run_test(
     }
     let mut perf = None;
     let mut loaded = Vec::new();
+    let mut warm = Vec::new();
     if settings.mode.runs_performance() {
         loaded = choose_loaded_set(total, perf_count, settings.qsl_rng_seed);
         qsl.load_samples(&loaded)
             .map_err(|e| qsl_err("load_samples", e))?;
+        warm = crate::warmup::run_warmup(sut, &loaded, warmup, &waiter)?;
         let p = match settings.scenario {
             Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &waiter),
             Scenario::Server => run_server(sut, settings, &loaded, &waiter),
@@ -180,7 +194,7 @@ pub fn run_test(
             .map_err(|e| qsl_err("unload_samples", e))?;
         perf = Some(p);
     }
-    Ok(TestResult::build(
+    let mut result = TestResult::build(
         settings.clone(),
         sut.name().to_string(),
         qsl.name().to_string(),
@@ -190,7 +204,9 @@ pub fn run_test(
         loaded,
         perf,
         accuracy,
-    ))
+    );
+    result.warmup = warm;
+    Ok(result)
 }
 
 fn run_accuracy(

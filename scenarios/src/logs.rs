@@ -626,6 +626,9 @@ impl TestResult {
             d.log("power_end", &q(&meta.power_end), end_ms);
             self.detail_results(&mut d, p, end_ms);
         }
+        if !self.warmup.is_empty() {
+            crate::warmup::log_warmup(&mut d, &self.warmup);
+        }
         for c in &self.invalid_causes {
             d.log_flag("pocketperf_invalid_cause", &q(&c.to_string()), 0.0, true);
         }
@@ -850,19 +853,19 @@ impl TestResult {
     }
 }
 
-struct Detail {
+pub(crate) struct Detail {
     out: String,
     pid: u32,
 }
 
 impl Detail {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Detail {
             out: String::new(),
             pid: std::process::id(),
         }
     }
-    fn log(&mut self, key: &str, value: &str, time_ms: f64) {
+    pub(crate) fn log(&mut self, key: &str, value: &str, time_ms: f64) {
         self.log_flag(key, value, time_ms, false);
     }
     fn log_flag(&mut self, key: &str, value: &str, time_ms: f64, is_error: bool) {

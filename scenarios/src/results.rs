@@ -358,6 +358,8 @@ pub struct TestResult {
     pub accuracy: Option<Vec<AccuracyEntry>>,
     /// VALID when empty.
     pub invalid_causes: Vec<InvalidCause>,
+    /// Warm-up queries run before the performance pass (never part of it).
+    pub warmup: Vec<crate::warmup::WarmupQuery>,
     #[serde(skip)]
     records: Option<Records>,
 }
@@ -455,6 +457,7 @@ impl TestResult {
             performance,
             accuracy: acc_entries,
             invalid_causes: causes,
+            warmup: Vec::new(),
             records,
         }
     }

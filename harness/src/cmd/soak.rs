@@ -214,6 +214,8 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         query_timeout_s: positive("--query-timeout", dur("--query-timeout", &a.query_timeout)?)?,
         model,
         threads: a.engine.threads,
+        mlock: a.engine.residency.mlock,
+        prefault: a.engine.residency.prefault,
         isa: a.isa.clone(),
         ctx: a.ctx,
         dialogues: a.dialogues,

@@ -58,6 +58,12 @@ pub struct LoadRequest {
     /// Largest prefill chunk in tokens.
     #[serde(default = "default_batch")]
     pub max_batch: usize,
+    /// Lock the model's mapping in memory (`--mlock`; `pocketperf_runtime::residency`).
+    #[serde(default)]
+    pub mlock: bool,
+    /// Read every page of the model in before answering (`--prefault`).
+    #[serde(default)]
+    pub prefault: bool,
 }
 
 /// One chat turn of a `messages` prompt.

@@ -633,7 +633,11 @@ fn load_engine(req: &LoadRequest) -> Result<Engine, Fail> {
     }
     .map_err(|e| (ErrorCode::BadRequest, format!("load: isa: {e}")))?;
     let path = Path::new(&req.model);
-    Engine::load(path, req.threads, isa).map_err(|e| {
+    let opts = pocketperf_runtime::residency::LoadOptions {
+        mlock: req.mlock,
+        prefault: req.prefault,
+    };
+    Engine::load_with(path, req.threads, isa, &opts).map_err(|e| {
         let msg = e.to_string();
         let msg = if msg.contains(&req.model) {
             msg

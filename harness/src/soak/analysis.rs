@@ -839,6 +839,8 @@ mod tests {
             query_timeout_s: 120.0,
             model: PathBuf::from("m.gguf"),
             threads: 1,
+            mlock: false,
+            prefault: false,
             isa: None,
             ctx: 2048,
             dialogues: 8,

@@ -188,6 +188,12 @@ pub struct SoakConfig {
     /// Kernel tier for the server (`None` = its best or `POCKETPERF_ISA`).
     pub isa: Option<String>,
     pub ctx: usize,
+    /// The server locks the model's mapping (`--mlock`).
+    #[serde(default)]
+    pub mlock: bool,
+    /// The server reads the whole model in at load (`--prefault`).
+    #[serde(default)]
+    pub prefault: bool,
     /// Dialogues per cycle (the first N of the committed set).
     pub dialogues: usize,
     /// Cap on the tokens generated per dialogue turn (`None` = the dataset's budgets).

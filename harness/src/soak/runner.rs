@@ -681,6 +681,8 @@ impl Runner {
             isa: self.cfg.isa.clone(),
             ctx: self.cfg.ctx,
             max_batch: 128,
+            mlock: self.cfg.mlock,
+            prefault: self.cfg.prefault,
         };
         match c.load(&req, STARTUP_TIMEOUT) {
             Ok(l) => Ok((c, l)),
