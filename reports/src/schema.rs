@@ -86,13 +86,13 @@ pub struct PageFaults {
     pub major: u64,
 }
 
-/// Residency (fraction of the model file's pages in memory, 0..1) around a cold first query.
+/// Residency (fraction of the model file's pages in memory, 0..1) around a cold first query:
+/// before the eviction (the model loaded and the run set up), after it, after the first
+/// query and at the end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColdStart {
     pub resident_before_eviction: f64,
     pub resident_after_eviction: f64,
-    /// After the model was loaded (and prefaulted or locked when asked).
-    pub resident_after_load: f64,
     /// Right after the first query's work.
     #[serde(default)]
     pub resident_after_first_query: Option<f64>,

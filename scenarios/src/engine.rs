@@ -19,16 +19,17 @@ use crate::results::{AccuracyEntry, AccuracyPass, EndReason, PassRecords, TestRe
 use crate::sampling::{Rng, SampleSeq, choose_loaded_set, offline_sample_count};
 use crate::settings::{Scenario, TestSettings};
 use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest};
+use crate::warmup::WarmupQuery;
 
 /// Largest slice of queries handed to one `issue_queries` call in Offline.
 pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
 
-pub(crate) struct Waiter<'c> {
-    pub(crate) clock: &'c dyn Clock,
-    pub(crate) timeout_ns: Option<u64>,
+struct Waiter<'c> {
+    clock: &'c dyn Clock,
+    timeout_ns: Option<u64>,
 }
 
-pub(crate) enum WaitOutcome {
+enum WaitOutcome {
     Done,
     TimedOut(u64),
 }
@@ -36,7 +37,7 @@ pub(crate) enum WaitOutcome {
 impl Waiter<'_> {
     /// Polls the SUT until `done` holds, or until the oldest pending query (found from
     /// `oldest`) exceeds the timeout. Returns the timed-out query id.
-    pub(crate) fn wait(
+    fn wait(
         &self,
         sut: &mut dyn SystemUnderTest,
         rec: &mut Records,
@@ -184,7 +185,7 @@ pub fn run_test_with_warmup(
         loaded = choose_loaded_set(total, perf_count, settings.qsl_rng_seed);
         qsl.load_samples(&loaded)
             .map_err(|e| qsl_err("load_samples", e))?;
-        warm = crate::warmup::run_warmup(sut, &loaded, warmup, &waiter)?;
+        warm = run_warmup(sut, &loaded, warmup, &waiter)?;
         let p = match settings.scenario {
             Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &waiter),
             Scenario::Server => run_server(sut, settings, &loaded, &waiter),
@@ -270,6 +271,60 @@ fn run_accuracy(
         start = end;
     }
     Ok((entries, None))
+}
+
+/// Issues `n` warm-up queries, one at a time, each waited for (with the run's query timeout).
+fn run_warmup(
+    sut: &mut dyn SystemUnderTest,
+    loaded: &[u64],
+    n: u64,
+    waiter: &Waiter<'_>,
+) -> Result<Vec<WarmupQuery>> {
+    let clock = waiter.clock;
+    let mut rec = Records::default();
+    let mut oldest = 0usize;
+    let mut out = Vec::with_capacity(n as usize);
+    if loaded.is_empty() {
+        return Ok(out);
+    }
+    for id in 0..n {
+        let q = Query {
+            id,
+            sample_index: loaded[(id % loaded.len() as u64) as usize],
+        };
+        let now = clock.now_ns();
+        rec.push(now);
+        let mut r = Responder {
+            clock,
+            rec: &mut rec,
+        };
+        sut.issue_queries(std::slice::from_ref(&q), &mut r);
+        sut.flush_queries(&mut r);
+        let i = id as usize;
+        if let WaitOutcome::TimedOut(_) =
+            waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.is_complete(i))
+        {
+            return Err(Error::WarmupTimeout {
+                query_id: id,
+                sample_index: q.sample_index,
+                timeout_ms: waiter.timeout_ns.map_or(0, |t| t / 1_000_000),
+            });
+        }
+        if clock.is_virtual()
+            && let Some(done) = rec.completion(i)
+        {
+            clock.wait_until(done);
+        }
+        out.push(WarmupQuery {
+            id,
+            sample_index: q.sample_index,
+            issue_ns: now,
+            first_token_ns: rec.first_token_of(i),
+            complete_ns: rec.completion(i),
+            tokens: rec.tokens_of(i),
+        });
+    }
+    Ok(out)
 }
 
 fn finish(rec: Records, start: u64, end: EndReason, timed_out: Option<u64>) -> PassRecords {

@@ -13,6 +13,7 @@ use crate::sampling::{SampleSeq, offline_sample_count};
 use crate::settings::{Scenario, TestSettings};
 use crate::stats::{LatencyStats, percentile, percentile_index, select_kth, tpot_ns};
 use crate::sut::Records;
+use crate::warmup::WarmupQuery;
 
 /// Why issuing stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -359,7 +360,7 @@ pub struct TestResult {
     /// VALID when empty.
     pub invalid_causes: Vec<InvalidCause>,
     /// Warm-up queries run before the performance pass (never part of it).
-    pub warmup: Vec<crate::warmup::WarmupQuery>,
+    pub warmup: Vec<WarmupQuery>,
     #[serde(skip)]
     records: Option<Records>,
 }

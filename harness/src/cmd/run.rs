@@ -105,8 +105,9 @@ pub struct RunArgs {
     /// (default: the preset's, 1 for quick and 3 for full; 0 for none).
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// Evict the model file from the page cache before loading it and record the first
-    /// query's latency with the file's residency before and after (result.json `memory`).
+    /// Evict the model file from the page cache just before the first query (after load and
+    /// set-up) and record that query's latency with the file's residency before and after
+    /// (result.json `memory.cold_start`). Mapped pages stay: with --prefault or --mlock, all.
     #[arg(long)]
     pub cold_start: bool,
 }

@@ -110,13 +110,6 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("{}: cannot create", a.out.display()))?;
 
-    // `--cold-start`: the file leaves the page cache before the model is mapped.
-    let eviction = if a.cold_start {
-        let path = crate::model_store::resolve_model(a.engine.model.as_deref())?;
-        Some(cold_start::evict(&path)?)
-    } else {
-        None
-    };
     let (engine, model_path) = a.engine.load()?;
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
     let mut qsl = PromptQsl::new(&library);
@@ -172,9 +165,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         serde_json::json!({ "cli": a }),
         gauges,
     )?;
-    let resident_after_load = match eviction {
-        Some(_) => Some(cold_start::file_fraction(&model_path)?),
-        None => None,
+    // `--cold-start`: the file leaves the page cache once everything before the first query
+    // (load, tokenizing, the model's checksum) is done. Pages the SUT has mapped stay: all
+    // of them after --prefault or --mlock, which is what those options are for.
+    let eviction = if a.cold_start {
+        Some(cold_start::evict(&model_path)?)
+    } else {
+        None
     };
     let after_first = std::cell::Cell::new(None);
     let started = chrono::Utc::now();
@@ -242,7 +239,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         minor: t.minor,
         major: t.major,
     });
-    if let (Some(e), Some(after_load)) = (eviction, resident_after_load) {
+    if let Some(e) = eviction {
         // The first query the SUT ran: the first warm-up query, or the first timed one.
         let first = performance.as_ref().and_then(|p| {
             p.warmup
@@ -253,7 +250,6 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         memory.cold_start = Some(ColdStart {
             resident_before_eviction: e.before,
             resident_after_eviction: e.after,
-            resident_after_load: after_load,
             resident_after_first_query: after_first.get(),
             resident_at_end: cold_start::file_fraction(&model_path)?,
             first_query_latency_ms: first.map(|q| q.latency_ms),

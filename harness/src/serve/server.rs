@@ -24,7 +24,8 @@ use crate::meta;
 use crate::sut::prompts::{PromptText, encode_prompt};
 
 /// Memory of this process: `/proc/self/statm` for resident and virtual size, `/proc/self/status`
-/// for the anonymous/file split and the peak. Missing figures are 0.
+/// for the anonymous/file split and the peak, `getrusage` for page faults. Missing figures
+/// are 0.
 pub fn memory_stats() -> MemoryStats {
     let mut m = MemoryStats::default();
     // SAFETY: sysconf only reads a configuration value; it has no memory-safety preconditions.
@@ -49,6 +50,10 @@ pub fn memory_stats() -> MemoryStats {
                 _ => {}
             }
         }
+    }
+    if let Some(f) = crate::telemetry::faults::self_faults() {
+        m.minor_faults = f.minor;
+        m.major_faults = f.major;
     }
     m
 }

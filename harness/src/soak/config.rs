@@ -87,6 +87,13 @@ pub fn format_duration(s: f64) -> String {
     }
 }
 
+/// Major faults per hour a soak tolerates by default: a served model that stays resident
+/// takes none after its first pass; a thousand an hour is the weights being read back from
+/// storage over and over (memory pressure evicting them).
+fn default_major_faults_per_h() -> f64 {
+    1000.0
+}
+
 /// Thresholds of the checks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +104,9 @@ pub struct Thresholds {
     pub max_timeouts: u64,
     /// RSS growth tolerated, MiB per hour (Theil–Sen slope).
     pub max_rss_growth_mib_per_h: f64,
+    /// Major page faults of the server per hour after the warm-up, at most.
+    #[serde(default = "default_major_faults_per_h")]
+    pub max_major_faults_per_h: f64,
     /// Probe results that differ from the first round tolerated.
     pub max_output_drift: u64,
     /// P99 TPOT of the last window over the first steady window, minus 1 (0.10 = +10%).
@@ -117,6 +127,7 @@ impl Default for Thresholds {
             max_crashes: 0,
             max_timeouts: 0,
             max_rss_growth_mib_per_h: 1.0,
+            max_major_faults_per_h: default_major_faults_per_h(),
             max_output_drift: 0,
             max_tpot_drift: 0.10,
             min_stability: 0.95,

@@ -715,6 +715,7 @@ impl Runner {
                         rss_anon_kib: s.memory.rss_anon_kib,
                         rss_file_kib: s.memory.rss_file_kib,
                         vm_hwm_kib: s.memory.vm_hwm_kib,
+                        major_faults: Some(s.memory.major_faults),
                     };
                     self.log(Record::Rss(rec))?;
                 }

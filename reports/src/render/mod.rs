@@ -464,7 +464,6 @@ pub fn metric_rows(r: &ResultFile) -> Vec<MetricRow> {
                 out.push(row("memory", format!("resident_{name}"), "ratio", v, None));
             };
             res("after_eviction", c.resident_after_eviction);
-            res("after_load", c.resident_after_load);
             if let Some(v) = c.resident_after_first_query {
                 res("after_first_query", v);
             }
