@@ -136,6 +136,8 @@ pub fn memlock_limit() -> (Option<u64>, Option<u64>) {
     if rc != 0 {
         return (None, None);
     }
+    // rlim_t is u64 here but narrower on some 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
     let v = |x: libc::rlim_t| (x != libc::RLIM_INFINITY).then_some(x as u64);
     (v(r.rlim_cur), v(r.rlim_max))
 }
