@@ -57,7 +57,9 @@ impl<'s, S: SystemUnderTest + FaultSource + ?Sized> FaultMeter<'s, S> {
         }
     }
 
-    /// Runs `f` once, right after the first query's work (e.g. a residency probe).
+    /// Runs `f` once, after the first query's work: after the first `flush_queries`, before
+    /// the second query is issued, or at [`FaultMeter::finish`], whichever comes first (e.g.
+    /// a residency probe; it runs outside every measured call).
     pub fn after_first_query(mut self, f: impl FnMut() + 's) -> Self {
         self.after_first = Some(Box::new(f));
         self
@@ -82,7 +84,8 @@ impl<'s, S: SystemUnderTest + FaultSource + ?Sized> FaultMeter<'s, S> {
     }
 
     /// The per-query record.
-    pub fn finish(self) -> FaultLog {
+    pub fn finish(mut self) -> FaultLog {
+        self.first_done();
         let total = match (self.start, self.sut.faults_now()) {
             (Some((p0, a)), Some((p1, b))) if p0 == p1 => Some(b.since(&a)),
             _ => None,
@@ -107,6 +110,12 @@ impl<S: SystemUnderTest + FaultSource + ?Sized> SystemUnderTest for FaultMeter<'
     }
 
     fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
+        // Queries are issued after the previous one completed (SingleStream, warm-up) or
+        // were answered inside their own call (the synchronous SUTs of Server): the first
+        // query's work is over when a second is issued.
+        if self.issued > 0 {
+            self.first_done();
+        }
         let ((), faults) = self.measured(|s| s.issue_queries(queries, responder));
         self.calls.push(Call {
             queries: queries.len(),
@@ -114,9 +123,6 @@ impl<S: SystemUnderTest + FaultSource + ?Sized> SystemUnderTest for FaultMeter<'
             faults,
         });
         self.issued += queries.len();
-        if queries.len() == 1 {
-            self.first_done();
-        }
     }
 
     fn flush_queries(&mut self, responder: &mut Responder<'_>) {
@@ -142,6 +148,8 @@ impl<S: SystemUnderTest + FaultSource + ?Sized> SystemUnderTest for FaultMeter<'
 mod tests {
     use super::*;
     use pocketperf_scenarios::{NullQsl, TestSettings, VirtualClock, run_test_with_warmup};
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
 
     /// Completes queries at once and raises 10 minor faults and 1 major per query in its
     /// own counters; decodes at flush when `at_flush`.
@@ -149,6 +157,27 @@ mod tests {
         counts: FaultCounts,
         at_flush: bool,
         pending: Vec<Query>,
+        /// Queries completed.
+        done: Rc<Cell<u64>>,
+    }
+
+    fn settings(scenario: pocketperf_scenarios::Scenario, n: u64) -> TestSettings {
+        let mut s = TestSettings::new(scenario);
+        s.min_query_count = n;
+        s.min_duration_ms = 0;
+        s.offline_expected_qps = 1.0;
+        s
+    }
+
+    fn qsl() -> NullQsl {
+        NullQsl {
+            total: 30,
+            performance: 30,
+        }
+    }
+
+    fn clock() -> VirtualClock {
+        VirtualClock::new()
     }
 
     impl Counting {
@@ -157,6 +186,7 @@ mod tests {
                 self.counts.minor += 10;
                 self.counts.major += 1;
                 r.complete(q.id, 1, None);
+                self.done.set(self.done.get() + 1);
             }
         }
     }
@@ -189,20 +219,48 @@ mod tests {
             counts: FaultCounts::default(),
             at_flush,
             pending: Vec::new(),
+            done: Rc::new(Cell::new(0)),
         };
-        let mut s = TestSettings::new(scenario);
-        s.min_query_count = 20;
-        s.min_duration_ms = 0;
-        s.offline_expected_qps = 1.0;
-        let mut qsl = NullQsl {
-            total: 30,
-            performance: 30,
-        };
-        let clock = VirtualClock::new();
         let mut meter = FaultMeter::new(&mut sut);
-        let r = run_test_with_warmup(&mut meter, &mut qsl, &s, &clock, 2).unwrap();
+        let r = run_test_with_warmup(&mut meter, &mut qsl(), &settings(scenario, 20), &clock(), 2)
+            .unwrap();
         let log = meter.finish();
         (log, r.performance.unwrap().queries_issued)
+    }
+
+    #[test]
+    fn the_after_first_hook_runs_once_when_the_first_query_is_done() {
+        use pocketperf_scenarios::Scenario;
+        // (scenario, decodes at flush, warm-up, completed queries the hook must see)
+        for (scenario, at_flush, warmup, want) in [
+            (Scenario::SingleStream, false, 0, 1),
+            (Scenario::SingleStream, false, 2, 1),
+            (Scenario::Offline, true, 2, 1),
+            // Offline's one batch of 5 is the first work.
+            (Scenario::Offline, true, 0, 5),
+        ] {
+            let done = Rc::new(Cell::new(0u64));
+            let mut sut = Counting {
+                counts: FaultCounts::default(),
+                at_flush,
+                pending: Vec::new(),
+                done: done.clone(),
+            };
+            let seen = RefCell::new(Vec::new());
+            let mut meter = FaultMeter::new(&mut sut).after_first_query(|| {
+                seen.borrow_mut().push(done.get());
+            });
+            run_test_with_warmup(
+                &mut meter,
+                &mut qsl(),
+                &settings(scenario, 5),
+                &clock(),
+                warmup,
+            )
+            .unwrap();
+            meter.finish();
+            assert_eq!(*seen.borrow(), [want], "{scenario:?} warm-up {warmup}");
+        }
     }
 
     #[test]
