@@ -81,9 +81,12 @@ enum Cmd {
     Serve(servecmd::ServeArgs),
     /// Robustness run: dialogues and probes through a child-process SUT for hours, resumable.
     Soak(Box<soakcmd::SoakArgs>),
+    /// One timed start for `bench --cold` (prints its steps as JSON on stdout).
+    #[command(hide = true)]
+    ColdProbe(rt::ColdProbeArgs),
 }
 
-fn run(cli: Cli) -> anyhow::Result<i32> {
+fn run(cli: Cli, t_main_ns: u64) -> anyhow::Result<i32> {
     match cli.cmd {
         Cmd::Model { cmd } => rt::model_cmd(&cmd),
         Cmd::Tokenize(a) => rt::tokenize(&a),
@@ -106,6 +109,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Mmlu { cmd } => pocketperf::mmlu::mmlu_cmd(&cmd),
         Cmd::Serve(a) => servecmd::serve(&a),
         Cmd::Soak(a) => soakcmd::soak(&a),
+        Cmd::ColdProbe(a) => rt::cold_probe(&a, t_main_ns),
     }
 }
 
@@ -130,8 +134,10 @@ fn error_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // The start of `main` on the machine-wide monotonic clock, for `bench --cold`'s probe.
+    let t_main_ns = pocketperf::tools::cold_start::monotonic_ns();
     let cli = Cli::parse();
-    match run(cli) {
+    match run(cli, t_main_ns) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("error: {}", error_line(&e));

@@ -6,11 +6,14 @@
 //! counters section that result files and `bench` rows carry ([`backend_counters`]), and the
 //! summary line printed at the end (`docs/RESULTS.md`).
 
+use crate::cmd::runtime::ResidencyArgs;
 use crate::governor_hook::GovernorHook;
 use crate::meta;
+use crate::sut::faults::FaultLog;
 use anyhow::{Context, Result};
 use pocketperf_reports::schema::{
-    DeviceInfo, ModelInfo, Percentiles, Performance, QuerySample, ResultFile, RunMeta,
+    DeviceInfo, Memory, ModelInfo, Percentiles, Performance, QuerySample, ResultFile, RunMeta,
+    Warmup,
 };
 use pocketperf_runtime::session::Engine;
 use pocketperf_scenarios::{LatencyStats, LogMeta, Scenario, TestResult};
@@ -82,6 +85,8 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
                 ttft_ms: ttft.map(ms),
                 tokens: q.tokens.min(u32::MAX as u64) as u32,
                 tpot_ms: tpot,
+                minor_faults: None,
+                major_faults: None,
             })
         })
         .collect();
@@ -117,7 +122,99 @@ pub fn performance_section(r: &TestResult) -> Option<Performance> {
         })),
         per_query,
         backend_counters: None,
+        warmup: warmup_section(r),
     })
+}
+
+/// The warm-up queries of a run (`--warmup`), times relative to the first warm-up issue.
+fn warmup_section(r: &TestResult) -> Option<Warmup> {
+    let origin = r.warmup.first()?.issue_ns;
+    let per_query = r
+        .warmup
+        .iter()
+        .filter_map(|w| {
+            let lat = w.latency_ns()?;
+            let ttft = w.ttft_ns();
+            Some(QuerySample {
+                id: w.id,
+                sample_index: w.sample_index,
+                start_s: w.issue_ns.saturating_sub(origin) as f64 / 1e9,
+                latency_ms: ms(lat),
+                ttft_ms: ttft.map(ms),
+                tokens: w.tokens.min(u32::MAX as u64) as u32,
+                tpot_ms: ttft.and_then(|t| pocketperf_scenarios::tpot_ns(lat, t, w.tokens).map(ms)),
+                minor_faults: None,
+                major_faults: None,
+            })
+        })
+        .collect();
+    Some(Warmup {
+        queries: r.warmup.len() as u64,
+        per_query,
+    })
+}
+
+/// Puts each query's page faults ([`FaultLog::per_query`]: warm-up first, then the timed
+/// queries by id) into the performance section.
+pub fn attach_faults(p: &mut Performance, log: &FaultLog) {
+    let warm = p.warmup.as_ref().map_or(0, |w| w.queries as usize);
+    let put = |q: &mut QuerySample, i: usize| {
+        if let Some(Some(f)) = log.per_query.get(i) {
+            q.minor_faults = Some(f.minor);
+            q.major_faults = Some(f.major);
+        }
+    };
+    if let Some(w) = p.warmup.as_mut() {
+        for q in &mut w.per_query {
+            put(q, q.id as usize);
+        }
+    }
+    for q in &mut p.per_query {
+        put(q, warm + q.id as usize);
+    }
+}
+
+/// The memory section of a run over a model loaded with `r`'s options (faults and cold
+/// start are added by the runs that measure them).
+pub fn memory_section(r: &ResidencyArgs) -> Memory {
+    Memory {
+        mlock: r.mlock,
+        prefault: r.prefault,
+        page_faults: None,
+        cold_start: None,
+    }
+}
+
+/// `mlperf_log_detail.txt` gets one `pocketperf_query_faults` line per query with faults
+/// of its own (warm-up queries flagged), after the scenario engine's lines.
+pub fn append_fault_lines(out: &Path, p: &Performance) -> Result<()> {
+    let path = out.join("mlperf_log_detail.txt");
+    let mut text = String::new();
+    let warm = p
+        .warmup
+        .iter()
+        .flat_map(|w| w.per_query.iter().map(|q| (true, q)));
+    for (warmup, q) in warm.chain(p.per_query.iter().map(|q| (false, q))) {
+        if let (Some(minor), Some(major)) = (q.minor_faults, q.major_faults) {
+            let v = serde_json::json!({
+                "id": q.id, "warmup": warmup, "minor_faults": minor, "major_faults": major,
+            });
+            text.push_str(&format!(
+                ":::MLLOG {{\"key\": \"pocketperf_query_faults\", \"value\": {v}, \"time_ms\": 0.000000, \"namespace\": \"mlperf::logging\", \"event_type\": \"POINT_IN_TIME\", \"metadata\": {{\"is_error\": false, \"is_warning\": false, \"file\": \"pocketperf\", \"line_no\": 0, \"pid\": {pid}, \"tid\": {pid}}}}}\n",
+                pid = std::process::id()
+            ));
+        }
+    }
+    if text.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("{}: cannot append", path.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("{}: cannot append", path.display()))?;
+    Ok(())
 }
 
 /// Writes `tokens.csv`: one row per generated token (index 0 is the first token), times on
@@ -211,6 +308,14 @@ pub fn file_header(r: &ResultFile) -> Vec<(String, String)> {
         ("settings".into(), r.meta.settings.to_string()),
         ("started_utc".into(), r.meta.started_utc.to_rfc3339()),
     ]
+    .into_iter()
+    .chain(r.memory.iter().flat_map(|m| {
+        [
+            ("mlock".to_string(), m.mlock.to_string()),
+            ("prefault".to_string(), m.prefault.to_string()),
+        ]
+    }))
+    .collect()
 }
 
 /// Metadata of a run over a loaded engine.

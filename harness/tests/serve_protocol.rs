@@ -32,6 +32,8 @@ fn load_req(model: &Path) -> LoadRequest {
         isa: None,
         ctx: 1024,
         max_batch: 64,
+        mlock: false,
+        prefault: false,
     }
 }
 

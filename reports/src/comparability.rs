@@ -54,7 +54,9 @@ const CLI_NOT_WORK: &[&str] = &[
     "mmlu_dir",
     "device",
     "sut",
-    "engine",
+    "engine.model",
+    "engine.threads",
+    "engine.backend.backend",
     "governor.governor_sysfs_root",
     "config",
 ];

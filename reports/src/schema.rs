@@ -52,6 +52,67 @@ pub struct ResultFile {
     /// Human-readable warnings raised during the run or the migration.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Model residency options, page faults and the cold first query (runs that record them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+}
+
+/// How the model was held in memory and what the run cost in page faults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// The model's mapping was locked (`--mlock`).
+    pub mlock: bool,
+    /// The model was read in at load (`--prefault`).
+    pub prefault: bool,
+    /// Faults of the process that ran the model over warm-up and timed pass.
+    #[serde(default)]
+    pub page_faults: Option<PageFaults>,
+    /// The first query after evicting the model from the page cache (`run --cold-start`).
+    #[serde(default)]
+    pub cold_start: Option<ColdStart>,
+}
+
+/// Page faults of the system-under-test process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageFaults {
+    /// `self` (the in-process runtime) or `child` (`--sut process`).
+    pub process: String,
+    /// Its pid.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// Minor faults (served from memory).
+    pub minor: u64,
+    /// Major faults (read from storage).
+    pub major: u64,
+}
+
+/// Residency (fraction of the model file's pages in memory, 0..1) around a cold first query:
+/// before the eviction (the model loaded and the run set up), after it, after the first
+/// query and at the end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColdStart {
+    pub resident_before_eviction: f64,
+    pub resident_after_eviction: f64,
+    /// Right after the first query's work.
+    #[serde(default)]
+    pub resident_after_first_query: Option<f64>,
+    pub resident_at_end: f64,
+    /// The first query's latency and TTFT, milliseconds (a warm-up query when there is one).
+    #[serde(default)]
+    pub first_query_latency_ms: Option<f64>,
+    #[serde(default)]
+    pub first_query_ttft_ms: Option<f64>,
+    /// Its major faults, when it was measured alone.
+    #[serde(default)]
+    pub first_query_major_faults: Option<u64>,
+}
+
+/// Warm-up queries run before the timed pass, never counted in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Warmup {
+    pub queries: u64,
+    #[serde(default)]
+    pub per_query: Vec<QuerySample>,
 }
 
 /// Provenance of a run.
@@ -194,6 +255,9 @@ pub struct Performance {
     /// host↔device, kernel time), free-form, owned by the runtime (docs/OPENCL.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_counters: Option<Value>,
+    /// Warm-up queries before the timed pass (`--warmup`), with their own latencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<Warmup>,
 }
 
 /// One query's measurements.
@@ -215,6 +279,12 @@ pub struct QuerySample {
     /// Time per output token after the first, milliseconds.
     #[serde(default)]
     pub tpot_ms: Option<f64>,
+    /// Minor page faults of the SUT process during this query (when it ran alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor_faults: Option<u64>,
+    /// Major page faults of the SUT process during this query (when it ran alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major_faults: Option<u64>,
 }
 
 /// Accuracy results.

@@ -318,7 +318,8 @@ fn structured() -> ResultFile {
     r.meta.settings = serde_json::json!({
         "cli": {
             "preset": "quick", "max_tokens": 64, "out": "runs/a", "sut": "in-process",
-            "engine": {"model": "smollm2-135m", "threads": 2},
+            "engine": {"model": "smollm2-135m", "threads": 2,
+                       "residency": {"mlock": false, "prefault": false}},
             "governor": {"governor": "off", "governor_sysfs_root": "/sys"}
         },
         "test_settings": {"scenario": "SingleStream", "min_query_count": 64, "qsl_rng_seed": 1}
@@ -332,7 +333,7 @@ fn structured() -> ResultFile {
 #[test]
 fn each_workload_and_system_field_is_checked_before_statistics() {
     type Edit = fn(&mut ResultFile);
-    let cases: [(&str, &str, Edit); 14] = [
+    let cases: [(&str, &str, Edit); 15] = [
         ("model", "model", |r| r.meta.model.sha256 = "f".repeat(64)),
         ("scenario", "scenario", |r| {
             r.meta.settings["test_settings"]["scenario"] = "Offline".into()
@@ -351,6 +352,9 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
         }),
         ("cli.governor.governor", "cli.governor", |r| {
             r.meta.settings["cli"]["governor"]["governor"] = "pid".into()
+        }),
+        ("cli.engine.residency.prefault", "cli.engine", |r| {
+            r.meta.settings["cli"]["engine"]["residency"]["prefault"] = true.into()
         }),
         ("threads", "threads", |r| r.meta.threads = 1),
         ("backend", "backend", |r| r.meta.backend = "opencl".into()),
@@ -406,6 +410,7 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
     cand.meta.tool_version = "9.9.9".into();
     cand.meta.model.path = "/elsewhere/model.gguf".into();
     cand.meta.settings["cli"]["out"] = "runs/b".into();
+    cand.meta.settings["cli"]["engine"]["model"] = "/elsewhere/model.gguf".into();
     cand.meta.settings["cli"]["governor"]["governor_sysfs_root"] = "/tmp/sys".into();
     let o = gate_results(
         Path::new("b"),

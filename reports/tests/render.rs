@@ -168,3 +168,60 @@ fn write_report_writes_html_and_markdown_into_the_dir() {
     let e = write_report_at(dir.path(), &common::fixed_ctx()).unwrap_err();
     assert!(e.to_string().contains("telemetry.csv"), "{e}");
 }
+
+#[test]
+fn warm_up_residency_and_page_faults_are_rows_of_the_report() {
+    use pocketperf_reports::schema::{ColdStart, Memory, PageFaults, Warmup};
+    let mut r = common::hand_result();
+    let timed = r.performance.as_ref().unwrap().per_query.clone();
+    let mut warm = timed[..2].to_vec();
+    warm[0].latency_ms = 900.0;
+    warm[1].latency_ms = 450.0;
+    r.performance.as_mut().unwrap().warmup = Some(Warmup {
+        queries: 2,
+        per_query: warm,
+    });
+    r.memory = Some(Memory {
+        mlock: true,
+        prefault: false,
+        page_faults: Some(PageFaults {
+            process: "child".into(),
+            pid: Some(4242),
+            minor: 12345,
+            major: 678,
+        }),
+        cold_start: Some(ColdStart {
+            resident_before_eviction: 1.0,
+            resident_after_eviction: 0.03,
+            resident_after_first_query: Some(0.97),
+            resident_at_end: 0.98,
+            first_query_latency_ms: Some(900.0),
+            first_query_ttft_ms: Some(812.5),
+            first_query_major_faults: Some(61),
+        }),
+    });
+    let run = RunData::from_result(r);
+    let csv = exporter(Format::Csv)
+        .render(&run, &common::fixed_ctx())
+        .unwrap();
+    for row in [
+        "warmup,queries,count,2,",
+        "warmup,first_latency,ms,900,",
+        "warmup,max_latency,ms,900,,,2",
+        "memory,mlock,bool,1,",
+        "memory,prefault,bool,0,",
+        "memory,major_faults,count,678,",
+        "memory,minor_faults,count,12345,",
+        "memory,resident_after_eviction,ratio,0.03,",
+        "memory,resident_after_first_query,ratio,0.97,",
+        "memory,cold_first_query_ttft,ms,812.5,",
+    ] {
+        assert!(csv.contains(row), "missing `{row}` in\n{csv}");
+    }
+    // The timed figures are the hand run's, untouched by the warm-up's 900 ms.
+    assert!(csv.contains("performance,latency_max,ms,434,"));
+    let md = exporter(Format::Markdown)
+        .render(&run, &common::fixed_ctx())
+        .unwrap();
+    assert!(md.contains("major_faults") && md.contains("678"));
+}

@@ -50,4 +50,27 @@ pub enum Error {
     Governor(String),
     #[error("OpenCL: {0}")]
     OpenCl(String),
+    /// A residency probe, eviction or prefault of a file failed (`op` is the system call).
+    #[error("{}: {op}: {source}", path.display())]
+    Residency {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `mlock` of the model's mapping failed: names the limit, its values and the bytes needed.
+    #[error(
+        "{}: mlock of {bytes} bytes failed ({source}): RLIMIT_MEMLOCK is {soft} bytes (soft) and \
+         {hard} (hard) but {bytes} are needed; raise it (`ulimit -l`, limits.conf) or hold \
+         CAP_IPC_LOCK, or load without --mlock",
+        path.display()
+    )]
+    Mlock {
+        path: PathBuf,
+        bytes: u64,
+        soft: String,
+        hard: String,
+        #[source]
+        source: std::io::Error,
+    },
 }

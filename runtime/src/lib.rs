@@ -10,7 +10,8 @@
 //! [`backend`]: CPU or OpenCL) → [`session`] (`Engine`, `Session`, batched decode, sampling)
 //! → [`perplexity`] (llama-perplexity's protocol over an engine);
 //! [`governor`] (controllers in `pid`/`step_wise`, actuators, sysfs sensor and caps) throttles
-//! a decode loop from outside; [`error`] is the crate's one error type.
+//! a decode loop from outside; [`residency`] probes, evicts, locks and prefaults model
+//! mappings; [`error`] is the crate's one error type.
 
 pub mod backend;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod model;
 pub mod perplexity;
 pub mod pool;
 pub mod quant;
+pub mod residency;
 pub mod session;
 pub mod tokenizer;
 

@@ -10,6 +10,7 @@ use crate::gguf::GgufFile;
 use crate::model::{BatchForward, Counters, Forward, Model, SeqSet, SessionOptions};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
+use crate::residency::LoadOptions;
 use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
 use std::sync::Arc;
@@ -26,7 +27,13 @@ pub struct Engine {
 impl Engine {
     /// Loads a GGUF model. `threads = 0` uses every available core.
     pub fn load(path: &Path, threads: usize, isa: Isa) -> Result<Self> {
-        let gguf = Arc::new(GgufFile::open(path)?);
+        Self::load_with(path, threads, isa, &LoadOptions::default())
+    }
+
+    /// [`Engine::load`] with the mapping made resident as `opts` asks (`--mlock`,
+    /// `--prefault`; see [`crate::residency`]).
+    pub fn load_with(path: &Path, threads: usize, isa: Isa, opts: &LoadOptions) -> Result<Self> {
+        let gguf = Arc::new(GgufFile::open_with(path, opts)?);
         Self::from_gguf(gguf, threads, isa)
     }
 

@@ -22,6 +22,7 @@ use crate::sampling::{
 };
 use crate::settings::{Scenario, TestSettings};
 use crate::sut::{Query, QuerySampleLibrary, Records, Responder, SystemUnderTest};
+use crate::warmup::WarmupQuery;
 
 /// Largest slice of queries handed to one `issue_queries` call in Offline.
 pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
@@ -123,6 +124,18 @@ pub fn run_test(
     settings: &TestSettings,
     clock: &dyn Clock,
 ) -> Result<TestResult> {
+    run_test_with_warmup(sut, qsl, settings, clock, 0)
+}
+
+/// [`run_test`] with `warmup` untimed queries before the performance pass
+/// ([`crate::warmup`]): recorded in [`TestResult::warmup`], never in the pass.
+pub fn run_test_with_warmup(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
+    clock: &dyn Clock,
+    warmup: u64,
+) -> Result<TestResult> {
     settings.validate()?;
     let total = qsl.total_sample_count();
     let perf_count = if settings.performance_sample_count_override > 0 {
@@ -172,10 +185,12 @@ pub fn run_test(
     }
     let mut perf = None;
     let mut loaded = Vec::new();
+    let mut warm = Vec::new();
     if settings.mode.runs_performance() {
         loaded = performance_set(total, perf_count, settings.qsl_rng_seed);
         qsl.load_samples(&loaded)
             .map_err(|e| qsl_err("load_samples", e))?;
+        warm = run_warmup(sut, &loaded, warmup, &waiter)?;
         let p = match settings.scenario {
             Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &plan, &waiter),
             Scenario::Server => run_server(sut, settings, &loaded, &plan, &waiter),
@@ -185,7 +200,7 @@ pub fn run_test(
             .map_err(|e| qsl_err("unload_samples", e))?;
         perf = Some(p);
     }
-    Ok(TestResult::build(
+    let mut result = TestResult::build(
         settings.clone(),
         sut.name().to_string(),
         qsl.name().to_string(),
@@ -196,7 +211,9 @@ pub fn run_test(
         plan,
         perf,
         accuracy,
-    ))
+    );
+    result.warmup = warm;
+    Ok(result)
 }
 
 fn run_accuracy(
@@ -264,6 +281,60 @@ fn run_accuracy(
         }
     }
     Ok((entries, None))
+}
+
+/// Issues `n` warm-up queries, one at a time, each waited for (with the run's query timeout).
+fn run_warmup(
+    sut: &mut dyn SystemUnderTest,
+    loaded: &[u64],
+    n: u64,
+    waiter: &Waiter<'_>,
+) -> Result<Vec<WarmupQuery>> {
+    let clock = waiter.clock;
+    let mut rec = Records::default();
+    let mut oldest = 0usize;
+    let mut out = Vec::with_capacity(n as usize);
+    if loaded.is_empty() {
+        return Ok(out);
+    }
+    for id in 0..n {
+        let q = Query {
+            id,
+            sample_index: loaded[(id % loaded.len() as u64) as usize],
+        };
+        let now = clock.now_ns();
+        rec.push(now);
+        let mut r = Responder {
+            clock,
+            rec: &mut rec,
+        };
+        sut.issue_queries(std::slice::from_ref(&q), &mut r);
+        sut.flush_queries(&mut r);
+        let i = id as usize;
+        if let WaitOutcome::TimedOut(_) =
+            waiter.wait(sut, &mut rec, &mut oldest, &|r: &Records| r.is_complete(i))
+        {
+            return Err(Error::WarmupTimeout {
+                query_id: id,
+                sample_index: q.sample_index,
+                timeout_ms: waiter.timeout_ns.map_or(0, |t| t / 1_000_000),
+            });
+        }
+        if clock.is_virtual()
+            && let Some(done) = rec.completion(i)
+        {
+            clock.wait_until(done);
+        }
+        out.push(WarmupQuery {
+            id,
+            sample_index: q.sample_index,
+            issue_ns: now,
+            first_token_ns: rec.first_token_of(i),
+            complete_ns: rec.completion(i),
+            tokens: rec.tokens_of(i),
+        });
+    }
+    Ok(out)
 }
 
 fn finish(rec: Records, start: u64, end: EndReason, timed_out: Option<u64>) -> PassRecords {

@@ -61,6 +61,16 @@ pub enum Error {
         /// Why it cannot be answered.
         reason: String,
     },
+    /// A warm-up query was not answered within the query timeout.
+    #[error("warm-up query {query_id} (sample {sample_index}) timed out after {timeout_ms} ms")]
+    WarmupTimeout {
+        /// Warm-up id of the query.
+        query_id: u64,
+        /// Its sample.
+        sample_index: u64,
+        /// The run's query timeout.
+        timeout_ms: u64,
+    },
     /// Writing a log file failed.
     #[error("cannot write {path}: {source}")]
     Io {

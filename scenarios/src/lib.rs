@@ -8,7 +8,8 @@
 //!
 //! Map: [`settings`] (TestSettings, config files) → [`engine`] (issue loops, stop rules) over
 //! a [`sut`] on a [`clock`], drawing samples from [`sampling`] → [`results`] (records,
-//! statistics from [`stats`], validity, [`early_stopping`]) → [`logs`]; [`null`] is the
+//! statistics from [`stats`], validity, [`early_stopping`]) → [`logs`]; [`warmup`] runs
+//! untimed queries before the timed pass; [`null`] is the
 //! engine's own overhead; [`error`]. `results` never reaches back into `engine`.
 
 pub mod clock;
@@ -22,13 +23,14 @@ pub mod sampling;
 pub mod settings;
 pub mod stats;
 pub mod sut;
+pub mod warmup;
 
 pub use clock::{Clock, RealClock, VirtualClock};
 pub use early_stopping::{
     EarlyStoppingOutcome, EarlyStoppingPlan, EsRank, MinPassingFinder, min_passing_queries,
     min_queries_for_over_bound, min_queries_for_percentile, single_stream_rank,
 };
-pub use engine::{OFFLINE_ISSUE_CHUNK, run_test};
+pub use engine::{OFFLINE_ISSUE_CHUNK, run_test, run_test_with_warmup};
 pub use error::{Error, Result};
 pub use logs::{LogMeta, parse_summary};
 pub use null::{NullQsl, NullSut};
@@ -41,3 +43,4 @@ pub use stats::{
     LatencyStats, REPORTED_PERCENTILES, percentile, percentile_index, select_kth, tpot_ns,
 };
 pub use sut::{QslError, Query, QuerySampleLibrary, Responder, SystemUnderTest};
+pub use warmup::WarmupQuery;

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::results::{InvalidCause, PerformanceResult, TestResult};
 use crate::settings::{Scenario, TestSettings};
 use crate::stats::LatencyStats;
+use crate::warmup::WarmupQuery;
 
 /// Run metadata the caller supplies for the logs.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -626,6 +627,9 @@ impl TestResult {
             d.log("power_end", &q(&meta.power_end), end_ms);
             self.detail_results(&mut d, p, end_ms);
         }
+        if !self.warmup.is_empty() {
+            log_warmup(&mut d, &self.warmup);
+        }
         for c in &self.invalid_causes {
             d.log_flag("pocketperf_invalid_cause", &q(&c.to_string()), 0.0, true);
         }
@@ -847,6 +851,25 @@ impl TestResult {
             write("mlperf_log_accuracy.json", self.accuracy_json())?;
         }
         Ok(())
+    }
+}
+
+/// The detail log's warm-up lines: the count, then one line per query with its latencies.
+fn log_warmup(d: &mut Detail, warmup: &[WarmupQuery]) {
+    d.log(
+        "pocketperf_warmup_query_count",
+        &warmup.len().to_string(),
+        0.0,
+    );
+    for w in warmup {
+        let v = serde_json::json!({
+            "id": w.id,
+            "sample_index": w.sample_index,
+            "latency_ns": w.latency_ns(),
+            "ttft_ns": w.ttft_ns(),
+            "tokens": w.tokens,
+        });
+        d.log("pocketperf_warmup_query", &v.to_string(), 0.0);
     }
 }
 

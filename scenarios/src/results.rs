@@ -13,6 +13,7 @@ use crate::sampling::{SamplePlan, SampleSeq, offline_sample_count};
 use crate::settings::{Scenario, TestSettings};
 use crate::stats::{LatencyStats, percentile, percentile_index, select_kth, tpot_ns};
 use crate::sut::Records;
+use crate::warmup::WarmupQuery;
 
 /// Why issuing stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -358,6 +359,8 @@ pub struct TestResult {
     pub accuracy: Option<Vec<AccuracyEntry>>,
     /// VALID when empty.
     pub invalid_causes: Vec<InvalidCause>,
+    /// Warm-up queries run before the performance pass (never part of it).
+    pub warmup: Vec<WarmupQuery>,
     #[serde(skip)]
     records: Option<Records>,
     #[serde(skip)]
@@ -454,6 +457,7 @@ impl TestResult {
             performance,
             accuracy: acc_entries,
             invalid_causes: causes,
+            warmup: Vec::new(),
             records,
             sample_plan,
         }

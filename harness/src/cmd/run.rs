@@ -55,6 +55,16 @@ pub enum PresetArg {
 }
 
 impl PresetArg {
+    /// Warm-up queries run before the timed pass when `--warmup` is not given: one for
+    /// `quick` (the first query's page faults and cache fills stay out of a short run), three
+    /// for `full`.
+    pub fn warmup_queries(self) -> u64 {
+        match self {
+            PresetArg::Quick => 1,
+            PresetArg::Full => 3,
+        }
+    }
+
     pub fn prompt_preset(self) -> Preset {
         match self {
             PresetArg::Quick => Preset::Quick,
@@ -91,6 +101,22 @@ pub struct RunArgs {
     /// process (docs/PROTOCOL.md); a crashed child is recorded and restarted.
     #[arg(long, value_enum, default_value = "in-process")]
     pub sut: SutArg,
+    /// Untimed warm-up queries before the timed pass, never counted in its results
+    /// (default: the preset's, 1 for quick and 3 for full; 0 for none).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Evict the model file from the page cache just before the first query (after load and
+    /// set-up) and record that query's latency with the file's residency before and after
+    /// (result.json `memory.cold_start`). Mapped pages stay: with --prefault or --mlock, all.
+    #[arg(long)]
+    pub cold_start: bool,
+}
+
+impl RunArgs {
+    /// Warm-up queries in effect.
+    pub fn warmup_queries(&self) -> u64 {
+        self.warmup.unwrap_or_else(|| self.preset.warmup_queries())
+    }
 }
 
 /// Settings shared by every scenario of a preset: token mode, performance only, a query

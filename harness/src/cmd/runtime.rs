@@ -11,8 +11,32 @@ use crate::tools::{self, model_file, naming_file, read_utf8};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use pocketperf_runtime::quant;
+use pocketperf_runtime::residency::LoadOptions;
 use pocketperf_runtime::session::Engine;
 use std::path::PathBuf;
+
+/// How a command's model mapping is made resident (`pocketperf_runtime::residency`); shared
+/// by every command that loads a model and carried by the serve protocol's `load` request.
+#[derive(Args, Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ResidencyArgs {
+    /// Lock the model's pages in memory (mlock); a limit too low for the file is an error
+    /// naming RLIMIT_MEMLOCK and the bytes needed.
+    #[arg(long)]
+    pub mlock: bool,
+    /// Read every page of the model into memory before the first token (MADV_WILLNEED and
+    /// one read per page).
+    #[arg(long)]
+    pub prefault: bool,
+}
+
+impl ResidencyArgs {
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            mlock: self.mlock,
+            prefault: self.prefault,
+        }
+    }
+}
 
 /// Options shared by every command that runs the model.
 #[derive(Args, Debug, Clone, serde::Serialize)]
@@ -25,13 +49,18 @@ pub struct EngineArgs {
     pub threads: usize,
     #[command(flatten)]
     pub backend: BackendArgs,
+    #[command(flatten)]
+    pub residency: ResidencyArgs,
 }
 
 impl EngineArgs {
     pub fn load(&self) -> Result<(Engine, PathBuf)> {
         let path = model_store::resolve_model(self.model.as_deref())?;
         let isa = quant::isa_from_env()?;
-        let engine = naming_file(Engine::load(&path, self.threads, isa), &path)?;
+        let engine = naming_file(
+            Engine::load_with(&path, self.threads, isa, &self.residency.options()),
+            &path,
+        )?;
         let engine = self.backend.apply(engine)?;
         Ok((engine, path))
     }
@@ -251,6 +280,14 @@ pub struct BenchArgs {
     /// runs after one warm-up run.
     #[arg(long, default_value_t = 0)]
     pub startup_runs: usize,
+    /// Time cold starts: evict the model from the page cache (checked with mincore), then
+    /// time a fresh process to model mapped, first token and 32 tokens, with residency at
+    /// each step; as many cold runs as --startup-runs (at least 1), each followed by a warm
+    /// one. Give --pp 0 --tg 0 --batch 0 --probe-mib 0 for the cold start alone.
+    #[arg(long)]
+    pub cold: bool,
+    #[command(flatten)]
+    pub residency: ResidencyArgs,
     #[arg(long)]
     pub json: bool,
     /// Also write the JSON to this file.
@@ -283,9 +320,28 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         batch: a.batch,
         probe_mib: a.probe_mib,
         startup_runs: a.startup_runs,
+        cold: a.cold,
+        load: a.residency.options(),
         json: a.json,
         out: a.out.as_deref(),
         backend: &a.backend,
     })?;
+    Ok(0)
+}
+
+/// The hidden `cold-probe` command `bench --cold` spawns.
+#[derive(Args, Debug)]
+pub struct ColdProbeArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub residency: ResidencyArgs,
+}
+
+pub fn cold_probe(a: &ColdProbeArgs, t_main_ns: u64) -> Result<i32> {
+    let r = tools::cold_start::probe(&a.model, a.threads, &a.residency.options(), t_main_ns)?;
+    println!("{}", serde_json::to_string(&r)?);
     Ok(0)
 }

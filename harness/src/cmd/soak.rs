@@ -97,6 +97,9 @@ pub struct SoakArgs {
     /// RSS growth limit, MiB/hour.
     #[arg(long, default_value_t = 1.0)]
     pub max_rss_growth: f64,
+    /// Major page faults of the server per hour after the warm-up, at most.
+    #[arg(long, default_value_t = 1000.0)]
+    pub max_major_faults: f64,
     #[arg(long, default_value_t = 0)]
     pub max_output_drift: u64,
     /// P99 TPOT growth limit, last window over the first steady one (0.10 = +10%).
@@ -165,6 +168,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
     }
     for (flag, v) in [
         ("--max-rss-growth", a.max_rss_growth),
+        ("--max-major-faults", a.max_major_faults),
         ("--max-tpot-drift", a.max_tpot_drift),
         ("--min-stability", a.min_stability),
         ("--soc-limit-c", a.soc_limit_c),
@@ -214,6 +218,8 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         query_timeout_s: positive("--query-timeout", dur("--query-timeout", &a.query_timeout)?)?,
         model,
         threads: a.engine.threads,
+        mlock: a.engine.residency.mlock,
+        prefault: a.engine.residency.prefault,
         isa: a.isa.clone(),
         ctx: a.ctx,
         dialogues: a.dialogues,
@@ -230,6 +236,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
             max_crashes: a.max_crashes,
             max_timeouts: a.max_timeouts,
             max_rss_growth_mib_per_h: a.max_rss_growth,
+            max_major_faults_per_h: a.max_major_faults,
             max_output_drift: a.max_output_drift,
             max_tpot_drift: a.max_tpot_drift,
             min_stability: a.min_stability,

@@ -336,6 +336,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         governor: None,
         robustness: None,
         warnings,
+        memory: Some(crate::outputs::memory_section(&a.engine.residency)),
     };
     schema::write_result(out_dir, &file)?;
     result.write_logs(out_dir, &log_meta(&started, &finished))?;

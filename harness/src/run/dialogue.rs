@@ -465,6 +465,8 @@ pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Opt
             ttft_ms: f.map(ms),
             tokens: t.generated as u32,
             tpot_ms: tp.map(ms),
+            minor_faults: None,
+            major_faults: None,
         });
     }
     let duration_s = end.saturating_sub(start) as f64 / 1e9;
@@ -493,6 +495,7 @@ pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Opt
         early_stopping: None,
         per_query,
         backend_counters: None,
+        warmup: None,
     })
 }
 
@@ -652,6 +655,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         governor: None,
         robustness: None,
         warnings,
+        memory: Some(crate::outputs::memory_section(&a.engine.residency)),
     };
     pocketperf_reports::schema::write_result(&a.out, &file)?;
     write_tokens_csv(&a.out, &records, &file)?;

@@ -12,26 +12,33 @@ use anyhow::{Context, Result, bail};
 use pocketperf_datasets::perf::perf_prompts;
 use pocketperf_reports::schema::ResultFile;
 use pocketperf_scenarios::{
-    Clock, QuerySampleLibrary, RealClock, SystemUnderTest, TestResult, TestSettings, run_test,
+    Clock, QuerySampleLibrary, RealClock, Responder, SystemUnderTest, TestResult, TestSettings,
+    run_test_with_warmup,
 };
 
 use crate::cmd::governor::GovernorKind;
 use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settings};
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
+use crate::sut::faults::{FaultMeter, FaultSource};
 use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
+use crate::telemetry::faults::{FaultCounts, process_faults, self_faults};
+use crate::tools::cold_start;
+use pocketperf_reports::schema::{ColdStart, PageFaults};
+use pocketperf_scenarios::Query;
 
-/// Runs the scenario engine, with a spinner on a TTY.
+/// Runs the scenario engine after `warmup` untimed queries, with a spinner on a TTY.
 pub fn run_scenario(
     sut: &mut dyn SystemUnderTest,
     qsl: &mut dyn QuerySampleLibrary,
     settings: &TestSettings,
     clock: &dyn Clock,
+    warmup: u64,
 ) -> Result<TestResult> {
     let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
-    let result = run_test(sut, qsl, settings, clock);
+    let result = run_test_with_warmup(sut, qsl, settings, clock, warmup);
     progress.finish_and_clear();
     Ok(result?)
 }
@@ -48,6 +55,44 @@ impl RunSut<'_, '_> {
         match self {
             RunSut::InProcess(s) => s.as_mut(),
             RunSut::Process(s) => s.as_mut(),
+        }
+    }
+
+    /// `self` or `child`, as result.json names the process whose faults are counted.
+    fn process(&self) -> &'static str {
+        match self {
+            RunSut::InProcess(_) => "self",
+            RunSut::Process(_) => "child",
+        }
+    }
+}
+
+impl SystemUnderTest for RunSut<'_, '_> {
+    fn name(&self) -> &str {
+        match self {
+            RunSut::InProcess(s) => s.name(),
+            RunSut::Process(s) => s.name(),
+        }
+    }
+    fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
+        self.as_dyn().issue_queries(queries, responder);
+    }
+    fn flush_queries(&mut self, responder: &mut Responder<'_>) {
+        self.as_dyn().flush_queries(responder);
+    }
+    fn poll(&mut self, responder: &mut Responder<'_>) {
+        self.as_dyn().poll(responder);
+    }
+}
+
+impl FaultSource for RunSut<'_, '_> {
+    fn faults_now(&mut self) -> Option<(u32, FaultCounts)> {
+        match self {
+            RunSut::InProcess(_) => Some((std::process::id(), self_faults()?)),
+            RunSut::Process(p) => {
+                let pid = p.client()?.pid();
+                Some((pid, process_faults(pid)?))
+            }
         }
     }
 }
@@ -102,6 +147,8 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             let mut cfg = ProcessSutConfig::for_model(&model_path, a.engine.threads)
                 .context("--sut process: locating this executable")?;
             cfg.load.ctx = library.longest_sequence().max(1);
+            cfg.load.mlock = a.engine.residency.mlock;
+            cfg.load.prefault = a.engine.residency.prefault;
             let p = ProcessSut::start(cfg, prompts)
                 .context("--sut process: starting pocketperf serve")?;
             eprintln!("system under test: {}", p.name());
@@ -118,8 +165,25 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         serde_json::json!({ "cli": a }),
         gauges,
     )?;
+    // `--cold-start`: the file leaves the page cache once everything before the first query
+    // (load, tokenizing, the model's checksum) is done. Pages the SUT has mapped stay: all
+    // of them after --prefault or --mlock, which is what those options are for.
+    let eviction = if a.cold_start {
+        Some(cold_start::evict(&model_path)?)
+    } else {
+        None
+    };
+    let after_first = std::cell::Cell::new(None);
     let started = chrono::Utc::now();
-    let result = run_scenario(sut.as_dyn(), &mut qsl, &settings, &clock)?;
+    let process = sut.process();
+    let mut meter = FaultMeter::new(&mut sut);
+    if eviction.is_some() {
+        meter = meter.after_first_query(|| {
+            after_first.set(cold_start::file_fraction(&model_path).ok());
+        });
+    }
+    let result = run_scenario(&mut meter, &mut qsl, &settings, &clock, a.warmup_queries())?;
+    let faults = meter.finish();
     let finished = chrono::Utc::now();
     let counters = match &sut {
         RunSut::InProcess(s) => s.device_counters(),
@@ -165,6 +229,34 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         p.backend_counters = crate::outputs::backend_counters(&engine, &c)
             .and_then(|c| serde_json::to_value(c).ok());
     }
+    if let Some(p) = performance.as_mut() {
+        crate::outputs::attach_faults(p, &faults);
+    }
+    let mut memory = crate::outputs::memory_section(&a.engine.residency);
+    memory.page_faults = faults.total.map(|t| PageFaults {
+        process: process.to_string(),
+        pid: faults.pid,
+        minor: t.minor,
+        major: t.major,
+    });
+    if let Some(e) = eviction {
+        // The first query the SUT ran: the first warm-up query, or the first timed one.
+        let first = performance.as_ref().and_then(|p| {
+            p.warmup
+                .as_ref()
+                .and_then(|w| w.per_query.first())
+                .or(p.per_query.iter().find(|q| q.id == 0))
+        });
+        memory.cold_start = Some(ColdStart {
+            resident_before_eviction: e.before,
+            resident_after_eviction: e.after,
+            resident_after_first_query: after_first.get(),
+            resident_at_end: cold_start::file_fraction(&model_path)?,
+            first_query_latency_ms: first.map(|q| q.latency_ms),
+            first_query_ttft_ms: first.and_then(|q| q.ttft_ms),
+            first_query_major_faults: first.and_then(|q| q.major_faults),
+        });
+    }
     meta.finished_utc = finished;
     let file = ResultFile {
         schema_version: pocketperf_reports::schema::SCHEMA_VERSION,
@@ -185,8 +277,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             .chain(governor.iter().flat_map(|g| g.warnings().iter().cloned()))
             .chain(telemetry.warnings)
             .collect(),
+        memory: Some(memory),
     };
     write_outputs_with(&a.out, &file, &result, governor.as_deref())?;
+    if let Some(p) = &file.performance {
+        crate::outputs::append_fault_lines(&a.out, p)?;
+    }
     println!("{}", summary_line(&file));
     println!("results in {}", a.out.display());
     Ok(if result.is_valid() { 0 } else { 1 })

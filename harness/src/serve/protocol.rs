@@ -58,6 +58,12 @@ pub struct LoadRequest {
     /// Largest prefill chunk in tokens.
     #[serde(default = "default_batch")]
     pub max_batch: usize,
+    /// Lock the model's mapping in memory (`--mlock`; `pocketperf_runtime::residency`).
+    #[serde(default)]
+    pub mlock: bool,
+    /// Read every page of the model in before answering (`--prefault`).
+    #[serde(default)]
+    pub prefault: bool,
 }
 
 /// One chat turn of a `messages` prompt.
@@ -299,6 +305,12 @@ pub struct MemoryStats {
     pub vm_hwm_kib: u64,
     /// Virtual size, KiB (`/proc/self/statm` size).
     pub vm_size_kib: u64,
+    /// Page faults since the server started (`getrusage(RUSAGE_SELF)`): served from memory.
+    #[serde(default)]
+    pub minor_faults: u64,
+    /// Page faults that read from storage.
+    #[serde(default)]
+    pub major_faults: u64,
 }
 
 /// Everything the server writes.
@@ -715,6 +727,8 @@ mod tests {
                 rss_file_kib: 60,
                 vm_hwm_kib: 120,
                 vm_size_kib: 1000,
+                minor_faults: 7,
+                major_faults: 1,
             },
             rss_source: "statm".into(),
             uptime_ns: 1,

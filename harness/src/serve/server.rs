@@ -24,7 +24,8 @@ use crate::meta;
 use crate::sut::prompts::{PromptText, encode_prompt};
 
 /// Memory of this process: `/proc/self/statm` for resident and virtual size, `/proc/self/status`
-/// for the anonymous/file split and the peak. Missing figures are 0.
+/// for the anonymous/file split and the peak, `getrusage` for page faults. Missing figures
+/// are 0.
 pub fn memory_stats() -> MemoryStats {
     let mut m = MemoryStats::default();
     // SAFETY: sysconf only reads a configuration value; it has no memory-safety preconditions.
@@ -49,6 +50,10 @@ pub fn memory_stats() -> MemoryStats {
                 _ => {}
             }
         }
+    }
+    if let Some(f) = crate::telemetry::faults::self_faults() {
+        m.minor_faults = f.minor;
+        m.major_faults = f.major;
     }
     m
 }
@@ -633,7 +638,11 @@ fn load_engine(req: &LoadRequest) -> Result<Engine, Fail> {
     }
     .map_err(|e| (ErrorCode::BadRequest, format!("load: isa: {e}")))?;
     let path = Path::new(&req.model);
-    Engine::load(path, req.threads, isa).map_err(|e| {
+    let opts = pocketperf_runtime::residency::LoadOptions {
+        mlock: req.mlock,
+        prefault: req.prefault,
+    };
+    Engine::load_with(path, req.threads, isa, &opts).map_err(|e| {
         let msg = e.to_string();
         let msg = if msg.contains(&req.model) {
             msg

@@ -328,6 +328,12 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
 
     let rss = rss_analysis(&rss_points, windows.warmup_s, warm_served);
     checks.push(rss_check(&rss, th, windows.warmup_s));
+    checks.push(major_faults_check(
+        &rss_points,
+        windows.warmup_s,
+        warm_served,
+        th.max_major_faults_per_h,
+    ));
 
     let (drift, mmlu, rounds) = drift_analysis(&probes);
     counts.output_drift = drift.len() as u64;
@@ -494,6 +500,69 @@ fn rss_analysis(
         last_mib: series.last().map(|p| p.2),
         peak_mib: series.iter().map(|p| p.2).reduce(f64::max),
         series,
+    }
+}
+
+/// Major faults per hour of the server after the warm-up: the increase of its cumulative
+/// counter between consecutive memory samples of one server process, summed, over the time
+/// those pairs span (a restarted server starts its counter again, so pairs across a restart
+/// are left out).
+pub fn major_faults_per_h(
+    points: &[(f64, &super::journal::RssRecord)],
+    warmup_s: f64,
+    warm_served: u64,
+) -> Option<(f64, u64, f64)> {
+    let mut faults = 0u64;
+    let mut span_s = 0.0;
+    let steady = points
+        .iter()
+        .filter(|(t, r)| *t >= warmup_s && r.served >= warm_served);
+    let mut prev: Option<(f64, u32, u32, u64)> = None;
+    for (t, r) in steady {
+        let Some(m) = r.major_faults else {
+            prev = None;
+            continue;
+        };
+        if let Some((t0, inc, pid, m0)) = prev
+            && inc == r.incarnation
+            && pid == r.pid
+            && *t > t0
+        {
+            faults += m.saturating_sub(m0);
+            span_s += t - t0;
+        }
+        prev = Some((*t, r.incarnation, r.pid, m));
+    }
+    (span_s > 0.0).then(|| (faults as f64 / (span_s / 3600.0), faults, span_s))
+}
+
+fn major_faults_check(
+    points: &[(f64, &super::journal::RssRecord)],
+    warmup_s: f64,
+    warm_served: u64,
+    limit: f64,
+) -> Check {
+    match major_faults_per_h(points, warmup_s, warm_served) {
+        None => Check {
+            name: "major_faults",
+            verdict: Verdict::Skipped,
+            value: None,
+            threshold: Some(limit),
+            unit: "1/h",
+            interval: None,
+            detail: "fewer than two memory samples of one server after the warm-up".into(),
+        },
+        Some((rate, n, span_s)) => check(
+            "major_faults",
+            Verdict::pass_if(rate <= limit),
+            Some(rate),
+            limit,
+            "1/h",
+            format!(
+                "{n} major page fault(s) of the server in {} after the warm-up",
+                format_duration(span_s)
+            ),
+        ),
     }
 }
 
@@ -839,6 +908,8 @@ mod tests {
             query_timeout_s: 120.0,
             model: PathBuf::from("m.gguf"),
             threads: 1,
+            mlock: false,
+            prefault: false,
             isa: None,
             ctx: 2048,
             dialogues: 8,
@@ -1032,8 +1103,47 @@ mod tests {
                 rss_anon_kib: 0,
                 rss_file_kib: 0,
                 vm_hwm_kib: kib,
+                major_faults: None,
             }),
         )
+    }
+
+    #[test]
+    fn major_faults_per_hour_sum_increases_within_one_server_after_the_warm_up() {
+        let rec = |inc: u32, served: u64, major: Option<u64>| RssRecord {
+            incarnation: inc,
+            pid: 10 + inc,
+            served,
+            rss_kib: 1,
+            rss_anon_kib: 0,
+            rss_file_kib: 0,
+            vm_hwm_kib: 1,
+            major_faults: major,
+        };
+        let pts = [
+            (50.0, rec(1, 0, Some(900))), // before the warm-up ends: not counted
+            (100.0, rec(1, 5, Some(1000))),
+            (200.0, rec(1, 9, Some(1010))),
+            // A restarted server counts from its own start: the pair across is skipped.
+            (300.0, rec(2, 1, Some(5))),
+            (400.0, rec(2, 4, Some(7))),
+        ];
+        let refs: Vec<(f64, &RssRecord)> = pts.iter().map(|(t, r)| (*t, r)).collect();
+        let (rate, n, span) = major_faults_per_h(&refs, 100.0, 0).unwrap();
+        assert_eq!(n, 12);
+        assert_eq!(span, 200.0);
+        assert!((rate - 12.0 * 3600.0 / 200.0).abs() < 1e-9);
+        let c = major_faults_check(&refs, 100.0, 0, 100.0);
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert_eq!(
+            major_faults_check(&refs, 100.0, 0, 300.0).verdict,
+            Verdict::Pass
+        );
+        // Samples without the counter (older journals) give no figure.
+        let old: Vec<(f64, &RssRecord)> = vec![(1.0, &pts[1].1), (2.0, &pts[1].1)];
+        let none = rec(1, 1, None);
+        assert!(major_faults_per_h(&[(1.0, &none), (2.0, &none)], 0.0, 0).is_none());
+        assert!(major_faults_per_h(&old, 0.0, 0).is_some());
     }
 
     #[test]

@@ -87,6 +87,13 @@ pub fn format_duration(s: f64) -> String {
     }
 }
 
+/// Major faults per hour a soak tolerates by default: a served model that stays resident
+/// takes none after its first pass; a thousand an hour is the weights being read back from
+/// storage over and over (memory pressure evicting them).
+fn default_major_faults_per_h() -> f64 {
+    1000.0
+}
+
 /// Thresholds of the checks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +104,9 @@ pub struct Thresholds {
     pub max_timeouts: u64,
     /// RSS growth tolerated, MiB per hour (Theil–Sen slope).
     pub max_rss_growth_mib_per_h: f64,
+    /// Major page faults of the server per hour after the warm-up, at most.
+    #[serde(default = "default_major_faults_per_h")]
+    pub max_major_faults_per_h: f64,
     /// Probe results that differ from the first round tolerated.
     pub max_output_drift: u64,
     /// P99 TPOT of the last window over the first steady window, minus 1 (0.10 = +10%).
@@ -117,6 +127,7 @@ impl Default for Thresholds {
             max_crashes: 0,
             max_timeouts: 0,
             max_rss_growth_mib_per_h: 1.0,
+            max_major_faults_per_h: default_major_faults_per_h(),
             max_output_drift: 0,
             max_tpot_drift: 0.10,
             min_stability: 0.95,
@@ -188,6 +199,12 @@ pub struct SoakConfig {
     /// Kernel tier for the server (`None` = its best or `POCKETPERF_ISA`).
     pub isa: Option<String>,
     pub ctx: usize,
+    /// The server locks the model's mapping (`--mlock`).
+    #[serde(default)]
+    pub mlock: bool,
+    /// The server reads the whole model in at load (`--prefault`).
+    #[serde(default)]
+    pub prefault: bool,
     /// Dialogues per cycle (the first N of the committed set).
     pub dialogues: usize,
     /// Cap on the tokens generated per dialogue turn (`None` = the dataset's budgets).

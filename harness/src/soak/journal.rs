@@ -164,6 +164,9 @@ pub struct RssRecord {
     pub rss_anon_kib: u64,
     pub rss_file_kib: u64,
     pub vm_hwm_kib: u64,
+    /// The server's major page faults so far (absent in journals of older versions).
+    #[serde(default)]
+    pub major_faults: Option<u64>,
 }
 
 /// A telemetry sample.

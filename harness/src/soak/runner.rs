@@ -681,6 +681,8 @@ impl Runner {
             isa: self.cfg.isa.clone(),
             ctx: self.cfg.ctx,
             max_batch: 128,
+            mlock: self.cfg.mlock,
+            prefault: self.cfg.prefault,
         };
         match c.load(&req, STARTUP_TIMEOUT) {
             Ok(l) => Ok((c, l)),
@@ -713,6 +715,7 @@ impl Runner {
                         rss_anon_kib: s.memory.rss_anon_kib,
                         rss_file_kib: s.memory.rss_file_kib,
                         vm_hwm_kib: s.memory.vm_hwm_kib,
+                        major_faults: Some(s.memory.major_faults),
                     };
                     self.log(Record::Rss(rec))?;
                 }

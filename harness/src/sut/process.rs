@@ -46,6 +46,8 @@ impl ProcessSutConfig {
                 isa: None,
                 ctx: 2048,
                 max_batch: 128,
+                mlock: false,
+                prefault: false,
             },
             stall_timeout: Duration::from_secs(120),
             startup_timeout: Duration::from_secs(120),

@@ -13,6 +13,7 @@
 
 pub mod attribution;
 pub mod energy;
+pub mod faults;
 pub mod probe;
 pub mod recorder;
 pub mod sampler;

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use pocketperf_runtime::backend::DeviceCounters;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant::{self, Isa};
+use pocketperf_runtime::residency::LoadOptions;
 use pocketperf_runtime::session::Engine;
 use std::path::Path;
 use std::time::Instant;
@@ -35,6 +36,10 @@ pub struct BenchSpec<'a> {
     pub probe_mib: usize,
     /// Runs of the start-up timing after one warm-up run (0 to skip it).
     pub startup_runs: usize,
+    /// Time cold starts too (`startup_runs` of them, at least one; see [`super::cold_start`]).
+    pub cold: bool,
+    /// How the model is made resident (`--mlock`, `--prefault`).
+    pub load: LoadOptions,
     pub json: bool,
     /// Also write the JSON here.
     pub out: Option<&'a Path>,
@@ -185,6 +190,7 @@ pub fn bench_rows(
     reps: usize,
     isa: Isa,
     backend: &BackendArgs,
+    load: &LoadOptions,
     progress: &dyn Fn(&str),
 ) -> Result<(Vec<BenchRow>, u64)> {
     let mut rows = Vec::new();
@@ -202,7 +208,7 @@ pub fn bench_rows(
     };
     let batch = if cpu { batch } else { 0 };
     for &t in threads {
-        let engine = backend.apply(Engine::load(path, t, isa)?)?;
+        let engine = backend.apply(Engine::load_with(path, t, isa, load)?)?;
         let backend_name = engine.backend().name().to_string();
         // Stamps a row with the backend and the device counters accumulated since `before`.
         let finish =
@@ -399,7 +405,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     let bar = crate::progress::spinner("bench");
     let progress = |m: &str| bar.set_message(m.to_string());
     let (rows, kv_bytes) = bench_rows(
-        path, threads, a.pp, a.tg, a.batch, a.reps, isa, a.backend, &progress,
+        path, threads, a.pp, a.tg, a.batch, a.reps, isa, a.backend, &a.load, &progress,
     )?;
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot stat", path.display()))?
@@ -458,6 +464,17 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     } else {
         None
     };
+    let cold = if a.cold {
+        progress("cold start");
+        Some(super::cold_start::cold_bench(
+            path,
+            threads.last().copied().unwrap_or(1),
+            a.startup_runs.max(1),
+            &a.load,
+        )?)
+    } else {
+        None
+    };
     bar.finish_and_clear();
     let header = OutputHeader::new(
         2,
@@ -465,12 +482,14 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
         &meta::model_sha256(path),
         serde_json::json!({
             "threads": threads, "pp": a.pp, "tg": a.tg, "batch": a.batch, "reps": a.reps,
-            "probe_mib": a.probe_mib, "startup_runs": a.startup_runs, "isa": isa.name(),
+            "probe_mib": a.probe_mib, "startup_runs": a.startup_runs, "cold": a.cold,
+            "mlock": a.load.mlock, "prefault": a.load.prefault, "isa": isa.name(),
             "vnni": quant::has_vnni(), "vbmi": quant::has_vbmi(), "backend": &a.backend,
         }),
     );
     let doc = serde_json::json!({
         "header": header, "rows": rows, "roofline": roof, "memory": memory, "startup": start,
+        "cold_start": cold,
     });
     if let Some(p) = a.out {
         std::fs::write(p, serde_json::to_string_pretty(&doc)?)
@@ -562,6 +581,9 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
             "start-up to first token ({} prompt tokens): median {:.1} ms (min {:.1}, max {:.1}, {} runs)",
             s.prompt_tokens, s.ms_median, s.ms_min, s.ms_max, s.runs
         );
+    }
+    if let Some(c) = &cold {
+        super::cold_start::print(c);
     }
     Ok(())
 }

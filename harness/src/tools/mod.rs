@@ -8,9 +8,12 @@
 //! - [`logits`] — the top logits after one prefill, all logits to a raw file;
 //! - [`perplexity`] — llama-perplexity's protocol;
 //! - [`bench`] — llama-bench-style rows (pp, tg, batched tg), start-up time, memory, and
-//!   the roofline from [`roofline`], the read-bandwidth probe and LLC size.
+//!   the roofline from [`roofline`], the read-bandwidth probe and LLC size;
+//! - [`cold_start`] — eviction and timed fresh-process starts (`bench --cold`, `run
+//!   --cold-start`).
 
 pub mod bench;
+pub mod cold_start;
 pub mod generate;
 pub mod logits;
 pub mod model_file;

@@ -435,6 +435,47 @@ pub fn metric_rows(r: &ResultFile) -> Vec<MetricRow> {
         ));
         out.push(row("energy", "idle_power", "mW", e.idle_power_mw, None));
     }
+    if let Some(p) = r.performance.as_ref().and_then(|p| p.warmup.as_ref()) {
+        out.push(row("warmup", "queries", "count", p.queries as f64, None));
+        let lat: Vec<f64> = p.per_query.iter().map(|q| q.latency_ms).collect();
+        if let Some(first) = lat.first() {
+            out.push(row("warmup", "first_latency", "ms", *first, None));
+        }
+        if let Some(max) = lat.iter().copied().reduce(f64::max) {
+            out.push(row(
+                "warmup",
+                "max_latency",
+                "ms",
+                max,
+                Some(lat.len() as u64),
+            ));
+        }
+    }
+    if let Some(m) = &r.memory {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        out.push(row("memory", "mlock", "bool", flag(m.mlock), None));
+        out.push(row("memory", "prefault", "bool", flag(m.prefault), None));
+        if let Some(f) = &m.page_faults {
+            out.push(row("memory", "major_faults", "count", f.major as f64, None));
+            out.push(row("memory", "minor_faults", "count", f.minor as f64, None));
+        }
+        if let Some(c) = &m.cold_start {
+            let mut res = |name: &str, v: f64| {
+                out.push(row("memory", format!("resident_{name}"), "ratio", v, None));
+            };
+            res("after_eviction", c.resident_after_eviction);
+            if let Some(v) = c.resident_after_first_query {
+                res("after_first_query", v);
+            }
+            res("at_end", c.resident_at_end);
+            if let Some(v) = c.first_query_ttft_ms {
+                out.push(row("memory", "cold_first_query_ttft", "ms", v, None));
+            }
+            if let Some(v) = c.first_query_latency_ms {
+                out.push(row("memory", "cold_first_query_latency", "ms", v, None));
+            }
+        }
+    }
     if let Some(t) = &r.thermal {
         out.push(row("thermal", "max_soc", "C", t.max_soc_c, None));
         out.push(row("thermal", "max_skin", "C", t.max_skin_c, None));

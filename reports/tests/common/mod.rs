@@ -54,6 +54,8 @@ pub fn hand_queries() -> Vec<QuerySample> {
                 ttft_ms: Some(ttft),
                 tokens: 10,
                 tpot_ms: Some(tpot),
+                minor_faults: None,
+                major_faults: None,
             }
         })
         .collect()
@@ -81,6 +83,7 @@ pub fn performance_from(per_query: Vec<QuerySample>) -> Performance {
         early_stopping: None,
         per_query,
         backend_counters: None,
+        warmup: None,
     }
 }
 
@@ -188,6 +191,7 @@ pub fn hand_result() -> ResultFile {
         governor: None,
         robustness: Some(serde_json::json!({"crashes": 0, "drift": 0})),
         warnings: vec!["battery current sign inferred from discharge".into()],
+        memory: None,
     }
 }
 
@@ -216,6 +220,8 @@ pub fn lognormal_queries(
                 ttft_ms: Some(ttft),
                 tokens,
                 tpot_ms: Some(tpot),
+                minor_faults: None,
+                major_faults: None,
             };
             t += latency / 1000.0;
             q
@@ -240,5 +246,6 @@ pub fn lognormal_result(seed: u64, tpot_median: f64) -> ResultFile {
         governor: None,
         robustness: None,
         warnings: vec![],
+        memory: None,
     }
 }

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::ggml_type::GgmlType;
+use crate::residency::{self, LoadOptions, Residency};
 use parse::parse_header;
 
 /// The four bytes every GGUF file starts with.
@@ -108,6 +109,13 @@ impl GgufFile {
     /// mmap-based model loader does): a file shrunk underneath the mapping makes later reads
     /// of the vanished pages fault (SIGBUS).
     pub fn open(path: &Path) -> Result<GgufFile> {
+        Self::open_with(path, &LoadOptions::default())
+    }
+
+    /// [`GgufFile::open`], then makes the mapping resident as `opts` asks: prefault (every
+    /// page read in before this returns) and/or mlock (an [`Error::Mlock`] naming
+    /// `RLIMIT_MEMLOCK` when the lock is refused). See [`crate::residency`].
+    pub fn open_with(path: &Path, opts: &LoadOptions) -> Result<GgufFile> {
         let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
@@ -131,6 +139,12 @@ impl GgufFile {
             // mutable view of it. The remaining hazard, another process truncating the file
             // while it is mapped, is documented above and cannot be ruled out by any loader.
             let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(io)?;
+            if opts.prefault {
+                residency::prefault(&map, path)?;
+            }
+            if opts.mlock {
+                residency::lock(&map, path)?;
+            }
             Backing::Mmap(map)
         };
         Self::parse(
@@ -380,6 +394,15 @@ impl GgufFile {
     /// The whole file.
     pub fn as_bytes(&self) -> &[u8] {
         self.backing.bytes()
+    }
+
+    /// Pages of the file's mapping in memory now (`mincore`); `None` for a file held in
+    /// memory ([`GgufFile::from_bytes`], empty files), which is resident by construction.
+    pub fn residency(&self) -> Result<Option<Residency>> {
+        match &self.backing {
+            Backing::Mmap(m) => residency::mapping_residency(m, Path::new(&self.name)).map(Some),
+            Backing::Owned(_) => Ok(None),
+        }
     }
 }
 
