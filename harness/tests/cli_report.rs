@@ -53,12 +53,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -19,12 +19,7 @@ fn pocketperf(args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 const THREE_QUERIES: &str = "\

@@ -26,12 +26,7 @@ fn private_model() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 fn pocketperf(args: &[&str]) -> Output {

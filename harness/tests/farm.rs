@@ -267,12 +267,7 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 fn device<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {

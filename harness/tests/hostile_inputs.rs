@@ -18,12 +18,7 @@ fn sha256(p: &Path) -> String {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 /// Runs `args`, which must fail with exit code 2 and one stderr line, `error: …`, holding

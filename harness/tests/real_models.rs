@@ -25,12 +25,7 @@ fn pocketperf(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    pocketperf_testkit::output_text(o)
 }
 
 fn ok(o: &Output, codes: &[i32], what: &str) {

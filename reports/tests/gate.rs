@@ -312,6 +312,10 @@ fn failed_outcome_is_an_error_in_every_format() {
     );
 }
 
+fn gate_pair(b: &ResultFile, c: &ResultFile, rules: &GateRules) -> pocketperf_reports::GateOutcome {
+    gate_results(Path::new("b"), b, Path::new("c"), c, rules)
+}
+
 /// A run with the settings sections real runs write (`cli`, `test_settings`).
 fn structured() -> ResultFile {
     let mut r = common::hand_result();
@@ -376,13 +380,7 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
         let base = structured();
         let mut cand = structured();
         edit(&mut cand);
-        let o = gate_results(
-            Path::new("b"),
-            &base,
-            Path::new("c"),
-            &cand,
-            &GateRules::default(),
-        );
+        let o = gate_pair(&base, &cand, &GateRules::default());
         assert_eq!(o.exit_code(), 2, "{field}: {o:?}");
         let err = o.error.clone().unwrap_or_default();
         assert!(err.contains(field), "{field}: {err}");
@@ -390,13 +388,7 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
             status_of(&o, &format!("comparability.{field}")),
             CheckStatus::Error
         );
-        let o = gate_results(
-            Path::new("b"),
-            &base,
-            Path::new("c"),
-            &cand,
-            &allowing(&[allow]),
-        );
+        let o = gate_pair(&base, &cand, &allowing(&[allow]));
         assert_eq!(o.exit_code(), 0, "{field} allowed by {allow}: {o:?}");
         assert_eq!(
             status_of(&o, &format!("comparability.{field}")),
@@ -412,13 +404,7 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
     cand.meta.settings["cli"]["out"] = "runs/b".into();
     cand.meta.settings["cli"]["engine"]["model"] = "/elsewhere/model.gguf".into();
     cand.meta.settings["cli"]["governor"]["governor_sysfs_root"] = "/tmp/sys".into();
-    let o = gate_results(
-        Path::new("b"),
-        &base,
-        Path::new("c"),
-        &cand,
-        &GateRules::default(),
-    );
+    let o = gate_pair(&base, &cand, &GateRules::default());
     assert_eq!(o.exit_code(), 0, "{o:?}");
     assert!(!o.checks.iter().any(|c| c.name.starts_with("comparability")));
 }
