@@ -98,12 +98,14 @@ fn write_gguf(path: &Path, mib: usize) -> PathBuf {
 #[test]
 fn prefault_makes_the_whole_model_mapping_resident_and_a_plain_open_does_not() {
     let dir = scratch_dir();
-    let path = write_gguf(&dir.path().join("m.gguf"), 32);
+    let path = write_gguf(&dir.path().join("m.gguf"), 64);
     assert!(evicted(&path) < 0.10);
     let plain = GgufFile::open(&path).unwrap();
     let r = plain.residency().unwrap().expect("a mapped file");
-    // Parsing reads the header and tensor infos: a page or two of 8192.
-    assert!(r.fraction() < 0.10, "plain open: {r:?}");
+    // Parsing reads the header and tensor infos, a page or two of 16 385; the kernel's
+    // read-around on that fault brings in up to a few MiB more (1 024 pages seen on a clean
+    // machine), far from the whole file.
+    assert!(r.fraction() < 0.25, "plain open: {r:?}");
     drop(plain);
 
     assert!(evicted(&path) < 0.10);
