@@ -326,3 +326,29 @@ fn a_child_process_sut_refuses_the_governor() {
         text(&o)
     );
 }
+
+#[test]
+fn the_dialogue_scenario_refuses_flags_it_does_not_implement() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "dialogue",
+        "--out",
+        out.to_str().unwrap(),
+        "--governor",
+        "pid",
+        "--warmup",
+        "2",
+        "--cold-start",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--governor, --warmup, --cold-start not supported by the dialogue scenario"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing is written before the refusal");
+}

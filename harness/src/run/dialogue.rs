@@ -540,12 +540,39 @@ pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFil
     finish_csv(&path, w)
 }
 
+/// Flags of `run` the dialogue loop does not implement: an error naming each, so none is
+/// accepted and then ignored.
+fn refuse_unsupported(a: &RunArgs) -> Result<()> {
+    let mut given = Vec::new();
+    if a.governor.governor != crate::cmd::governor::GovernorKind::Off {
+        given.push("--governor");
+    }
+    if a.sut != crate::cmd::run::SutArg::InProcess {
+        given.push("--sut process");
+    }
+    if a.warmup.is_some() {
+        given.push("--warmup");
+    }
+    if a.cold_start {
+        given.push("--cold-start");
+    }
+    if !given.is_empty() {
+        bail!(
+            "{} not supported by the dialogue scenario (it runs in process, without warm-up, \
+             cold start or governor)",
+            given.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// `pocketperf run --scenario dialogue`.
 pub fn run(a: &RunArgs) -> Result<i32> {
     let device = crate::telemetry::DeviceSpec::parse(&a.device)?;
     if a.config.is_some() || a.server_qps.is_some() {
         bail!("--config and --server-qps do not apply to the dialogue scenario");
     }
+    refuse_unsupported(a)?;
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("{}: cannot create", a.out.display()))?;
     let limit: Option<usize> = env_number(ENV_DIALOGUES)?;
