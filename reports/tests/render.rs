@@ -94,11 +94,25 @@ fn html_escapes_all_file_text() {
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(html.contains("C &lt;script&gt;alert(&quot;gen&quot;)&lt;/script&gt; &amp; more"));
     assert!(html.contains("m&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"));
-    // Markdown (rendered as HTML by CI summaries) escapes too.
+    // Markdown (rendered as HTML by CI summaries) escapes too: rendered by a CommonMark
+    // renderer with GitHub's tables, it holds no tag from the file's text.
     let md = exporter(Format::Markdown)
         .render(&hostile_run(), &common::fixed_ctx())
         .unwrap();
-    assert!(!md.to_lowercase().contains("<script"));
+    let mut rendered = String::new();
+    pulldown_cmark::html::push_html(
+        &mut rendered,
+        pulldown_cmark::Parser::new_ext(&md, pulldown_cmark::Options::ENABLE_TABLES),
+    );
+    let rendered = rendered.to_lowercase();
+    assert!(
+        !rendered.contains("<script") && !rendered.contains("<img"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -224,4 +238,42 @@ fn warm_up_residency_and_page_faults_are_rows_of_the_report() {
         .render(&run, &common::fixed_ctx())
         .unwrap();
     assert!(md.contains("major_faults") && md.contains("678"));
+}
+
+/// Markdown cells escape with backslashes, not HTML entities: the file reads as typed in a
+/// terminal, and a CommonMark renderer (pulldown-cmark, with GitHub's tables) gives back
+/// exactly the original text in the cell — no tag, link, emphasis or entity of its own.
+#[test]
+fn markdown_cells_render_back_to_their_text_without_entities() {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    let hostile = [
+        "Pixel <b>8</b> | & 'quoted' \"twice\"",
+        "<script>alert(1)</script>",
+        "[click](javascript:alert(2)) *bold* `code` \\ back",
+        "&amp; &#39; tpot_ms _x_",
+        "line one\nline two",
+    ];
+    for text in hostile {
+        let cell = pocketperf_reports::render::escape_md(text);
+        // No entity of its own: every `&` in the cell is one of the text's.
+        assert_eq!(
+            cell.matches('&').count(),
+            text.matches('&').count(),
+            "{cell}"
+        );
+        let md = format!("| a | b |\n|---|---|\n| {cell} | x |\n");
+        let mut in_cell = 0;
+        let mut got = String::new();
+        for ev in Parser::new_ext(&md, Options::ENABLE_TABLES) {
+            match ev {
+                Event::Start(Tag::TableCell) => in_cell += 1,
+                Event::End(TagEnd::TableCell) => {}
+                Event::Text(t) if in_cell == 3 => got.push_str(&t),
+                Event::Text(_) => {}
+                other if in_cell == 3 => panic!("{text:?} renders as {other:?} in {md}"),
+                _ => {}
+            }
+        }
+        assert_eq!(got, text.replace('\n', " "), "{md}");
+    }
 }

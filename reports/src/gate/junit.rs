@@ -1,15 +1,21 @@
-//! The gate's JUnit XML export (the schema CI servers read: `testsuites` > `testsuite` >
-//! `properties` and one `testcase` per check), written through `quick_xml`'s writer, which
-//! escapes `& < > " '` in attribute values and text, and writes a tab or line feed inside an
-//! attribute value as `&#9;` / `&#10;` (so a reader's attribute-value normalization keeps
-//! them). Control characters other than tab and newline, which XML 1.0 does not allow, become
-//! spaces first.
+//! The gate's JUnit XML export, valid against the Jenkins xunit plugin's `junit-10.xsd`
+//! (`testsuites` > `testsuite` > `properties` and one `testcase` per check; the test
+//! `reports/tests/junit_schema.rs` validates it with `xmllint`). The suite stands for the
+//! candidate run: its `time` is that run's wall-clock duration (provenance start to finish, in
+//! seconds with three decimals, the schema's `SUREFIRE_TIME`). A regression is a `failure` and
+//! an error an `error`, each with the one-line message as attribute and a body naming the
+//! figures behind it (baseline, candidate, change, p-value) and the full explanation.
+//!
+//! Written through `quick_xml`'s writer, which escapes `& < > " '` in attribute values and
+//! text, and writes a tab or line feed inside an attribute value as `&#9;` / `&#10;` (so a
+//! reader's attribute-value normalization keeps them). Control characters other than tab and
+//! newline, which XML 1.0 does not allow, become spaces first.
 
 use quick_xml::Writer;
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
 
-use super::{CheckStatus, GateOutcome};
-use crate::render::{RenderContext, one_line, utc};
+use super::{CheckStatus, GateCheck, GateOutcome};
+use crate::render::{RenderContext, num, one_line, utc};
 
 /// `s` without the control characters XML 1.0 forbids (each becomes a space).
 fn xml_chars(s: &str) -> String {
@@ -50,16 +56,20 @@ impl GateOutcome {
         let failures = count(CheckStatus::Regression).to_string();
         let skipped = count(CheckStatus::Skipped).to_string();
         let tests = (self.checks.len() + usize::from(self.error.is_some())).to_string();
-        let totals = [
+        let time = self.candidate_seconds();
+        // `testsuites` has no `skipped` attribute in the schema; `testsuite` has.
+        let mut suites = vec![
+            ("name", "pocketperf-gate"),
             ("tests", tests.as_str()),
             ("failures", failures.as_str()),
             ("errors", errors.as_str()),
-            ("skipped", skipped.as_str()),
         ];
+        if let Some(t) = &time {
+            suites.push(("time", t.as_str()));
+        }
         let stamp = utc(&ctx.rendered_utc);
-        let mut suites = vec![("name", "pocketperf-gate")];
-        suites.extend_from_slice(&totals);
         let mut suite = suites.clone();
+        suite.push(("skipped", skipped.as_str()));
         suite.push(("timestamp", stamp.as_str()));
         w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
         w.write_event(Event::Start(element("testsuites", &suites)))?;
@@ -77,7 +87,10 @@ impl GateOutcome {
             let msg = one_line(e);
             let case = [("classname", "gate"), ("name", "load")];
             w.write_event(Event::Start(element("testcase", &case)))?;
-            w.write_event(Event::Empty(element("error", &[("message", msg.as_str())])))?;
+            let attrs = [("message", msg.as_str()), ("type", "error")];
+            w.write_event(Event::Start(element("error", &attrs)))?;
+            w.write_event(Event::Text(BytesText::new(&xml_chars(e))))?;
+            w.write_event(Event::End(BytesEnd::new("error")))?;
             w.write_event(Event::End(BytesEnd::new("testcase")))?;
         }
         for c in &self.checks {
@@ -98,21 +111,50 @@ impl GateOutcome {
                     vec![("message", msg.as_str()), ("type", "regression")],
                 ),
                 CheckStatus::Skipped => ("skipped", vec![("message", msg.as_str())]),
-                CheckStatus::Error => ("error", vec![("message", msg.as_str())]),
+                CheckStatus::Error => ("error", vec![("message", msg.as_str()), ("type", "error")]),
             };
-            w.write_event(Event::Empty(element(tag, &attrs)))?;
+            if c.status == CheckStatus::Skipped {
+                w.write_event(Event::Empty(element(tag, &attrs)))?;
+            } else {
+                w.write_event(Event::Start(element(tag, &attrs)))?;
+                w.write_event(Event::Text(BytesText::new(&xml_chars(&body(c)))))?;
+                w.write_event(Event::End(BytesEnd::new(tag)))?;
+            }
             w.write_event(Event::End(BytesEnd::new("testcase")))?;
         }
         w.write_event(Event::End(BytesEnd::new("testsuite")))?;
         w.write_event(Event::End(BytesEnd::new("testsuites")))?;
         Ok(())
     }
+
+    /// The candidate run's wall-clock duration as `SUREFIRE_TIME` (seconds, three decimals),
+    /// when its provenance was read and ends after it starts.
+    fn candidate_seconds(&self) -> Option<String> {
+        let m = self.candidate_meta.as_ref()?;
+        let ms = (m.finished_utc - m.started_utc).num_milliseconds();
+        (ms >= 0).then(|| format!("{}.{:03}", ms / 1000, ms % 1000))
+    }
+}
+
+/// The body of a check's `failure` or `error` element: the figures, then the explanation.
+fn body(c: &GateCheck) -> String {
+    let mut lines = Vec::new();
+    let figure = |label: &str, v: Option<f64>| v.map(|v| format!("{label}: {}", num(v)));
+    lines.extend(figure("baseline", c.baseline));
+    lines.extend(figure("candidate", c.candidate));
+    if let Some(ch) = c.change {
+        lines.push(format!("change: {:+.2}%", ch * 100.0));
+    }
+    if let Some(p) = c.p_value {
+        lines.push(format!("p-value: {p:.3e}"));
+    }
+    lines.push(c.detail.clone());
+    lines.join("\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::GateCheck;
     use quick_xml::{Reader, XmlVersion};
 
     /// Every attribute value of element `tag`, unescaped by quick-xml's reader.

@@ -153,11 +153,30 @@ pub fn escape_html(s: &str) -> String {
     out
 }
 
-/// Escapes text for a Markdown table cell (GitHub renders inline HTML, so HTML is escaped too).
+/// Escapes text for a Markdown table cell on one line, with CommonMark backslash escapes
+/// rather than HTML entities, so the file reads as typed in a terminal and renders the same
+/// text: `\\`, `|` (cell separator), `` ` `` (code span), `<` and `>` (inline HTML, which
+/// GitHub renders), `&` (entity references), `*` (emphasis), `[` (links), and `_` except
+/// between two letters or digits (`tpot_ms`), where CommonMark never reads it as emphasis.
 pub fn escape_md(s: &str) -> String {
-    escape_html(&one_line(s))
-        .replace('|', "\\|")
-        .replace('`', "\\`")
+    let chars: Vec<char> = one_line(s).chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let inside_word = || {
+            let alnum = |j: Option<usize>| {
+                j.and_then(|j| chars.get(j))
+                    .is_some_and(|c| c.is_alphanumeric())
+            };
+            alnum(i.checked_sub(1)) && alnum(Some(i + 1))
+        };
+        if matches!(c, '\\' | '|' | '`' | '<' | '>' | '&' | '*' | '[')
+            || (c == '_' && !inside_word())
+        {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `comments` (whole `# …` lines), then the records `rows` writes through `csv::Writer`
