@@ -4,7 +4,7 @@
 //! - [`cmd`] — the CLI: flag structs and their resolution, one file per command; `main`
 //!   dispatches each to the module below that does the work;
 //! - [`run`] — runs that fill a result directory: [`run::perf`] (SingleStream, Offline,
-//!   Server) and [`run::dialogue`];
+//!   Server) and [`run::dialogue`], repeated by [`run::run`] for `--repeat`;
 //! - [`sut`] — systems under test: [`sut::prompts`] (the one text-to-tokens route, prompt
 //!   libraries), [`sut::in_process`] (decoders), [`sut::process`] (`serve` as a child);
 //! - [`outputs`] — result.json assembly, percentiles, tokens.csv, provenance, log header;
@@ -15,6 +15,7 @@
 //! - [`sim`] — simulated handsets and the governor's closed-loop simulation;
 //! - [`soak`] — hours-long robustness runs through `serve`;
 //! - [`farm`] — suites on many devices;
+//! - [`interleave`] — `gate --interleave`: two binaries' runs alternated into replicates;
 //! - [`tools`] — the work of the model commands (`model`, `tokenize`, `generate`, `logits`,
 //!   `perplexity`, `bench` with its roofline probe);
 //! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress.
@@ -22,6 +23,7 @@
 pub mod cmd;
 pub mod farm;
 pub mod governor_hook;
+pub mod interleave;
 pub mod meta;
 pub mod mmlu;
 pub mod model_store;

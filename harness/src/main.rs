@@ -94,10 +94,7 @@ fn run(cli: Cli, t_main_ns: u64) -> anyhow::Result<i32> {
         Cmd::Logits(a) => rt::logits(&a),
         Cmd::Perplexity(a) => rt::perplexity(&a),
         Cmd::Bench(a) => rt::bench(&a),
-        Cmd::Run(a) => match a.scenario {
-            runcmd::ScenarioArg::Dialogue => runs::dialogue::run(&a),
-            _ => runs::perf::run(&a),
-        },
+        Cmd::Run(mut a) => runs::run(&mut a),
         Cmd::Governor { cmd } => govcmd::governor_cmd(&cmd),
         Cmd::Probe(a) => probecmd::probe(&a),
         Cmd::Report(a) => reportcmd::report(&a),

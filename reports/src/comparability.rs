@@ -59,6 +59,8 @@ const CLI_NOT_WORK: &[&str] = &[
     "engine.backend.backend",
     "governor.governor_sysfs_root",
     "config",
+    // How many runs one `run` command made, each judged as a run of its own.
+    "repeat",
 ];
 
 /// The field names a user may name: every top-level name of the module comment.

@@ -4,7 +4,9 @@
 //! fences (reported, never dropped), Mann–Whitney U (two-sided, normal approximation with tie
 //! and continuity correction; the normal tail from statrs), Wilson score intervals, the exact
 //! McNemar test, and the two-condition change rule (significant *and* larger than a noise
-//! threshold) used for regressions.
+//! threshold) used for regressions, over the queries of one run per side
+//! ([`compare_samples`]) or over replicated runs ([`compare_runs`]: Student's t on the logs of
+//! per-run figures, paired when the runs were interleaved, Welch's otherwise).
 //!
 //! The scenario engine keeps its own integer-nanosecond percentiles (`pocketperf-scenarios`
 //! `stats`: exact selection over large series, LoadGen's definition); this crate is for
@@ -13,7 +15,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use statrs::distribution::{ContinuousCDF, Normal};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// Why a statistic cannot be computed from the samples given.
 #[derive(Debug, thiserror::Error)]
@@ -472,6 +474,147 @@ pub fn compare_samples(
         candidate_median: cm,
         relative_change,
         p_value: mw.p_value,
+        verdict,
+    })
+}
+
+/// How replicated runs of the two sides relate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pairing {
+    /// Run `i` of each side belongs together (interleaved A B A B …): the test is on the
+    /// per-pair log ratios, so drift of the machine between pairs cancels.
+    Paired,
+    /// Independent runs: Welch's t on the two sides' logs.
+    Unpaired,
+}
+
+/// Comparison of replicated runs: one figure (e.g. a median) per run and side.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunChange {
+    /// Geometric mean of the baseline runs' figures.
+    pub baseline: f64,
+    /// Geometric mean of the candidate runs' figures.
+    pub candidate: f64,
+    /// `candidate / baseline - 1` (ratio of the geometric means).
+    pub relative_change: f64,
+    /// Two-sided p-value of Student's t on the logs.
+    pub p_value: f64,
+    /// Degrees of freedom of the t distribution (Welch–Satterthwaite when unpaired).
+    pub df: f64,
+    /// How the runs were compared.
+    pub pairing: Pairing,
+    /// The call (significant and beyond the minimum effect).
+    pub verdict: Verdict,
+}
+
+/// Sample variance (n − 1 denominator); `None` below two values.
+fn sample_variance(x: &[f64]) -> Option<f64> {
+    let m = mean(x)?;
+    (x.len() >= 2).then(|| x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (x.len() - 1) as f64)
+}
+
+/// Two-sided tail of Student's t with `df` degrees of freedom at `t`.
+fn students_t_two_sided(t: f64, df: f64) -> Result<f64> {
+    let dist = StudentsT::new(0.0, 1.0, df)
+        .map_err(|e| Error::Invalid(format!("t distribution with {df} degrees of freedom: {e}")))?;
+    Ok((2.0 * dist.sf(t.abs())).min(1.0))
+}
+
+/// Compares replicated runs: `baseline[i]` and `candidate[i]` are one figure per run (all
+/// positive and finite). The test works on logarithms, so a change is a ratio: Student's t
+/// on the per-pair log ratios when [`Pairing::Paired`] (equal counts, at least two pairs),
+/// else Welch's t on the two sides' logs (at least two runs per side). Like
+/// [`compare_samples`], a change is called only when `p < alpha` **and** the ratio of the
+/// geometric means differs from 1 by more than `min_effect`. When every log ratio is the
+/// same (no spread), p is 0 for a non-zero change and 1 otherwise.
+pub fn compare_runs(
+    baseline: &[f64],
+    candidate: &[f64],
+    pairing: Pairing,
+    better: Better,
+    alpha: f64,
+    min_effect: f64,
+) -> Result<RunChange> {
+    let logs = |x: &[f64], side: &str| -> Result<Vec<f64>> {
+        x.iter()
+            .map(|&v| {
+                if v.is_finite() && v > 0.0 {
+                    Ok(v.ln())
+                } else {
+                    Err(Error::Invalid(format!(
+                        "{side} run figure {v}: must be positive and finite"
+                    )))
+                }
+            })
+            .collect()
+    };
+    let (lb, lc) = (logs(baseline, "baseline")?, logs(candidate, "candidate")?);
+    let (mean_b, mean_c) = match (mean(&lb), mean(&lc)) {
+        (Some(b), Some(c)) => (b, c),
+        _ => return Err(Error::Invalid("no runs on one side".into())),
+    };
+    let diff = mean_c - mean_b;
+    let (se2, df) = match pairing {
+        Pairing::Paired => {
+            if lb.len() != lc.len() || lb.len() < 2 {
+                return Err(Error::Invalid(format!(
+                    "paired runs need equal counts of at least two (baseline {}, candidate {})",
+                    lb.len(),
+                    lc.len()
+                )));
+            }
+            let d: Vec<f64> = lc.iter().zip(&lb).map(|(c, b)| c - b).collect();
+            let n = d.len() as f64;
+            (sample_variance(&d).unwrap_or(0.0) / n, n - 1.0)
+        }
+        Pairing::Unpaired => {
+            let (Some(vb), Some(vc)) = (sample_variance(&lb), sample_variance(&lc)) else {
+                return Err(Error::Invalid(format!(
+                    "unpaired runs need at least two per side (baseline {}, candidate {})",
+                    lb.len(),
+                    lc.len()
+                )));
+            };
+            let (qb, qc) = (vb / lb.len() as f64, vc / lc.len() as f64);
+            let se2 = qb + qc;
+            let den = qb * qb / (lb.len() - 1) as f64 + qc * qc / (lc.len() - 1) as f64;
+            let df = if den > 0.0 {
+                se2 * se2 / den
+            } else {
+                (lb.len() + lc.len() - 2) as f64
+            };
+            (se2, df)
+        }
+    };
+    let p_value = if se2 > 0.0 {
+        students_t_two_sided(diff / se2.sqrt(), df)?
+    } else if diff != 0.0 {
+        0.0
+    } else {
+        1.0
+    };
+    let relative_change = diff.exp() - 1.0;
+    let verdict = if p_value < alpha && relative_change.abs() > min_effect {
+        let worse = match better {
+            Better::Lower => relative_change > 0.0,
+            Better::Higher => relative_change < 0.0,
+        };
+        if worse {
+            Verdict::Regressed
+        } else {
+            Verdict::Improved
+        }
+    } else {
+        Verdict::NoChange
+    };
+    Ok(RunChange {
+        baseline: mean_b.exp(),
+        candidate: mean_c.exp(),
+        relative_change,
+        p_value,
+        df,
+        pairing,
         verdict,
     })
 }

@@ -1,24 +1,60 @@
-//! `pocketperf gate --baseline DIR --candidate DIR [--rules ci/gate.toml]`: the release gate.
-//! Exit 0 pass, 1 regression, 2 error (unreadable run or rules, missing section). Writes
-//! JUnit XML and Markdown for CI when asked; the verdict table goes to standard output.
+//! `pocketperf gate --baseline DIR… --candidate DIR… [--rules ci/gate.toml]`: the release
+//! gate. Each side is one or more result directories, each a run or a directory of replicates
+//! (`run --repeat`); `--interleave` first makes the replicates by running two binaries
+//! alternately ([`crate::interleave`]). Exit 0 pass, 1 regression, 2 error (unreadable run or
+//! rules, missing section, runs not comparable). Writes JUnit XML and Markdown for CI when
+//! asked; the verdict table goes to standard output.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use pocketperf_reports::gate::{GateOutcome, GateRules, gate};
+use pocketperf_reports::gate::{GateOutcome, GateRules, gate_dirs};
 use pocketperf_reports::render::RenderContext;
 
+use crate::interleave::Interleave;
 use crate::meta;
 
 #[derive(Args, Debug)]
 pub struct GateArgs {
-    /// Result directory of the baseline (the build that ships today).
-    #[arg(long)]
-    pub baseline: PathBuf,
-    /// Result directory of the candidate build.
-    #[arg(long)]
-    pub candidate: PathBuf,
+    /// Result directories of the baseline (the build that ships today), repeatable or
+    /// comma-separated; a directory of replicates (run-1 …) counts as its runs.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "interleave",
+        conflicts_with = "interleave"
+    )]
+    pub baseline: Vec<PathBuf>,
+    /// Result directories of the candidate build, like --baseline.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "interleave",
+        conflicts_with = "interleave"
+    )]
+    pub candidate: Vec<PathBuf>,
+    /// Make the runs first: the baseline and candidate binaries run the `pocketperf run`
+    /// arguments given after `--` alternately (A B A B …), --repeat times each, into
+    /// WORK/baseline/run-i and WORK/candidate/run-i; the gate then pairs run i with run i.
+    #[arg(long, requires_all = ["baseline_bin", "candidate_bin", "work"])]
+    pub interleave: bool,
+    /// With --interleave: the baseline's `pocketperf` executable.
+    #[arg(long, requires = "interleave")]
+    pub baseline_bin: Option<PathBuf>,
+    /// With --interleave: the candidate's `pocketperf` executable.
+    #[arg(long, requires = "interleave")]
+    pub candidate_bin: Option<PathBuf>,
+    /// With --interleave: runs per side (the default replicate count of the gate).
+    #[arg(long, default_value_t = 5, requires = "interleave",
+          value_parser = clap::value_parser!(u32).range(2..=100))]
+    pub repeat: u32,
+    /// With --interleave: a new directory for the runs.
+    #[arg(long, requires = "interleave")]
+    pub work: Option<PathBuf>,
+    /// With --interleave: the `pocketperf run` arguments (after `--`), without --out.
+    #[arg(last = true, requires = "interleave")]
+    pub run_args: Vec<String>,
     /// Gate rules (TOML); default: the built-in rules, identical to `ci/gate.toml`.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -57,9 +93,27 @@ pub fn run_gate(a: &GateArgs) -> Result<i32> {
             .extend(a.allow_diff.iter().cloned());
         r.validate().map(|()| r)
     });
+    let (baseline, candidate) = match (&a.baseline_bin, &a.candidate_bin, &a.work) {
+        (Some(b), Some(c), Some(work)) if a.interleave => {
+            let (bd, cd) = Interleave {
+                baseline_bin: b,
+                candidate_bin: c,
+                run_args: &a.run_args,
+                repeat: a.repeat,
+                work,
+            }
+            .run()?;
+            (vec![bd], vec![cd])
+        }
+        _ => (a.baseline.clone(), a.candidate.clone()),
+    };
+    let label = |d: &[PathBuf]| {
+        let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
+        names.join(",")
+    };
     let outcome = match rules {
-        Ok(rules) => gate(&a.baseline, &a.candidate, &rules),
-        Err(e) => GateOutcome::failed(&a.baseline, &a.candidate, e.to_string()),
+        Ok(rules) => gate_dirs(&baseline, &candidate, &rules),
+        Err(e) => GateOutcome::failed(label(&baseline), label(&candidate), e.to_string()),
     };
     let ctx = RenderContext::now();
     if let Some(p) = &a.junit {

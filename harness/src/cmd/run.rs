@@ -110,6 +110,11 @@ pub struct RunArgs {
     /// (result.json `memory.cold_start`). Mapped pages stay: with --prefault or --mlock, all.
     #[arg(long)]
     pub cold_start: bool,
+    /// Replicates: run the scenario N times, into OUT/run-1 … OUT/run-N (each a complete
+    /// result directory; `gate` reads such a directory as N runs of one side). 1: one run,
+    /// into OUT itself.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
 }
 
 impl RunArgs {

@@ -3,6 +3,34 @@
 //!
 //! - [`perf`] — SingleStream, Offline and Server through the scenario engine;
 //! - [`dialogue`] — scripted multi-turn chats with energy per dialogue.
+//!
+//! [`run`] is the one entry: it repeats the chosen run `--repeat` times (replicates for the
+//! gate's run-level statistics, `reports::gate::replicates`).
 
 pub mod dialogue;
 pub mod perf;
+
+use anyhow::Result;
+
+use crate::cmd::run::{RunArgs, ScenarioArg};
+
+/// `pocketperf run`: one run into `--out`, or with `--repeat N` (N ≥ 2) N runs into
+/// `--out`/run-1 … run-N, one after the other. The exit code is the worst of the runs (0 ok,
+/// 1 INVALID); an error stops the series, keeping the runs already written.
+pub fn run(a: &mut RunArgs) -> Result<i32> {
+    let once = |a: &RunArgs| match a.scenario {
+        ScenarioArg::Dialogue => dialogue::run(a),
+        _ => perf::run(a),
+    };
+    if a.repeat <= 1 {
+        return once(a);
+    }
+    let root = a.out.clone();
+    let mut worst = 0;
+    for i in 1..=a.repeat {
+        a.out = root.join(format!("run-{i}"));
+        eprintln!("run {i}/{} → {}", a.repeat, a.out.display());
+        worst = worst.max(once(a)?);
+    }
+    Ok(worst)
+}

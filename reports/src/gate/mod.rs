@@ -3,9 +3,11 @@
 //! code is 0 (pass), 1 (regression) or 2 (error: a run could not be read or lacks a section
 //! the baseline has).
 //!
-//! - Latency, TTFT, TPOT, per-query tokens/s and net energy per dialogue: two-sided
-//!   Mann–Whitney U on the per-query (per-dialogue) samples; a regression needs `p < alpha`
-//!   *and* a relative change of the median beyond the noise threshold, in the bad direction.
+//! - Latency, TTFT, TPOT, per-query tokens/s and net energy per dialogue, with one run on a
+//!   side: two-sided Mann–Whitney U on the per-query (per-dialogue) samples; a regression
+//!   needs `p < alpha` *and* a relative change of the median beyond the noise threshold, in
+//!   the bad direction. With two or more runs on both sides (replicates): Student's t on the
+//!   runs' medians, paired when the runs were interleaved ([`replicates`]).
 //! - Accuracy: exact McNemar on paired per-question records when both runs have them,
 //!   otherwise non-overlapping Wilson intervals; either way the drop must exceed `max_drop`.
 //! - Validity and robustness: counts (crashes, output drift) against maxima.
@@ -22,9 +24,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 mod junit;
+pub mod replicates;
 mod rules;
 pub use rules::{
-    AccuracyRules, ComparabilityRules, EnergyRules, GateRules, PerformanceRules, RobustnessRules,
+    AccuracyRules, ComparabilityRules, EnergyRules, GateRules, PerformanceRules, ReplicateRules,
+    RobustnessRules,
 };
 use statrs::distribution::{ContinuousCDF, Normal};
 
@@ -125,17 +129,33 @@ impl GateOutcome {
 }
 
 /// Runs the gate on two result directories. Never fails: unreadable input is an
-/// [`GateStatus::Error`] outcome naming the file.
+/// [`GateStatus::Error`] outcome naming the file. Either directory may hold replicates
+/// (sub-directories with a `result.json` each, as `run --repeat` writes them).
 pub fn gate(
     baseline_dir: impl AsRef<Path>,
     candidate_dir: impl AsRef<Path>,
     rules: &GateRules,
 ) -> GateOutcome {
-    let (bd, cd) = (baseline_dir.as_ref(), candidate_dir.as_ref());
-    let loaded = schema::load_result(bd).and_then(|b| schema::load_result(cd).map(|c| (b, c)));
+    gate_dirs(
+        &[baseline_dir.as_ref().to_path_buf()],
+        &[candidate_dir.as_ref().to_path_buf()],
+        rules,
+    )
+}
+
+/// The gate on several result directories per side, each expanded to its replicates
+/// ([`replicates::expand`]). Never fails, like [`gate`].
+pub fn gate_dirs(baseline: &[PathBuf], candidate: &[PathBuf], rules: &GateRules) -> GateOutcome {
+    let label = |dirs: &[PathBuf]| -> PathBuf {
+        let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        PathBuf::from(names.join(","))
+    };
+    let (bd, cd) = (label(baseline), label(candidate));
+    let loaded = replicates::load_side(baseline)
+        .and_then(|b| replicates::load_side(candidate).map(|c| (b, c)));
     match loaded {
-        Ok((b, c)) => gate_results(bd, &b, cd, &c, rules),
-        Err(e) => GateOutcome::failed(bd, cd, e.to_string()),
+        Ok((b, c)) => gate_replicated(&bd, &b, &cd, &c, rules),
+        Err(e) => GateOutcome::failed(&bd, &cd, e.to_string()),
     }
 }
 
@@ -306,20 +326,50 @@ pub fn gate_results(
     c: &ResultFile,
     rules: &GateRules,
 ) -> GateOutcome {
+    gate_replicated(
+        baseline_dir,
+        std::slice::from_ref(b),
+        candidate_dir,
+        std::slice::from_ref(c),
+        rules,
+    )
+}
+
+/// Runs the gate on one or more loaded runs per side; the directories only label the
+/// outcome. Timing and energy use run-level statistics when both sides have two runs or more
+/// (module [`replicates`]), the per-query test otherwise; accuracy compares the first run of
+/// each side; validity and robustness count every candidate run.
+pub fn gate_replicated(
+    baseline_dir: &Path,
+    b: &[ResultFile],
+    candidate_dir: &Path,
+    c: &[ResultFile],
+    rules: &GateRules,
+) -> GateOutcome {
+    let (Some(b0), Some(c0)) = (b.first(), c.first()) else {
+        return GateOutcome::failed(baseline_dir, candidate_dir, "a side has no runs");
+    };
     let mut checks = Vec::new();
-    // Comparability first: a verdict on different workloads or systems means nothing.
+    // Comparability first: a verdict on different workloads or systems means nothing. Every
+    // run, of either side, is held against the first baseline run.
     let mut refused = Vec::new();
-    for d in crate::comparability::differences(b, c) {
-        let name = format!("comparability.{}", d.field);
-        if crate::comparability::allowed(&d.field, &rules.comparability.allow_diff) {
-            checks.push(check(
-                name,
-                CheckStatus::Pass,
-                format!("allowed difference: {d}"),
-            ));
-        } else {
-            checks.push(check(name, CheckStatus::Error, format!("differs: {d}")));
-            refused.push(d.field);
+    let mut seen = std::collections::BTreeSet::new();
+    for r in b[1..].iter().chain(c) {
+        for d in crate::comparability::differences(b0, r) {
+            if !seen.insert(d.field.clone()) {
+                continue;
+            }
+            let name = format!("comparability.{}", d.field);
+            if crate::comparability::allowed(&d.field, &rules.comparability.allow_diff) {
+                checks.push(check(
+                    name,
+                    CheckStatus::Pass,
+                    format!("allowed difference: {d}"),
+                ));
+            } else {
+                checks.push(check(name, CheckStatus::Error, format!("differs: {d}")));
+                refused.push(d.field);
+            }
         }
     }
     if !refused.is_empty() {
@@ -333,62 +383,87 @@ pub fn gate_results(
                  each field with --allow-diff (or comparability.allow_diff in the rules)",
                 refused.join(", ")
             )),
-            baseline_meta: Some(b.meta.clone()),
-            candidate_meta: Some(c.meta.clone()),
+            baseline_meta: Some(b0.meta.clone()),
+            candidate_meta: Some(c0.meta.clone()),
         };
     }
+    let pairing = replicates::pairing(b, c);
+    let (b_runs, c_runs) = (replicates::by_start(b), replicates::by_start(c));
     let pr = &rules.performance;
-    match (&b.performance, &c.performance) {
+    let b_perf: Option<Vec<&schema::Performance>> =
+        b_runs.iter().map(|r| r.performance.as_ref()).collect();
+    let c_perf: Option<Vec<&schema::Performance>> =
+        c_runs.iter().map(|r| r.performance.as_ref()).collect();
+    match (b_perf, c_perf) {
         (Some(bp), Some(cp)) => {
             if pr.require_valid {
-                checks.push(if cp.valid {
-                    check(
-                        "performance.valid",
-                        CheckStatus::Pass,
-                        "candidate run is VALID",
-                    )
+                let invalid: Vec<String> = cp
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| !p.valid)
+                    .map(|(i, p)| {
+                        let run = if cp.len() > 1 {
+                            format!("run {} ", i + 1)
+                        } else {
+                            String::new()
+                        };
+                        format!("{run}{}", p.invalid_reasons.join("; "))
+                    })
+                    .collect();
+                checks.push(if invalid.is_empty() {
+                    let what = if cp.len() > 1 {
+                        format!("all {} candidate runs are VALID", cp.len())
+                    } else {
+                        "candidate run is VALID".into()
+                    };
+                    check("performance.valid", CheckStatus::Pass, what)
                 } else {
                     check(
                         "performance.valid",
                         CheckStatus::Regression,
-                        format!(
-                            "candidate run is INVALID: {}",
-                            cp.invalid_reasons.join("; ")
-                        ),
+                        format!("candidate run is INVALID: {}", invalid.join(" | ")),
                     )
                 });
             }
-            let series = |p: &schema::Performance,
-                          f: fn(&schema::QuerySample) -> Option<f64>|
-             -> Vec<f64> { p.per_query.iter().filter_map(f).collect() };
             type Getter = fn(&schema::QuerySample) -> Option<f64>;
+            let series = |ps: &[&schema::Performance], f: Getter| -> Vec<Vec<f64>> {
+                ps.iter()
+                    .map(|p| p.per_query.iter().filter_map(f).collect())
+                    .collect()
+            };
             let metrics: [(&str, bool, Getter); 3] = [
                 ("performance.latency_ms", pr.latency, |q| Some(q.latency_ms)),
                 ("performance.ttft_ms", pr.ttft, |q| q.ttft_ms),
                 ("performance.tpot_ms", pr.tpot, |q| q.tpot_ms),
             ];
+            let test = SampleTest {
+                alpha: pr.alpha,
+                noise: pr.noise_threshold,
+                min_samples: pr.min_samples,
+                run_alpha: rules.replicates.alpha,
+                pairing,
+            };
             for (name, enabled, get) in metrics {
                 if enabled {
-                    checks.push(sample_check(
+                    checks.push(test.check(
                         name,
-                        &series(bp, get),
-                        &series(cp, get),
+                        &series(&bp, get),
+                        &series(&cp, get),
                         Better::Lower,
-                        pr.alpha,
-                        pr.noise_threshold,
-                        pr.min_samples,
                     ));
                 }
             }
             if pr.throughput {
-                checks.push(sample_check(
+                let tps = |ps: &[&schema::Performance]| -> Vec<Vec<f64>> {
+                    ps.iter()
+                        .map(|p| crate::render::per_query_tokens_per_s(p))
+                        .collect()
+                };
+                checks.push(test.check(
                     "performance.tokens_per_s",
-                    &crate::render::per_query_tokens_per_s(bp),
-                    &crate::render::per_query_tokens_per_s(cp),
+                    &tps(&bp),
+                    &tps(&cp),
                     Better::Higher,
-                    pr.alpha,
-                    pr.noise_threshold,
-                    pr.min_samples,
                 ));
             }
         }
@@ -406,20 +481,29 @@ pub fn gate_results(
 
     if rules.energy.enabled {
         let er = &rules.energy;
-        match (&b.energy, &c.energy) {
+        let b_en: Option<Vec<&schema::Energy>> = b_runs.iter().map(|r| r.energy.as_ref()).collect();
+        let c_en: Option<Vec<&schema::Energy>> = c_runs.iter().map(|r| r.energy.as_ref()).collect();
+        match (b_en, c_en) {
             (Some(be), Some(ce)) => {
-                let bv: Vec<f64> = be.per_dialogue.iter().map(|d| d.net_mwh).collect();
-                let cv: Vec<f64> = ce.per_dialogue.iter().map(|d| d.net_mwh).collect();
-                let mut row = sample_check(
+                let mwh = |es: &[&schema::Energy]| -> Vec<Vec<f64>> {
+                    es.iter()
+                        .map(|e| e.per_dialogue.iter().map(|d| d.net_mwh).collect())
+                        .collect()
+                };
+                let test = SampleTest {
+                    alpha: er.alpha,
+                    noise: er.noise_threshold,
+                    min_samples: er.min_samples,
+                    run_alpha: rules.replicates.alpha,
+                    pairing,
+                };
+                let mut row = test.check(
                     "energy.net_mwh_per_dialogue",
-                    &bv,
-                    &cv,
+                    &mwh(&be),
+                    &mwh(&ce),
                     Better::Lower,
-                    er.alpha,
-                    er.noise_threshold,
-                    er.min_samples,
                 );
-                if !ce.reliable {
+                if ce.iter().any(|e| !e.reliable) {
                     row.detail.push_str(" (candidate meter flagged unreliable)");
                 }
                 checks.push(row);
@@ -438,8 +522,14 @@ pub fn gate_results(
     }
 
     if rules.accuracy.enabled {
-        match (&b.accuracy, &c.accuracy) {
-            (Some(ba), Some(ca)) => checks.push(accuracy_check(ba, ca, &rules.accuracy)),
+        match (&b0.accuracy, &c0.accuracy) {
+            (Some(ba), Some(ca)) => {
+                let mut row = accuracy_check(ba, ca, &rules.accuracy);
+                if b.len() > 1 || c.len() > 1 {
+                    row.detail.push_str(" (first run of each side)");
+                }
+                checks.push(row);
+            }
             (Some(_), None) => checks.push(check(
                 "accuracy",
                 CheckStatus::Error,
@@ -453,23 +543,37 @@ pub fn gate_results(
         }
     }
 
-    match &c.robustness {
-        Some(rb) => {
-            for (name, keys, max) in [
-                (
-                    "robustness.crashes",
-                    &["crashes"][..],
-                    rules.robustness.max_crashes,
-                ),
-                (
-                    "robustness.drift",
-                    &["drift", "output_drift"][..],
-                    rules.robustness.max_drift,
-                ),
-            ] {
-                let base = b.robustness.as_ref().and_then(|v| count_field(v, keys));
-                checks.push(match count_field(rb, keys) {
-                    Some(n) => GateCheck {
+    let c_rob: Vec<&serde_json::Value> = c.iter().filter_map(|r| r.robustness.as_ref()).collect();
+    if c_rob.is_empty() {
+        checks.push(check(
+            "robustness",
+            CheckStatus::Skipped,
+            "candidate has no robustness section",
+        ));
+    } else {
+        for (name, keys, max) in [
+            (
+                "robustness.crashes",
+                &["crashes"][..],
+                rules.robustness.max_crashes,
+            ),
+            (
+                "robustness.drift",
+                &["drift", "output_drift"][..],
+                rules.robustness.max_drift,
+            ),
+        ] {
+            let base = b0.robustness.as_ref().and_then(|v| count_field(v, keys));
+            let counts: Option<Vec<u64>> = c_rob.iter().map(|v| count_field(v, keys)).collect();
+            checks.push(match counts {
+                Some(counts) => {
+                    let n: u64 = counts.iter().sum();
+                    let runs = if c_rob.len() > 1 {
+                        format!(" over {} runs", c_rob.len())
+                    } else {
+                        String::new()
+                    };
+                    GateCheck {
                         name: name.into(),
                         status: if n > max {
                             CheckStatus::Regression
@@ -480,21 +584,16 @@ pub fn gate_results(
                         candidate: Some(n as f64),
                         change: None,
                         p_value: None,
-                        detail: format!("{n} counted, at most {max} allowed"),
-                    },
-                    None => check(
-                        name,
-                        CheckStatus::Skipped,
-                        "candidate robustness section has no such count",
-                    ),
-                });
-            }
+                        detail: format!("{n} counted{runs}, at most {max} allowed"),
+                    }
+                }
+                None => check(
+                    name,
+                    CheckStatus::Skipped,
+                    "candidate robustness section has no such count",
+                ),
+            });
         }
-        None => checks.push(check(
-            "robustness",
-            CheckStatus::Skipped,
-            "candidate has no robustness section",
-        )),
     }
 
     let status = if checks.iter().any(|c| c.status == CheckStatus::Error) {
@@ -510,8 +609,113 @@ pub fn gate_results(
         candidate_dir: candidate_dir.into(),
         checks,
         error: None,
-        baseline_meta: Some(b.meta.clone()),
-        candidate_meta: Some(c.meta.clone()),
+        baseline_meta: Some(b0.meta.clone()),
+        candidate_meta: Some(c0.meta.clone()),
+    }
+}
+
+/// How a timing or energy series is judged: per-sample (Mann–Whitney) with one run on a
+/// side, run-level (Student's t on per-run medians) with two or more on both.
+struct SampleTest {
+    alpha: f64,
+    noise: f64,
+    min_samples: usize,
+    run_alpha: f64,
+    pairing: stats::Pairing,
+}
+
+impl SampleTest {
+    /// `base` and `cand` hold one series per run.
+    fn check(&self, name: &str, base: &[Vec<f64>], cand: &[Vec<f64>], better: Better) -> GateCheck {
+        if base.len() >= 2 && cand.len() >= 2 {
+            return self.run_level(name, base, cand, better);
+        }
+        let pool = |s: &[Vec<f64>]| -> Vec<f64> { s.iter().flatten().copied().collect() };
+        let mut row = sample_check(
+            name,
+            &pool(base),
+            &pool(cand),
+            better,
+            self.alpha,
+            self.noise,
+            self.min_samples,
+        );
+        if base.len() > 1 || cand.len() > 1 {
+            row.detail.push_str(&format!(
+                " (pooled: {} baseline and {} candidate runs; run-level statistics need two or more on each side)",
+                base.len(),
+                cand.len()
+            ));
+        }
+        row
+    }
+
+    fn run_level(
+        &self,
+        name: &str,
+        base: &[Vec<f64>],
+        cand: &[Vec<f64>],
+        better: Better,
+    ) -> GateCheck {
+        let medians = |s: &[Vec<f64>]| -> Option<Vec<f64>> {
+            s.iter()
+                .map(|r| {
+                    (r.len() >= self.min_samples)
+                        .then(|| stats::median(r))
+                        .flatten()
+                })
+                .collect()
+        };
+        let (Some(bm), Some(cm)) = (medians(base), medians(cand)) else {
+            return check(
+                name,
+                CheckStatus::Skipped,
+                format!(
+                    "a run has fewer than {} samples (baseline runs {:?}, candidate runs {:?})",
+                    self.min_samples,
+                    base.iter().map(Vec::len).collect::<Vec<_>>(),
+                    cand.iter().map(Vec::len).collect::<Vec<_>>()
+                ),
+            );
+        };
+        match stats::compare_runs(&bm, &cm, self.pairing, better, self.run_alpha, self.noise) {
+            Ok(c) => {
+                let word = match c.verdict {
+                    Verdict::Regressed => "regressed",
+                    Verdict::Improved => "improved",
+                    Verdict::NoChange => "no significant change",
+                };
+                let how = match c.pairing {
+                    stats::Pairing::Paired => "paired t on per-pair log ratios (interleaved runs)",
+                    stats::Pairing::Unpaired => "Welch t on log run medians",
+                };
+                GateCheck {
+                    name: name.into(),
+                    status: if c.verdict == Verdict::Regressed {
+                        CheckStatus::Regression
+                    } else {
+                        CheckStatus::Pass
+                    },
+                    baseline: Some(c.baseline),
+                    candidate: Some(c.candidate),
+                    change: Some(c.relative_change),
+                    p_value: Some(c.p_value),
+                    detail: format!(
+                        "{word}: run medians' geometric mean {} → {} ({:+.1}%), {how}, p = {:.3e}, df {:.1} (alpha {}, minimum effect {:.1}%, runs {} / {})",
+                        num(c.baseline),
+                        num(c.candidate),
+                        c.relative_change * 100.0,
+                        c.p_value,
+                        c.df,
+                        self.run_alpha,
+                        self.noise * 100.0,
+                        bm.len(),
+                        cm.len()
+                    ),
+                }
+            }
+            Err(e) => check(name, CheckStatus::Error, e.to_string()),
+        }
     }
 }
 

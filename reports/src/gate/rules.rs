@@ -111,6 +111,21 @@ pub struct ComparabilityRules {
     pub allow_diff: Vec<String>,
 }
 
+/// Rules for replicated runs (two or more runs on each side; see [`super::replicates`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicateRules {
+    /// Significance level of the run-level t-test (two-sided). The minimum effect is each
+    /// section's `noise_threshold`.
+    pub alpha: f64,
+}
+
+impl Default for ReplicateRules {
+    fn default() -> Self {
+        Self { alpha: 0.05 }
+    }
+}
+
 /// All gate rules. Every field has a default, so an empty file is a valid rule set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -125,6 +140,8 @@ pub struct GateRules {
     pub accuracy: AccuracyRules,
     /// Robustness checks.
     pub robustness: RobustnessRules,
+    /// Run-level statistics of replicated runs.
+    pub replicates: ReplicateRules,
 }
 
 impl GateRules {
@@ -188,6 +205,7 @@ impl GateRules {
         open01("energy.alpha", self.energy.alpha)?;
         nonneg("energy.noise_threshold", self.energy.noise_threshold)?;
         open01("accuracy.alpha", self.accuracy.alpha)?;
+        open01("replicates.alpha", self.replicates.alpha)?;
         nonneg("accuracy.max_drop", self.accuracy.max_drop)?;
         if self.accuracy.max_drop >= 1.0 {
             return Err(ReportError::Rule {
