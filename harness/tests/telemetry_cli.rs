@@ -167,3 +167,89 @@ fn kv_reuse_across_turns_equals_recomputing_the_conversation() {
         .unwrap();
     assert_eq!(got, reply);
 }
+
+#[test]
+fn single_stream_on_a_simulated_handset_writes_energy_per_token_and_per_query() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("res");
+    let cfg = out.path().join("user.conf");
+    std::fs::write(
+        &cfg,
+        "llm.*.min_query_count = 3\nllm.*.max_query_count = 3\n*.*.min_duration = 0\n",
+    )
+    .unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args([
+            "run",
+            "--scenario",
+            "single-stream",
+            "--device",
+            "sim:snapdragon-8gen3",
+        ])
+        .args(["--threads", "1", "--warmup", "0"])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--model")
+        .arg(model_path())
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .expect("run pocketperf");
+    assert!(
+        matches!(run.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let r = pocketperf_reports::schema::load_result(&dir).unwrap();
+    let e = r
+        .energy
+        .as_ref()
+        .expect("energy section in a SingleStream run");
+    assert_eq!((e.basis.as_str(), e.dialogues), ("queries", 0));
+    let p = r.performance.as_ref().unwrap();
+    assert_eq!(e.per_query.len(), 3, "one query at a time: each metered");
+    let tokens: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
+    assert_eq!(e.per_query.iter().map(|q| q.tokens).sum::<u64>(), tokens);
+    // The 200-token dialogue equivalent is the mean of each query's energy per token × 200.
+    let eq: Vec<f64> = e
+        .per_query
+        .iter()
+        .map(|q| q.net_mwh / q.tokens as f64 * 200.0)
+        .collect();
+    let mean = eq.iter().sum::<f64>() / eq.len() as f64;
+    assert!((e.mwh_per_dialogue_net.mean - mean).abs() < 1e-9 * mean.abs().max(1.0));
+    assert!(
+        e.j_per_token > 0.0 && e.j_per_token.is_finite(),
+        "{}",
+        e.j_per_token
+    );
+    // Each query's measured gross energy against the handset model's ground truth (2 %).
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("telemetry.json")).unwrap())
+            .unwrap();
+    let intervals = j["intervals"].as_array().unwrap();
+    for q in &e.per_query {
+        let t = intervals
+            .iter()
+            .find(|i| i["label"] == format!("query{}", q.id))
+            .unwrap_or_else(|| panic!("query{} in telemetry.json", q.id));
+        let truth_mwh = t["truth_j"].as_f64().unwrap() / 3.6;
+        let rel = (q.gross_mwh - truth_mwh).abs() / truth_mwh;
+        assert!(
+            rel < 0.02,
+            "query {}: {} mWh vs truth {truth_mwh}",
+            q.id,
+            q.gross_mwh
+        );
+    }
+    // The gate reads it as energy per token.
+    let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args(["gate", "--baseline"])
+        .arg(&dir)
+        .arg("--candidate")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("energy.net_j_per_token"), "{s}");
+}

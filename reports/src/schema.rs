@@ -365,7 +365,10 @@ pub struct MeanCi {
     pub n: u64,
 }
 
-/// Energy per dialogue.
+/// Energy of a run: per dialogue in a dialogue run; in a scenario run (SingleStream,
+/// Offline, Server; `dialogues` 0, `basis` `queries`) the per-dialogue figures are those of a
+/// 200-token dialogue equivalent (energy per generated token × 200), with the queries'
+/// own figures in `per_query` when no two queries overlapped in time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Energy {
     /// Meter used (`odpm`, `rapl`, `battery-vi`, `sim`).
@@ -387,6 +390,35 @@ pub struct Energy {
     /// Every dialogue.
     #[serde(default)]
     pub per_dialogue: Vec<DialogueEnergy>,
+    /// What the per-dialogue figures stand for: `dialogues` (measured dialogues) or
+    /// `queries` (a 200-token dialogue equivalent from a scenario run's queries).
+    #[serde(default = "dialogues_basis")]
+    pub basis: String,
+    /// A scenario run's queries, when they ran one at a time (empty otherwise).
+    #[serde(default)]
+    pub per_query: Vec<QueryEnergy>,
+}
+
+fn dialogues_basis() -> String {
+    "dialogues".into()
+}
+
+/// Tokens of the dialogue a scenario run's energy per token is scaled to.
+pub const DIALOGUE_EQUIVALENT_TOKENS: f64 = 200.0;
+
+/// One query's energy in a scenario run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryEnergy {
+    /// Query id (LoadGen's order of issue).
+    pub id: u64,
+    /// Tokens generated.
+    pub tokens: u64,
+    /// Duration, seconds.
+    pub duration_s: f64,
+    /// Energy including idle, mWh.
+    pub gross_mwh: f64,
+    /// Energy above idle, mWh.
+    pub net_mwh: f64,
 }
 
 /// One dialogue's energy.

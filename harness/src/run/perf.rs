@@ -263,7 +263,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         meta,
         performance,
         accuracy: None,
-        energy: None,
+        energy: telemetry.energy,
         thermal: telemetry.thermal,
         governor: governor.as_deref().map(GovernorHook::summary_json),
         robustness: None,

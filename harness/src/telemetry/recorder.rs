@@ -445,6 +445,95 @@ pub fn energy_section(
             .or(d.tokens_per_j_gross)
             .unwrap_or(f64::NAN),
         per_dialogue,
+        basis: "dialogues".into(),
+        per_query: Vec::new(),
+    })
+}
+
+/// The `energy` section of a scenario run (SingleStream, Offline, Server) from its queries'
+/// `(label, issue_ns, complete_ns, tokens)` intervals: joules per token over the span from the
+/// first issue to the last completion, and the 200-token dialogue equivalent. When no two
+/// queries overlap (SingleStream, a slow Server), each query is attributed on its own
+/// (`per_query`, and the equivalent's mean and interval over queries); when they overlap
+/// (Offline's batch) only the whole span is, since the meter cannot split shared time. None
+/// without a meter, without generated tokens, or when the span lies outside the metered range.
+pub fn scenario_energy(
+    recording: &RunRecording,
+    queries: &[(String, u64, u64, u64)],
+    labeled: &[LabeledInterval],
+) -> Option<Energy> {
+    use pocketperf_reports::schema::{DIALOGUE_EQUIVALENT_TOKENS, QueryEnergy};
+    let r = &recording.report;
+    let meter = r.probe.meter.as_ref()?;
+    let first = queries.iter().map(|q| q.1).min()?;
+    let last = queries.iter().map(|q| q.2).max()?;
+    let tokens: u64 = queries.iter().map(|q| q.3).sum();
+    if tokens == 0 {
+        return None;
+    }
+    let span = recording
+        .report
+        .attribute(&[(first, last)])
+        .pop()
+        .flatten()?;
+    let net_j = span.net_j.unwrap_or(span.gross_j);
+    let per_token_mwh = |mwh: f64, tokens: u64| mwh / tokens as f64 * DIALOGUE_EQUIVALENT_TOKENS;
+    let mut order: Vec<(u64, u64)> = queries.iter().map(|q| (q.1, q.2)).collect();
+    order.sort();
+    let overlap = order.windows(2).any(|w| w[1].0 < w[0].1);
+    let per_query: Vec<QueryEnergy> = if overlap {
+        Vec::new()
+    } else {
+        labeled
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let e = l.energy.as_ref()?;
+                (l.tokens > 0).then(|| QueryEnergy {
+                    id: l
+                        .label
+                        .trim_start_matches("query")
+                        .parse()
+                        .unwrap_or(i as u64),
+                    tokens: l.tokens,
+                    duration_s: e.duration_s,
+                    gross_mwh: e.gross_mwh,
+                    net_mwh: e.net_mwh.unwrap_or(e.gross_mwh),
+                })
+            })
+            .collect()
+    };
+    let equivalent = |f: fn(&QueryEnergy) -> f64, whole: f64| -> MeanCi {
+        let xs: Vec<f64> = per_query
+            .iter()
+            .map(|q| per_token_mwh(f(q), q.tokens))
+            .collect();
+        match MeanInterval::of(&xs) {
+            Some(m) => mean_ci(&m),
+            None => MeanCi {
+                mean: per_token_mwh(whole, tokens),
+                lo: per_token_mwh(whole, tokens),
+                hi: per_token_mwh(whole, tokens),
+                n: 1,
+            },
+        }
+    };
+    Some(Energy {
+        meter: meter_name(meter.kind).into(),
+        reliable: r.summary.energy_reliable,
+        idle_power_mw: r.idle_power_w().unwrap_or(0.0) * 1000.0,
+        dialogues: 0,
+        mwh_per_dialogue_gross: equivalent(|q| q.gross_mwh, span.gross_mwh),
+        mwh_per_dialogue_net: equivalent(|q| q.net_mwh, span.net_mwh.unwrap_or(span.gross_mwh)),
+        j_per_token: net_j / tokens as f64,
+        tokens_per_j: if net_j > 0.0 {
+            tokens as f64 / net_j
+        } else {
+            f64::NAN
+        },
+        per_dialogue: Vec::new(),
+        basis: "queries".into(),
+        per_query,
     })
 }
 
@@ -492,6 +581,8 @@ pub struct ScenarioTelemetryEnd {
     pub thermal: Option<Thermal>,
     /// Warnings for `result.json`.
     pub warnings: Vec<String>,
+    /// The `energy` section ([`scenario_energy`]; None without a meter).
+    pub energy: Option<Energy>,
     /// The recording.
     pub recording: RunRecording,
 }
@@ -549,12 +640,19 @@ impl ScenarioTelemetry {
             .collect();
         let labeled = recording.attribute(&queries);
         recording.write_json(&labeled, None, None)?;
+        let energy = scenario_energy(&recording, &queries, &labeled);
         let mut warnings = recording.report.summary.warnings.clone();
         if recording.report.probe.meter.is_some() && !recording.report.summary.energy_reliable {
             warnings.push("energy figures in telemetry.json are marked unreliable".into());
         }
+        if recording.report.probe.meter.is_none() {
+            warnings.push("no energy meter on this device: no energy figures".into());
+        } else if energy.is_none() {
+            warnings.push("no energy figures: no generated token inside the metered range".into());
+        }
         Ok(ScenarioTelemetryEnd {
             thermal: recording.thermal(),
+            energy,
             warnings,
             recording,
         })

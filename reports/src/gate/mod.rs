@@ -3,7 +3,8 @@
 //! code is 0 (pass), 1 (regression) or 2 (error: a run could not be read or lacks a section
 //! the baseline has).
 //!
-//! - Latency, TTFT, TPOT, per-query tokens/s and net energy per dialogue, with one run on a
+//! - Latency, TTFT, TPOT, per-query tokens/s and net energy per dialogue (per token of each
+//!   query in a scenario run), with one run on a
 //!   side: two-sided Mann–Whitney U on the per-query (per-dialogue) samples; a regression
 //!   needs `p < alpha` *and* a relative change of the median beyond the noise threshold, in
 //!   the bad direction. With two or more runs on both sides (replicates): Student's t on the
@@ -485,9 +486,22 @@ pub fn gate_replicated(
         let c_en: Option<Vec<&schema::Energy>> = c_runs.iter().map(|r| r.energy.as_ref()).collect();
         match (b_en, c_en) {
             (Some(be), Some(ce)) => {
+                // Dialogue runs: net mWh per dialogue. Scenario runs: net joules per token of
+                // each query (3.6 J per mWh), when their queries ran one at a time.
+                let by_query = be.first().is_some_and(|e| e.basis == "queries");
                 let mwh = |es: &[&schema::Energy]| -> Vec<Vec<f64>> {
                     es.iter()
-                        .map(|e| e.per_dialogue.iter().map(|d| d.net_mwh).collect())
+                        .map(|e| {
+                            if by_query {
+                                e.per_query
+                                    .iter()
+                                    .filter(|q| q.tokens > 0)
+                                    .map(|q| q.net_mwh * 3.6 / q.tokens as f64)
+                                    .collect()
+                            } else {
+                                e.per_dialogue.iter().map(|d| d.net_mwh).collect()
+                            }
+                        })
                         .collect()
                 };
                 let test = SampleTest {
@@ -497,12 +511,12 @@ pub fn gate_replicated(
                     run_alpha: rules.replicates.alpha,
                     pairing,
                 };
-                let mut row = test.check(
-                    "energy.net_mwh_per_dialogue",
-                    &mwh(&be),
-                    &mwh(&ce),
-                    Better::Lower,
-                );
+                let name = if by_query {
+                    "energy.net_j_per_token"
+                } else {
+                    "energy.net_mwh_per_dialogue"
+                };
+                let mut row = test.check(name, &mwh(&be), &mwh(&ce), Better::Lower);
                 if ce.iter().any(|e| !e.reliable) {
                     row.detail.push_str(" (candidate meter flagged unreliable)");
                 }

@@ -341,9 +341,19 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
         }
     }
     if let Some(e) = &r.energy {
+        let what = if e.basis == "queries" {
+            format!(
+                "{} J per token; a 200-token dialogue equivalent {} mWh net ({} queries metered one by one)",
+                num(e.j_per_token),
+                num(e.mwh_per_dialogue_net.mean),
+                e.per_query.len()
+            )
+        } else {
+            format!("{} dialogues", e.dialogues)
+        };
         let _ = writeln!(
             s,
-            "<h2>Energy</h2>\n<p>Meter {} ({}), idle {} mW, {} dialogues.</p>",
+            "<h2>Energy</h2>\n<p>Meter {} ({}), idle {} mW, {}.</p>",
             escape_html(&e.meter),
             if e.reliable {
                 "reliable"
@@ -351,13 +361,15 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
                 "<span class=\"bad\">unreliable</span>"
             },
             num(e.idle_power_mw),
-            e.dialogues
+            what
         );
         let net: Vec<f64> = e.per_dialogue.iter().map(|d| d.net_mwh).collect();
-        s += &figure(
-            "Net energy per dialogue (mWh)",
-            plots::histogram("Energy per dialogue", "net mWh", &net, 20)?,
-        );
+        if !net.is_empty() {
+            s += &figure(
+                "Net energy per dialogue (mWh)",
+                plots::histogram("Energy per dialogue", "net mWh", &net, 20)?,
+            );
+        }
     }
     if let Some(g) = &r.governor {
         let _ = writeln!(

@@ -181,6 +181,8 @@ pub fn hand_result() -> ResultFile {
                     peak_soc_c: 58.0,
                 },
             ],
+            basis: "dialogues".into(),
+            per_query: vec![],
         }),
         thermal: Some(Thermal {
             max_soc_c: 58.0,
