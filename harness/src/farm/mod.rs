@@ -8,8 +8,9 @@
 //! since every external command runs under a timeout. Results land in a dated UTC directory
 //! `OUT/<YYYY-MM-DDTHHMMSSZ>/<device>/<step>/`, each with its `report.html`; then every step
 //! is compared across devices (`compare/<step>.{html,csv,md}`) and each device's step is
-//! gated against the same device and step of the previous run in `OUT`
-//! (`gate/<device>/<step>.{junit.xml,md}`). `farm.json` and `farm.md` summarise it all.
+//! gated against the same device and step of a baseline night chosen by rule, and checked for
+//! drift against a rolling window of passing nights ([`nights`]; `gate/<device>/<step>.
+//! {junit.xml,md}`). `farm.json` and `farm.md` summarise it all.
 //! The layout is documented in `docs/RESULTS.md`.
 //!
 //! Size: over 800 lines: the per-device thread (push, run, pull, retries) and the dated
@@ -17,6 +18,7 @@
 
 pub mod inventory;
 pub mod names;
+pub mod nights;
 pub mod shell;
 pub mod suite;
 pub mod transport;
@@ -135,7 +137,7 @@ pub struct FarmOptions {
     pub binary: PathBuf,
     /// Model file pushed to every device.
     pub model: PathBuf,
-    /// Rules of the gate against the previous run.
+    /// Rules of the gate against the baseline night.
     pub rules: GateRules,
     /// Device whose column is the baseline of the comparisons (default: the first).
     pub baseline_device: Option<String>,
@@ -229,7 +231,7 @@ pub struct CompareReport {
     pub error: Option<String>,
 }
 
-/// One gate verdict against the previous run.
+/// One gate verdict against the baseline night (and the rolling window).
 #[derive(Debug, Clone, Serialize)]
 pub struct GateReport {
     /// Device.
@@ -238,12 +240,14 @@ pub struct GateReport {
     pub step: String,
     /// `pass`, `regression`, `error` or `skipped`.
     pub status: String,
-    /// Baseline result directory (the previous run's), when there was one.
+    /// Baseline result directory (of the night the rule chose), when there was one.
     pub baseline: Option<String>,
     /// Files written, relative to the dated directory.
     pub files: Vec<String>,
     /// One-line explanation.
     pub detail: String,
+    /// Each timing metric against the rolling window of passing nights.
+    pub drift: Vec<nights::DriftCheck>,
 }
 
 /// The summary of a farm run (`farm.json`).
@@ -265,7 +269,7 @@ pub struct FarmReport {
     pub finished_utc: String,
     /// The dated directory's name.
     pub run: String,
-    /// The previous run gated against, if any.
+    /// The latest earlier run that finished (each device and step picks its own baseline night, see `gates`).
     pub previous: Option<String>,
     /// Inventory file.
     pub inventory: String,
@@ -710,12 +714,14 @@ fn compare_step(
     Some(report)
 }
 
+/// Gates one device's step of night `current` against its baseline night and the rolling
+/// window ([`nights`]).
 #[allow(clippy::too_many_arguments)]
 fn gate_device_step(
     opts: &FarmOptions,
     out: &Path,
     run_dir: &Path,
-    previous: Option<&str>,
+    current: &str,
     device: &str,
     step: &str,
     current_rel: &str,
@@ -728,19 +734,32 @@ fn gate_device_step(
         baseline: None,
         files: Vec::new(),
         detail: String::new(),
+        drift: Vec::new(),
     };
-    let Some(prev) = previous else {
-        g.detail = "no previous run in the results directory".into();
-        return g;
-    };
-    let base = out.join(prev).join(device).join(step);
-    if !base.join(pocketperf_reports::schema::RESULT_FILE).is_file() {
-        g.detail = format!("the previous run {prev} has no result for this device and step");
-        return g;
+    let rules = &opts.suite.nights;
+    let passing = nights::passing_nights(out, current, device, step);
+    let cand_dir = run_dir.join(current_rel);
+    if let Ok(cand) = pocketperf_reports::schema::load_result(&cand_dir) {
+        g.drift = nights::drift(out, &passing, device, step, &cand, rules);
     }
+    let drifted: Vec<String> = g
+        .drift
+        .iter()
+        .filter(|d| d.status == "regression")
+        .map(|d| format!("drift {}: {}", d.metric, d.detail))
+        .collect();
+    let prev = match nights::baseline_night(&rules.baseline, out, &passing, device, step) {
+        Ok(p) => p,
+        Err(why) => {
+            g.detail = why;
+            return g;
+        }
+    };
+    let base = out.join(&prev).join(device).join(step);
     g.baseline = Some(format!("../{prev}/{device}/{step}"));
-    let outcome = gate(&base, run_dir.join(current_rel), &opts.rules);
+    let outcome = gate(&base, &cand_dir, &opts.rules);
     g.status = match outcome.status {
+        GateStatus::Pass if !drifted.is_empty() => "regression",
         GateStatus::Pass => "pass",
         GateStatus::Regression => "regression",
         GateStatus::Error => "error",
@@ -748,7 +767,9 @@ fn gate_device_step(
     .into();
     g.detail = match (&outcome.error, outcome.status) {
         (Some(e), _) => e.clone(),
-        (None, GateStatus::Pass) => format!("{} checks within the rules", outcome.checks.len()),
+        (None, GateStatus::Pass) if drifted.is_empty() => {
+            format!("{} checks within the rules", outcome.checks.len())
+        }
         (None, _) => outcome
             .checks
             .iter()
@@ -760,6 +781,7 @@ fn gate_device_step(
                 )
             })
             .map(|c| format!("{}: {}", c.name, c.detail))
+            .chain(drifted)
             .collect::<Vec<_>>()
             .join("; "),
     };
@@ -833,14 +855,7 @@ pub fn run_farm(
         for s in &d.steps {
             if let Some(rel) = &s.dir {
                 gates.push(gate_device_step(
-                    opts,
-                    &opts.out,
-                    &run_dir,
-                    previous.as_deref(),
-                    &d.name,
-                    &s.name,
-                    rel,
-                    &ctx,
+                    opts, &opts.out, &run_dir, &run, &d.name, &s.name, rel, &ctx,
                 ));
             }
         }
@@ -952,14 +967,15 @@ impl FarmReport {
             }
         }
         if !self.gates.is_empty() {
-            s.push_str("\n## Gate against the previous run\n\n| device | step | verdict | detail |\n|---|---|---|---|\n");
+            s.push_str("\n## Gate against the baseline night and the rolling window\n\n| device | step | verdict | baseline | detail |\n|---|---|---|---|---|\n");
             for g in &self.gates {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} |",
                     escape_md(&g.device),
                     escape_md(&g.step),
                     g.status,
+                    escape_md(g.baseline.as_deref().unwrap_or("none")),
                     escape_md(&g.detail)
                 );
             }

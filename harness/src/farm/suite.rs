@@ -27,6 +27,9 @@ struct RawStep {
 #[serde(deny_unknown_fields)]
 struct RawGate {
     rules: Option<PathBuf>,
+    baseline: Option<String>,
+    drift_window: Option<usize>,
+    drift_threshold: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,8 +73,11 @@ pub struct Suite {
     pub model: ModelChoice,
     /// Extra files pushed into `{suite}` (LoadGen configs and the like).
     pub files: Vec<PathBuf>,
-    /// Gate rules for the comparison with the previous night, when the suite names them.
+    /// Gate rules for the comparison with the baseline night, when the suite names them.
     pub gate_rules: Option<PathBuf>,
+    /// Baseline choice and drift window over nights (`[gate] baseline`, `drift_window`,
+    /// `drift_threshold`).
+    pub nights: super::nights::NightRules,
     /// Steps in order.
     pub steps: Vec<Step>,
 }
@@ -204,12 +210,43 @@ impl Suite {
             }
             files.push(anchor(f));
         }
+        let mut nights = super::nights::NightRules::default();
+        if let Some(g) = &raw.gate {
+            match g.baseline.as_deref() {
+                None | Some("latest-passing") => {}
+                Some(n) if super::names::valid_name(n) => {
+                    nights.baseline = super::nights::BaselineRule::Pinned(n.to_string())
+                }
+                Some(n) => {
+                    return Err(bad(format!(
+                        "gate.baseline = {n:?}: \"latest-passing\" or the name of a dated run directory"
+                    )));
+                }
+            }
+            if let Some(w) = g.drift_window {
+                if !(2..=365).contains(&w) {
+                    return Err(bad(format!(
+                        "gate.drift_window = {w}: must be 2 to 365 nights"
+                    )));
+                }
+                nights.drift_window = w;
+            }
+            if let Some(t) = g.drift_threshold {
+                if !(t.is_finite() && t > 0.0 && t < 1.0) {
+                    return Err(bad(format!(
+                        "gate.drift_threshold = {t}: must lie strictly between 0 and 1"
+                    )));
+                }
+                nights.drift_threshold = t;
+            }
+        }
         Ok(Suite {
             path: path.into(),
             name: raw.name,
             model,
             files,
             gate_rules: raw.gate.and_then(|g| g.rules).map(anchor),
+            nights,
             steps,
         })
     }
