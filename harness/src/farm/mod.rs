@@ -208,8 +208,13 @@ pub struct DeviceReport {
     pub status: DeviceStatus,
     /// Attempts used.
     pub attempts: u32,
-    /// Wall time of the device's thread, seconds.
+    /// Wall time of the device's thread, seconds (queueing included).
     pub wall_s: f64,
+    /// Seconds a host-side device waited for a host slot (`max_parallel_host`) first.
+    pub queued_s: f64,
+    /// Seconds from the farm's start to when its work began, and to when it ended.
+    pub began_s: f64,
+    pub ended_s: f64,
     /// Steps in suite order.
     pub steps: Vec<StepReport>,
     /// Every failed attempt.
@@ -542,6 +547,9 @@ fn run_device(
         status: DeviceStatus::Failed,
         attempts: 0,
         wall_s: 0.0,
+        queued_s: 0.0,
+        began_s: 0.0,
+        ended_s: 0.0,
         steps: opts
             .suite
             .steps
@@ -804,6 +812,42 @@ fn gate_device_step(
     g
 }
 
+/// A counting semaphore over the host-side device slots.
+struct HostSlots {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// A held host slot, given back when dropped.
+struct HostSlot<'a>(&'a HostSlots);
+
+impl HostSlots {
+    fn new(n: usize) -> Self {
+        Self {
+            free: std::sync::Mutex::new(n),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> HostSlot<'_> {
+        // A poisoned lock only means another device's thread panicked; the count is intact.
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        HostSlot(self)
+    }
+}
+
+impl Drop for HostSlot<'_> {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
+        *free += 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// Runs the farm. Device failures are reported in the result; an `Err` means nothing could
 /// start (the results directory could not be created).
 pub fn run_farm(
@@ -813,14 +857,26 @@ pub fn run_farm(
     let started = chrono::Utc::now();
     let (run, run_dir) = create_run_dir(&opts.out, started)?;
     let previous = previous_run(&opts.out, &run);
+    let t0 = Instant::now();
+    let host_slots = HostSlots::new(opts.inventory.max_parallel_host);
     let devices: Vec<DeviceReport> = std::thread::scope(|s| {
         let handles: Vec<_> = opts
             .inventory
             .devices
             .iter()
             .map(|d| {
-                let run_dir = &run_dir;
-                s.spawn(move || run_device(d, opts, run_dir, progress))
+                let (run_dir, host_slots) = (&run_dir, &host_slots);
+                s.spawn(move || {
+                    let slot = d.transport.host_side().then(|| host_slots.acquire());
+                    let began_s = t0.elapsed().as_secs_f64();
+                    let mut r = run_device(d, opts, run_dir, progress);
+                    r.ended_s = t0.elapsed().as_secs_f64();
+                    drop(slot);
+                    r.queued_s = began_s;
+                    r.began_s = began_s;
+                    r.wall_s += began_s;
+                    r
+                })
             })
             .collect();
         handles
@@ -833,6 +889,9 @@ pub fn run_farm(
                     status: DeviceStatus::Failed,
                     attempts: 0,
                     wall_s: 0.0,
+                    queued_s: 0.0,
+                    began_s: 0.0,
+                    ended_s: 0.0,
                     steps: Vec::new(),
                     errors: vec![AttemptError {
                         attempt: 0,
