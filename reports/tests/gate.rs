@@ -240,15 +240,64 @@ fn robustness_counts_and_validity() {
     assert_eq!(status_of(&o, "robustness.crashes"), CheckStatus::Regression);
     assert_eq!(status_of(&o, "robustness.drift"), CheckStatus::Pass);
     assert_eq!(status_of(&o, "performance.valid"), CheckStatus::Regression);
+    // Twelve hand queries are above min_samples (8); two dialogues are below energy's 5: that
+    // check cannot judge, which is an error rather than a pass.
+    assert_eq!(
+        status_of(&o, "energy.net_mwh_per_dialogue"),
+        CheckStatus::Error
+    );
+    assert_eq!(o.exit_code(), 2);
+    let mut rules = GateRules::default();
+    rules.energy.enabled = false;
+    let o = gate_results(
+        Path::new("b"),
+        &common::hand_result(),
+        Path::new("c"),
+        &cand,
+        &rules,
+    );
     assert_eq!(o.exit_code(), 1);
     let md = o.to_markdown(&common::fixed_ctx());
     assert!(md.starts_with("# PocketPerf gate: REGRESSION"));
     assert!(md.contains("min_duration not met"));
-    // Twelve hand queries are above min_samples (8); two dialogues are below energy's 5.
-    assert_eq!(
-        status_of(&o, "energy.net_mwh_per_dialogue"),
-        CheckStatus::Skipped
+}
+
+#[test]
+fn a_gate_check_with_too_few_samples_is_not_a_pass() {
+    let mut rules = GateRules::default();
+    rules.energy.enabled = false;
+    let mut few = common::hand_result();
+    few.performance.as_mut().unwrap().per_query.truncate(3);
+    let o = gate_results(Path::new("b"), &few, Path::new("c"), &few, &rules);
+    let row = o
+        .checks
+        .iter()
+        .find(|c| c.name == "performance.latency_ms")
+        .unwrap();
+    assert_eq!(row.status, CheckStatus::Error, "{row:?}");
+    assert!(row.detail.contains("too few samples"), "{}", row.detail);
+    assert_eq!(o.status, GateStatus::Error);
+    assert_eq!(o.exit_code(), 2);
+}
+
+#[test]
+fn a_gate_in_which_no_check_had_data_is_not_a_pass() {
+    let mut bare = common::hand_result();
+    bare.performance = None;
+    bare.energy = None;
+    bare.accuracy = None;
+    bare.robustness = None;
+    let o = gate_results(
+        Path::new("b"),
+        &bare,
+        Path::new("c"),
+        &bare,
+        &GateRules::default(),
     );
+    assert_eq!(status_of(&o, "evidence"), CheckStatus::Error);
+    assert_eq!(o.exit_code(), 2);
+    let md = o.to_markdown(&common::fixed_ctx());
+    assert!(md.starts_with("# PocketPerf gate: ERROR"), "{md}");
 }
 
 #[test]

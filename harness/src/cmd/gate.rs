@@ -43,7 +43,8 @@ fn write(path: &Path, text: &str) -> Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("{}: cannot create", parent.display()))?;
     }
-    std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
+    pocketperf_reports::files::replace_file(path, text.as_bytes())
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
 pub fn run_gate(a: &GateArgs) -> Result<i32> {
@@ -57,9 +58,21 @@ pub fn run_gate(a: &GateArgs) -> Result<i32> {
             .extend(a.allow_diff.iter().cloned());
         r.validate().map(|()| r)
     });
-    let outcome = match rules {
-        Ok(rules) => gate(&a.baseline, &a.candidate, &rules),
-        Err(e) => GateOutcome::failed(&a.baseline, &a.candidate, e.to_string()),
+    let soak = [&a.baseline, &a.candidate]
+        .into_iter()
+        .find(|d| crate::soak::is_soak_dir(d));
+    let outcome = match (rules, soak) {
+        (_, Some(d)) => GateOutcome::failed(
+            &a.baseline,
+            &a.candidate,
+            format!(
+                "{} is a soak directory (a journal, no result.json): the gate compares two run results; a soak is judged by its own checks in robustness.json (`pocketperf report {}` rewrites them)",
+                d.display(),
+                d.display()
+            ),
+        ),
+        (Ok(rules), None) => gate(&a.baseline, &a.candidate, &rules),
+        (Err(e), None) => GateOutcome::failed(&a.baseline, &a.candidate, e.to_string()),
     };
     let ctx = RenderContext::now();
     if let Some(p) = &a.junit {

@@ -50,12 +50,11 @@ pub fn write_reports(dir: &Path) -> Result<(Analysis, PathBuf, PathBuf)> {
     Ok((analysis, json_path, html_path))
 }
 
-/// Writes through a temporary file and a rename, so a reader never sees half a report.
+/// Writes through a temporary file and a rename ([`pocketperf_reports::files::replace_file`]),
+/// so a reader never sees half a report.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("{}: cannot write", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot write", path.display()))?;
-    Ok(())
+    pocketperf_reports::files::replace_file(path, bytes)
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
 /// The `robustness.json` document. Top-level `crashes` and `drift` are what the release gate

@@ -13,6 +13,10 @@
 //! Before any of these, the runs must be comparable ([`crate::comparability`]): a difference
 //! in workload or system that the rules do not allow is an error (exit 2).
 //!
+//! A verdict needs evidence: an enabled check with too few samples to judge is an error, not
+//! a skip, and a gate in which no check judged any data adds a failing `evidence` row (exit
+//! 2). `Skipped` is kept for checks that do not apply (the baseline has no such section).
+//!
 //! Here: checks and the verdict with its text and Markdown exports; the rules are in `rules`,
 //! the JUnit XML export in `junit`.
 
@@ -40,9 +44,10 @@ pub enum CheckStatus {
     Pass,
     /// Worse than the rules allow.
     Regression,
-    /// Not enough data or disabled.
+    /// Does not apply: disabled, or the baseline has nothing to compare against.
     Skipped,
-    /// The check could not be evaluated (missing section).
+    /// The check could not be evaluated: a missing section, or too few samples to judge (a
+    /// check without data is not a pass).
     Error,
 }
 
@@ -69,11 +74,12 @@ pub struct GateCheck {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GateStatus {
-    /// Every check passed or was skipped.
+    /// Every check passed or did not apply, and at least one check judged data.
     Pass,
     /// At least one check found a regression.
     Regression,
-    /// A run could not be read or a required section is missing.
+    /// A run could not be read, a required section is missing, a check had too few samples
+    /// to judge, or no check had any data.
     Error,
 }
 
@@ -174,9 +180,9 @@ fn sample_check(
     if base.len() < min_samples || cand.len() < min_samples {
         return check(
             name,
-            CheckStatus::Skipped,
+            CheckStatus::Error,
             format!(
-                "too few samples (baseline {}, candidate {}, need {min_samples})",
+                "too few samples to judge (baseline {}, candidate {}, need {min_samples}): a check without data is not a pass",
                 base.len(),
                 cand.len()
             ),
@@ -497,6 +503,17 @@ pub fn gate_results(
         )),
     }
 
+    // A verdict needs evidence: a gate in which no check judged any data is not a pass.
+    let judged = checks
+        .iter()
+        .any(|c| c.status != CheckStatus::Skipped && !c.name.starts_with("comparability."));
+    if !judged {
+        checks.push(check(
+            "evidence",
+            CheckStatus::Error,
+            "no check had data to judge (no performance, energy, accuracy or robustness figures in common): a gate without evidence is not a pass",
+        ));
+    }
     let status = if checks.iter().any(|c| c.status == CheckStatus::Error) {
         GateStatus::Error
     } else if checks.iter().any(|c| c.status == CheckStatus::Regression) {
