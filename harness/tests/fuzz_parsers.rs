@@ -13,7 +13,7 @@ use pocketperf::fuzz_bodies;
 use pocketperf_testkit::Rng;
 
 /// Mutated cases per body.
-const CASES: usize = 400;
+const CASES: usize = 1500;
 /// Wall-clock budget of one body's cases (generous: shared CI machines are slow).
 const BUDGET: Duration = Duration::from_secs(20);
 

@@ -466,7 +466,10 @@ fn report_on_a_soak_directory_rewrites_its_report_and_gate_refuses_it_clearly() 
     assert!(soak.join("robustness.json").is_file());
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("evidence"), "{stdout}");
-    let o = run(&["gate", &soak_s, &soak_s], &[]);
+    let o = run(
+        &["gate", "--baseline", &soak_s, "--candidate", &soak_s],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let all = text(&o);
     assert!(all.contains("is a soak directory"), "{all}");

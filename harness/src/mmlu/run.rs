@@ -112,6 +112,11 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     if a.limit == Some(0) {
         bail!("--limit must be at least 1");
     }
+    // One writer per result directory, before anything is read or written.
+    let _lock = match (&a.out, a.dry_run) {
+        (Some(d), false) => Some(crate::dir_lock::DirLock::create_and_lock(d)?),
+        _ => None,
+    };
     let dir = ds_mmlu::resolve_mmlu_dir(a.mmlu_dir.as_deref())?;
     // Refuses a copy that does not match the manifest, naming subject, row and reason.
     let all = subset::load_subset(&dir)?;
@@ -143,7 +148,6 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     let Some(out_dir) = a.out.as_deref() else {
         bail!("--out DIR is required (unless --dry-run)");
     };
-    let _lock = crate::dir_lock::DirLock::create_and_lock(out_dir)?;
 
     let mut settings = TestSettings::new(Scenario::Offline);
     settings.mode = TestMode::AccuracyOnly;

@@ -57,8 +57,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
-/// The `robustness.json` document. Top-level `crashes` and `drift` are what the release gate
-/// reads.
+/// The `robustness.json` document. Top-level `crashes` and `drift` carry the names the release
+/// gate reads in a result's `robustness` section (a soak directory itself is not a gate input).
 pub fn robustness_json(contents: &JournalContents, cfg: &SoakConfig, a: &Analysis) -> Value {
     let mut segments = Vec::new();
     let mut starts = Vec::new();
