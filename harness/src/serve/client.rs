@@ -304,9 +304,8 @@ impl ServeClient {
         ServeClient::spawn_abortable(cmd, startup_timeout, stderr_log, None)
     }
 
-    /// [`ServeClient::spawn`] with `abort` polled while waiting for the `hello` (and kept
-    /// for later waits): a server that never greets ends the wait as soon as it returns true
-    /// ([`SutError::Interrupted`]) instead of after `startup_timeout`.
+    /// [`ServeClient::spawn`] with `abort` polled while waiting for the `hello` (and kept):
+    /// a silent server's wait ends ([`SutError::Interrupted`]) as soon as it returns true.
     pub fn spawn_abortable(
         cmd: &ServeCommand,
         startup_timeout: Duration,
@@ -407,10 +406,9 @@ impl ServeClient {
             abort,
         };
         let hello = client.next_event("hello", startup_timeout);
-        if hello.is_err() {
+        match hello.inspect_err(|_| {
             client.kill();
-        }
-        match hello? {
+        })? {
             Event::Hello {
                 protocol,
                 version,
