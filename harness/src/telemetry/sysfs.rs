@@ -46,17 +46,19 @@ pub fn read_trimmed(path: &Path) -> Result<String, TelemetryError> {
     Ok(printable(String::from_utf8_lossy(&bytes).trim()))
 }
 
-/// `text` with every control character (C0, DEL, C1: an escape sequence's ESC, a bell, a
-/// carriage return) written as `\u{..}`, so a name read from a file can never move the
-/// cursor, recolour or retitle a terminal it is printed to, nor break a line of text output.
-/// Text without control characters comes back unchanged.
+/// `text` with every control character but newline and tab (C0, DEL, C1: an escape
+/// sequence's ESC, a bell, a carriage return) written as `\u{..}`, so a name read from a file
+/// can never move the cursor, recolour or retitle a terminal it is printed to. Newlines stay:
+/// multi-line attributes (ODPM's `energy_value`) are parsed line by line. Text without such
+/// characters comes back unchanged.
 pub fn printable(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
+    let hostile = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(hostile) {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if hostile(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
@@ -234,6 +236,7 @@ mod tests {
         assert_eq!(got, "soc\\u{1b}[31mRED\\u{7}\\u{d}\\u{9b}2J");
         assert!(!got.chars().any(char::is_control));
         assert_eq!(printable("cpu-thermal 0"), "cpu-thermal 0");
+        assert_eq!(printable("t=1\nCH0, 5\tx"), "t=1\nCH0, 5\tx");
     }
 
     #[test]
