@@ -19,8 +19,11 @@ use crate::farm::inventory::Inventory;
 use crate::farm::suite::Suite;
 use crate::serve::protocol::{LineRead, parse_event, parse_request, read_line_capped};
 
+/// A fuzz body: any bytes in, nothing out; it must return without panicking.
+pub type FuzzBody = fn(&[u8]);
+
 /// Every fuzz body by name, for drivers that run them all.
-pub const BODIES: [(&str, fn(&[u8])); 7] = [
+pub const BODIES: [(&str, FuzzBody); 7] = [
     ("serve_protocol", serve_protocol),
     ("loadgen_config", loadgen_config),
     ("gate_rules", gate_rules),
