@@ -73,6 +73,16 @@ pub enum Error {
         row: u64,
         reason: String,
     },
+    /// A dev row (a few-shot example) of the local MMLU copy does not match its committed
+    /// digest.
+    #[error(
+        "MMLU copy does not match the dev-shot manifest (datasets/mmlu/dev-shots.csv): subject {subject}, dev row {row}: {reason}"
+    )]
+    DevMismatch {
+        subject: String,
+        row: u64,
+        reason: String,
+    },
     /// A malformed line in an embedded or user-supplied table (manifest, categories).
     #[error("{what}: line {line}: {reason}")]
     Table {

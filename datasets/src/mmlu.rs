@@ -209,7 +209,9 @@ pub fn load_split(dir: &Path, split: Split, subject: &str) -> Result<Vec<Questio
     read_csv_file(&path, subject)
 }
 
-/// The dev rows (the few-shot examples, in file order) of each of `subjects`, by subject.
+/// The dev rows (the few-shot examples, in file order) of each of `subjects`, by subject,
+/// each subject's rows checked against their committed digests
+/// ([`crate::subset::verify_dev_rows`]).
 pub fn load_dev_shots<'a>(
     dir: &Path,
     subjects: impl IntoIterator<Item = &'a str>,
@@ -217,7 +219,9 @@ pub fn load_dev_shots<'a>(
     let mut out = std::collections::BTreeMap::new();
     for subject in subjects {
         if !out.contains_key(subject) {
-            out.insert(subject.to_string(), load_split(dir, Split::Dev, subject)?);
+            let rows = load_split(dir, Split::Dev, subject)?;
+            crate::subset::verify_dev_rows(subject, &rows)?;
+            out.insert(subject.to_string(), rows);
         }
     }
     Ok(out)

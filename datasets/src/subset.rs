@@ -28,6 +28,8 @@ pub const SUBSET_SIZE: u64 = 576;
 pub const CANONICAL_TEST_ROWS: u64 = 14042;
 
 const MANIFEST_CSV: &str = include_str!("../mmlu/subset-576.csv");
+/// Digests of every dev row (the few-shot examples), in the manifest format.
+const DEV_MANIFEST_CSV: &str = include_str!("../mmlu/dev-shots.csv");
 const MANIFEST_HEADER: &str = "subject,row,sha256";
 
 /// One row of the subset manifest.
@@ -390,6 +392,56 @@ pub fn verify_against(dir: &Path, manifest: &[SubsetEntry]) -> Result<VerifyRepo
         subjects: tests.len(),
         differences,
     })
+}
+
+/// The committed digests of the 285 dev rows, the few-shot examples of every prompt
+/// (`datasets/mmlu/dev-shots.csv`: `subject,row,sha256`, the [`row_digest`] of each row of
+/// `<subject>_dev.csv`), parsed.
+pub fn dev_manifest() -> &'static [SubsetEntry] {
+    static MANIFEST: OnceLock<Vec<SubsetEntry>> = OnceLock::new();
+    MANIFEST.get_or_init(|| {
+        // Invariant: the manifest is compiled in and the tests check it against the copy.
+        parse_manifest(DEV_MANIFEST_CSV, "embedded dev-shots.csv")
+            .expect("embedded dev manifest is valid")
+    })
+}
+
+/// Checks the dev rows of `subject` against [`dev_manifest`]: the same number of rows, each
+/// with its committed digest. A tampered few-shot example changes every prompt of its subject,
+/// so it is refused like a tampered test row.
+pub fn verify_dev_rows(subject: &str, rows: &[Question]) -> Result<()> {
+    let listed: Vec<&SubsetEntry> = dev_manifest()
+        .iter()
+        .filter(|e| e.subject == subject)
+        .collect();
+    let err = |row: u64, reason: String| Error::DevMismatch {
+        subject: subject.to_string(),
+        row,
+        reason,
+    };
+    if listed.is_empty() {
+        return Err(err(0, "subject not in the dev manifest".into()));
+    }
+    if listed.len() != rows.len() {
+        return Err(err(
+            rows.len().min(listed.len()) as u64,
+            format!(
+                "the dev file has {} rows, the manifest {}",
+                rows.len(),
+                listed.len()
+            ),
+        ));
+    }
+    for (e, q) in listed.iter().zip(rows) {
+        let found = row_digest(q);
+        if e.row != q.row || found != e.sha256 {
+            return Err(err(
+                q.row,
+                format!("row content differs: sha256 {found}, manifest {}", e.sha256),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Loads the 576 questions listed in the committed manifest from the copy at `dir`, in

@@ -234,3 +234,31 @@ fn missing_copy_is_an_error_not_a_panic() {
     assert!(load_subset(Path::new("definitely/not/here")).is_err());
     assert!(verify(Path::new("definitely/not/here")).is_err());
 }
+
+#[test]
+fn the_dev_manifest_matches_every_dev_row_of_the_release_and_refuses_a_changed_one() {
+    let dir = common::mmlu_dir();
+    let dev = subset::dev_manifest();
+    assert_eq!(dev.len(), 285);
+    for info in categories() {
+        let rows = pocketperf_datasets::mmlu::load_split(
+            &dir,
+            pocketperf_datasets::Split::Dev,
+            &info.subject,
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 5, "{}", info.subject);
+        subset::verify_dev_rows(&info.subject, &rows).unwrap();
+        // Any change to a shot, even one choice, is refused naming the subject and the row.
+        let mut changed = rows.clone();
+        changed[3].choices[1].push('.');
+        match subset::verify_dev_rows(&info.subject, &changed) {
+            Err(Error::DevMismatch { subject, row, .. }) => {
+                assert_eq!((subject.as_str(), row), (info.subject.as_str(), 3));
+            }
+            other => panic!("{}: {other:?}", info.subject),
+        }
+        assert!(subset::verify_dev_rows(&info.subject, &rows[..4]).is_err());
+    }
+    assert!(subset::verify_dev_rows("not_a_subject", &[]).is_err());
+}

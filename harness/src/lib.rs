@@ -18,10 +18,14 @@
 //! - [`interleave`] — `gate --interleave`: two binaries' runs alternated into replicates;
 //! - [`tools`] — the work of the model commands (`model`, `tokenize`, `generate`, `logits`,
 //!   `perplexity`, `bench` with its roofline probe);
-//! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress.
+//! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress;
+//! - [`dir_lock`] — one writer per result directory; [`fuzz_bodies`] — the parsers' fuzz
+//!   bodies.
 
 pub mod cmd;
+pub mod dir_lock;
 pub mod farm;
+pub mod fuzz_bodies;
 pub mod governor_hook;
 pub mod interleave;
 pub mod meta;

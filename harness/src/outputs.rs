@@ -208,13 +208,12 @@ pub fn append_fault_lines(out: &Path, p: &Performance) -> Result<()> {
     if text.is_empty() {
         return Ok(());
     }
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("{}: cannot append", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("{}: cannot append", path.display()))?;
-    Ok(())
+    // The log with its new lines replaces the old one whole (temporary + rename).
+    let mut whole =
+        std::fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+    whole.extend_from_slice(text.as_bytes());
+    pocketperf_reports::files::replace_file(&path, &whole)
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
 /// Writes `tokens.csv`: one row per generated token (index 0 is the first token), times on
@@ -223,15 +222,26 @@ pub fn write_tokens_csv(dir: &Path, r: &TestResult, header: &[(String, String)])
     write_tokens_csv_with(dir, r, header, None)
 }
 
-/// Opens `tokens.csv` in `dir` with its `# key=value` provenance lines already written; the
-/// caller writes the column header and the rows, then [`finish_csv`].
+/// The temporary a streamed file is written to before [`finish_csv`] renames it to `path`.
+fn streaming_temporary(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Opens `tokens.csv` in `dir` (a temporary beside it until [`finish_csv`] renames it into
+/// place) with its `# key=value` provenance lines already written; the caller writes the
+/// column header and the rows, then [`finish_csv`].
 pub fn tokens_csv(
     dir: &Path,
     header: &[(String, String)],
 ) -> Result<(PathBuf, csv::Writer<BufWriter<File>>)> {
     let path = dir.join(pocketperf_reports::schema::TOKENS_FILE);
+    let tmp = streaming_temporary(&path);
     let mut f = BufWriter::new(
-        File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?,
+        File::create(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?,
     );
     for (k, v) in header {
         writeln!(f, "# {k}={}", v.replace('\n', " "))
@@ -240,13 +250,27 @@ pub fn tokens_csv(
     Ok((path, csv::Writer::from_writer(f)))
 }
 
-/// Flushes a CSV file written through [`tokens_csv`].
+/// Flushes a CSV file written through [`tokens_csv`] and renames it into place at `path`.
 pub fn finish_csv(path: &Path, w: csv::Writer<BufWriter<File>>) -> Result<()> {
-    let mut f = w
+    let tmp = streaming_temporary(path);
+    let done = w
         .into_inner()
-        .map_err(|e| anyhow::anyhow!("{}: cannot write: {}", path.display(), e.error()))?;
-    f.flush()
-        .with_context(|| format!("{}: cannot write", path.display()))
+        .map_err(|e| anyhow::anyhow!("{}: cannot write: {}", tmp.display(), e.error()))
+        .and_then(|f| {
+            f.into_inner()
+                .map_err(|e| anyhow::anyhow!("{}: cannot write: {}", tmp.display(), e.error()))
+        })
+        .and_then(|f| {
+            f.sync_all()
+                .with_context(|| format!("{}: cannot write", tmp.display()))
+        })
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot write", path.display()))
+        });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 /// [`write_tokens_csv`] with the governor state of each token appended (`gov_*` columns).

@@ -191,14 +191,15 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
         std::fs::write(self.state.join("devices").join(serial).join(name), text).unwrap();
     }
 
-    fn run(&self) -> (Output, PathBuf, serde_json::Value) {
+    /// The `farm run` command line of this farm (results into `results/`).
+    fn command(&self) -> Command {
         let path = format!(
             "{}:{}",
             self.bin_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = Command::new(BIN)
-            .current_dir(self.root())
+        let mut cmd = Command::new(BIN);
+        cmd.current_dir(self.root())
             .env("PATH", path)
             .env("FAKE_ADB_STATE", &self.state)
             .env("FAKE_FIXTURE", fixture("real-singlestream-a"))
@@ -211,9 +212,12 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
                 "suite.toml",
             ])
             .args(["--out", "results", "--binary", "fake-pocketperf"])
-            .args(["--model", "fake model.gguf"])
-            .output()
-            .unwrap();
+            .args(["--model", "fake model.gguf"]);
+        cmd
+    }
+
+    fn run(&self) -> (Output, PathBuf, serde_json::Value) {
+        let out = self.command().output().unwrap();
         let results = self.root().join("results");
         let latest = std::fs::read_dir(&results)
             .unwrap()
@@ -572,4 +576,29 @@ fn quoting_round_trips_through_every_installed_posix_shell() {
     }
     assert!(tried.contains(&"sh"), "no POSIX sh found");
     assert!(shell::quote("nul\0byte").is_err());
+}
+
+#[test]
+fn a_farm_run_into_a_results_directory_another_writer_holds_is_refused() {
+    let farm = Farm::new(1);
+    let results = farm.root().join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    let lock = pocketperf::dir_lock::DirLock::acquire(&results).unwrap();
+    let o = farm.command().output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("results") && err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    let written: Vec<PathBuf> = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p != lock.path())
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+    drop(lock);
+    // Once the holder is gone, the same farm runs.
+    let (o, _, _) = farm.run();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
 }

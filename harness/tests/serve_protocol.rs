@@ -18,7 +18,8 @@ use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, log_prob};
 use pocketperf_scenarios::{
-    QslError, QuerySampleLibrary, RealClock, Scenario, TestMode, TestSettings, run_test,
+    InvalidCause, QslError, QuerySampleLibrary, RealClock, Scenario, TestMode, TestSettings,
+    run_test,
 };
 use serde_json::Value;
 use soak_util::{bin, tiny_model};
@@ -467,28 +468,35 @@ fn the_process_sut_records_a_crash_and_restarts_for_the_next_run() {
     s.max_duration_ms = 60_000;
     s.query_timeout_ms = 1_000;
     let r = run_test(&mut sut, &mut Library(1), &s, &RealClock::new()).unwrap();
-    // The 4th query hits the crash: never completed, so the engine times it out.
-    assert_eq!(sut.failures.len(), 1);
-    let f = &sut.failures[0];
-    assert_eq!(f.query_id, 3);
-    assert_eq!(f.exit.as_ref().and_then(|e| e.signal), Some(libc::SIGABRT));
-    assert!(
-        f.stderr_tail.iter().any(|l| l.contains("fault injection")),
-        "{f:?}"
-    );
+    // The 4th query hits the crash and is reported failed at once (no wait for the query
+    // timeout); the next query starts a new server, whose own 4th request (query 7) crashes.
+    let ids: Vec<u64> = sut.failures.iter().map(|f| f.query_id).collect();
+    assert_eq!(ids, [3, 7]);
+    for f in &sut.failures {
+        assert_eq!(f.exit.as_ref().and_then(|e| e.signal), Some(libc::SIGABRT));
+        assert!(
+            f.stderr_tail.iter().any(|l| l.contains("fault injection")),
+            "{f:?}"
+        );
+    }
+    assert_eq!(r.query_records().count(), 8);
     assert_eq!(
         r.query_records()
             .filter(|q| q.complete_ns.is_some())
             .count(),
-        3
+        6
     );
+    assert!(!r.is_valid(), "a failed query makes the run INVALID");
     assert!(
-        !r.is_valid(),
-        "a query that never completed makes the run INVALID"
+        r.invalid_causes
+            .iter()
+            .any(|c| matches!(c, InvalidCause::SutFailed { count: 2, .. })),
+        "{:?}",
+        r.invalid_causes
     );
     // The next run gets a new server.
     s.min_query_count = 2;
     let r = run_test(&mut sut, &mut Library(1), &s, &RealClock::new()).unwrap();
-    assert_eq!(sut.starts, 2);
+    assert_eq!(sut.starts, 3);
     assert!(r.query_records().all(|q| q.complete_ns.is_some()));
 }

@@ -116,7 +116,12 @@ type Rows = (
 
 fn read_rows(path: &Path) -> Result<Rows> {
     let text = fs::read_to_string(path).map_err(|e| ReportError::io("reading", path, e))?;
-    let (meta, meta_lines, body) = split_meta(&text);
+    parse_rows(&text, path)
+}
+
+/// [`read_rows`] on text already read; `path` only names the source in errors.
+fn parse_rows(text: &str, path: &Path) -> Result<Rows> {
+    let (meta, meta_lines, body) = split_meta(text);
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
@@ -193,7 +198,13 @@ pub fn read_tokens(path: impl AsRef<Path>) -> Result<TokenLog> {
 /// Reads a `telemetry.csv` (first column `t_s`, then sensor columns; empty cell = missing).
 pub fn read_telemetry(path: impl AsRef<Path>) -> Result<Telemetry> {
     let path = path.as_ref();
-    let (meta, header, rows) = read_rows(path)?;
+    let text = fs::read_to_string(path).map_err(|e| ReportError::io("reading", path, e))?;
+    parse_telemetry(&text, path)
+}
+
+/// [`read_telemetry`] on text already read; `path` only names the source in errors.
+pub fn parse_telemetry(text: &str, path: &Path) -> Result<Telemetry> {
+    let (meta, header, rows) = parse_rows(text, path)?;
     if header.first().map(String::as_str) != Some("t_s") {
         return Err(ReportError::Csv {
             path: path.into(),
@@ -262,7 +273,7 @@ pub fn write_tokens(path: impl AsRef<Path>, log: &TokenLog) -> Result<()> {
         },
         path,
     )?;
-    fs::write(path, text).map_err(|e| ReportError::io("writing", path, e))
+    crate::files::replace_file(path, &text).map_err(|(p, e)| ReportError::io("writing", &p, e))
 }
 
 /// Writes a `telemetry.csv` (column names with commas or quotes are quoted, as CSV says).
@@ -284,5 +295,5 @@ pub fn write_telemetry(path: impl AsRef<Path>, t: &Telemetry) -> Result<()> {
         },
         path,
     )?;
-    fs::write(path, text).map_err(|e| ReportError::io("writing", path, e))
+    crate::files::replace_file(path, &text).map_err(|(p, e)| ReportError::io("writing", &p, e))
 }

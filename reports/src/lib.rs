@@ -7,13 +7,15 @@
 //! Map: [`comparability`] (which differences between two runs make them incomparable), [`schema`] (result.json v1, migration of v0) and [`datafiles`] (tokens.csv,
 //! telemetry.csv) are read; [`stats`] (re-exports `pocketperf-stats`) computes; [`plots`]
 //! (SVG) and [`render`] (text, JSON, CSV, Markdown, the HTML page skeleton every page shares)
-//! format; [`report`], [`compare`] and [`gate`] are the three products; [`error`]. CSV goes
+//! format; [`report`], [`compare`] and [`gate`] are the three products; [`files`] writes every
+//! result file (temporary + rename); [`error`]. CSV goes
 //! through `csv::Writer`, the gate's JUnit XML through `quick_xml`'s writer.
 
 pub mod comparability;
 pub mod compare;
 pub mod datafiles;
 pub mod error;
+pub mod files;
 pub mod gate;
 pub mod plots;
 pub mod render;

@@ -1,6 +1,10 @@
 //! Inline SVG charts for the HTML reports, drawn with plotters' SVG backend. The backend
 //! writes text as SVG `<text>` elements (escaped, sized by a built-in estimate), so no font
 //! files are needed and the HTML stays self-contained.
+//!
+//! Every chart plots only [`plottable`] values: finite and within ±[`PLOT_LIMIT`]. A value
+//! beyond that (a corrupt telemetry cell of `1e308`, say) is left out like a NaN, so an axis
+//! never spans a range its key points cannot be computed over.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -32,8 +36,18 @@ const PALETTE: [RGBColor; 12] = [
 pub struct Series {
     /// Legend label.
     pub name: String,
-    /// `(x, y)` points; non-finite points are skipped.
+    /// `(x, y)` points; points that are not [`plottable`] are skipped.
     pub points: Vec<(f64, f64)>,
+}
+
+/// The largest magnitude a chart plots. Far beyond any latency, temperature, power or count a
+/// report shows, and small enough that a span of two such values and its padding stay finite
+/// and resolvable in f64.
+pub const PLOT_LIMIT: f64 = 1e15;
+
+/// Whether `v` can be plotted: finite and within ±[`PLOT_LIMIT`].
+pub fn plottable(v: f64) -> bool {
+    v.is_finite() && v.abs() <= PLOT_LIMIT
 }
 
 fn plot_err(plot: &str, e: impl std::fmt::Display) -> ReportError {
@@ -100,7 +114,7 @@ pub fn line_chart(
             s.points
                 .iter()
                 .copied()
-                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .filter(|&(x, y)| plottable(x) && plottable(y))
                 .collect()
         })
         .collect();
@@ -201,9 +215,9 @@ fn draw_legend(
     Ok(())
 }
 
-/// Equal-width bins over the finite values: `(left edge, right edge, count)`.
+/// Equal-width bins over the [`plottable`] values: `(left edge, right edge, count)`.
 pub fn bin(values: &[f64], bins: usize) -> Vec<(f64, f64, u64)> {
-    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let v: Vec<f64> = values.iter().copied().filter(|&x| plottable(x)).collect();
     if v.is_empty() || bins == 0 {
         return Vec::new();
     }
@@ -270,9 +284,9 @@ pub fn histogram(
     Ok(Some(svg))
 }
 
-/// Empirical CDF points of the finite values: `(value, fraction ≤ value)`.
+/// Empirical CDF points of the [`plottable`] values: `(value, fraction ≤ value)`.
 pub fn ecdf(values: &[f64]) -> Vec<(f64, f64)> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let mut v: Vec<f64> = values.iter().copied().filter(|&x| plottable(x)).collect();
     v.sort_by(f64::total_cmp);
     let n = v.len() as f64;
     v.iter()
@@ -293,14 +307,14 @@ pub struct Bar {
 }
 
 /// A vertical bar chart with error bars, one bar per category, the y axis starting at zero.
-/// Bars with a non-finite value are left out; `None` when no bar remains.
+/// Bars whose value is not [`plottable`] are left out; `None` when no bar remains.
 pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> Result<Option<String>> {
-    let bars: Vec<&Bar> = bars.iter().filter(|b| b.value.is_finite()).collect();
+    let bars: Vec<&Bar> = bars.iter().filter(|b| plottable(b.value)).collect();
     if bars.is_empty() {
         return Ok(None);
     }
     let finite_interval = |b: &Bar| match b.interval {
-        Some((lo, hi)) if lo.is_finite() && hi.is_finite() => Some((lo, hi)),
+        Some((lo, hi)) if plottable(lo) && plottable(hi) => Some((lo, hi)),
         _ => None,
     };
     let top = bars

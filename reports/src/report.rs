@@ -41,25 +41,7 @@ pub fn write_report_to(
     Ok((html_path, md_path))
 }
 
-/// Writes `bytes` to `path` through a new temporary file beside it, renamed into place: a
-/// symlink at `path` is replaced, never followed onto the file it points at, and a reader
-/// never sees half a report. The temporary is removed on failure.
+/// Writes `bytes` to `path` through [`crate::files::replace_file`].
 fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .map_err(|e| ReportError::io("writing", &tmp, e))
-        .and_then(|()| fs::rename(&tmp, path).map_err(|e| ReportError::io("writing", path, e)));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    crate::files::replace_file(path, bytes).map_err(|(p, e)| ReportError::io("writing", &p, e))
 }

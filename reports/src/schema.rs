@@ -521,7 +521,8 @@ pub fn write_result(dir: impl AsRef<Path>, result: &ResultFile) -> Result<PathBu
         path: path.clone(),
         source,
     })?;
-    fs::write(&path, text + "\n").map_err(|e| ReportError::io("writing", &path, e))?;
+    crate::files::replace_file(&path, (text + "\n").as_bytes())
+        .map_err(|(p, e)| ReportError::io("writing", &p, e))?;
     Ok(path)
 }
 

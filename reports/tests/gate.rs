@@ -22,9 +22,11 @@ fn dirs(base: &ResultFile, cand: &ResultFile) -> (tempfile::TempDir, tempfile::T
     (b, c)
 }
 
-/// The default rules, accepting differences in `fields`.
+/// The default rules, accepting differences in `fields`, energy off: the hand result's two
+/// dialogues are too few for the energy check, which would make every gate an error.
 fn allowing(fields: &[&str]) -> GateRules {
     let mut r = GateRules::default();
+    r.energy.enabled = false;
     r.comparability.allow_diff = fields.iter().map(|f| f.to_string()).collect();
     r.validate().expect("known field names");
     r
@@ -240,15 +242,64 @@ fn robustness_counts_and_validity() {
     assert_eq!(status_of(&o, "robustness.crashes"), CheckStatus::Regression);
     assert_eq!(status_of(&o, "robustness.drift"), CheckStatus::Pass);
     assert_eq!(status_of(&o, "performance.valid"), CheckStatus::Regression);
+    // Twelve hand queries are above min_samples (8); two dialogues are below energy's 5: that
+    // check cannot judge, which is an error rather than a pass.
+    assert_eq!(
+        status_of(&o, "energy.net_mwh_per_dialogue"),
+        CheckStatus::Error
+    );
+    assert_eq!(o.exit_code(), 2);
+    let mut rules = GateRules::default();
+    rules.energy.enabled = false;
+    let o = gate_results(
+        Path::new("b"),
+        &common::hand_result(),
+        Path::new("c"),
+        &cand,
+        &rules,
+    );
     assert_eq!(o.exit_code(), 1);
     let md = o.to_markdown(&common::fixed_ctx());
     assert!(md.starts_with("# PocketPerf gate: REGRESSION"));
     assert!(md.contains("min_duration not met"));
-    // Twelve hand queries are above min_samples (8); two dialogues are below energy's 5.
-    assert_eq!(
-        status_of(&o, "energy.net_mwh_per_dialogue"),
-        CheckStatus::Skipped
+}
+
+#[test]
+fn a_gate_check_with_too_few_samples_is_not_a_pass() {
+    let mut rules = GateRules::default();
+    rules.energy.enabled = false;
+    let mut few = common::hand_result();
+    few.performance.as_mut().unwrap().per_query.truncate(3);
+    let o = gate_results(Path::new("b"), &few, Path::new("c"), &few, &rules);
+    let row = o
+        .checks
+        .iter()
+        .find(|c| c.name == "performance.latency_ms")
+        .unwrap();
+    assert_eq!(row.status, CheckStatus::Error, "{row:?}");
+    assert!(row.detail.contains("too few samples"), "{}", row.detail);
+    assert_eq!(o.status, GateStatus::Error);
+    assert_eq!(o.exit_code(), 2);
+}
+
+#[test]
+fn a_gate_in_which_no_check_had_data_is_not_a_pass() {
+    let mut bare = common::hand_result();
+    bare.performance = None;
+    bare.energy = None;
+    bare.accuracy = None;
+    bare.robustness = None;
+    let o = gate_results(
+        Path::new("b"),
+        &bare,
+        Path::new("c"),
+        &bare,
+        &GateRules::default(),
     );
+    assert_eq!(status_of(&o, "evidence"), CheckStatus::Error);
+    assert_eq!(o.exit_code(), 2);
+    let md = o.to_markdown(&common::fixed_ctx());
+    assert!(md.starts_with("# PocketPerf gate: ERROR"), "{md}");
 }
 
 #[test]
@@ -404,7 +455,7 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
     cand.meta.settings["cli"]["out"] = "runs/b".into();
     cand.meta.settings["cli"]["engine"]["model"] = "/elsewhere/model.gguf".into();
     cand.meta.settings["cli"]["governor"]["governor_sysfs_root"] = "/tmp/sys".into();
-    let o = gate_pair(&base, &cand, &GateRules::default());
+    let o = gate_pair(&base, &cand, &allowing(&[]));
     assert_eq!(o.exit_code(), 0, "{o:?}");
     assert!(!o.checks.iter().any(|c| c.name.starts_with("comparability")));
 }

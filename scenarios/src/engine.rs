@@ -9,7 +9,9 @@
 //! at `max_query_count`, or once the last one lies past `max_duration`. With equal issue the count is
 //! also rounded up to a whole number of passes over the loaded set. Offline issues
 //! `max(min_query_count, floor(1.1 × expected_qps × min_duration))` samples at once, as
-//! LoadGen sizes its single query.
+//! LoadGen sizes its single query. One bound LoadGen lacks: a Server arrival scheduled past
+//! twice `max_duration` is not waited for (the run ends there, `MaxDuration`), so no rate
+//! makes a run wait longer than its own deadline allows.
 
 use std::time::Duration;
 
@@ -410,11 +412,19 @@ fn run_server(
     let mut last_rel = None;
     let mut oldest = 0usize;
     let k = loaded.len() as u64;
+    // The wait for an arrival is bounded by the run's own deadline: LoadGen issues the first
+    // arrival past max_duration and ends, but one scheduled later than twice max_duration
+    // (a rate far below the run's length) is not waited for: the run ends at once.
+    let max_ns = s.max_duration_ms.saturating_mul(1_000_000);
+    let hard_end = (max_ns > 0).then(|| start.saturating_add(max_ns.saturating_mul(2)));
     let end = loop {
         if let Some(reason) = stop_reason(s, rec.issued(), last_rel, k) {
             break reason;
         }
         let t = start.saturating_add(arrivals.next_offset_ns());
+        if hard_end.is_some_and(|h| t > h) {
+            break EndReason::MaxDuration;
+        }
         // Wait for the arrival, letting an asynchronous SUT report meanwhile.
         loop {
             let now = clock.now_ns();

@@ -841,9 +841,18 @@ impl TestResult {
             move |source| Error::Io { path, source }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Each log through a temporary beside it, renamed into place (as
+        // `pocketperf_reports::files::replace_file` does; this crate depends on no other).
         let write = |name: &str, text: String| {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(io(&p))
+            let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+            let done = std::fs::write(&tmp, text)
+                .map_err(io(&tmp))
+                .and_then(|()| std::fs::rename(&tmp, &p).map_err(io(&p)));
+            if done.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            done
         };
         write("mlperf_log_summary.txt", self.summary_text(meta))?;
         write("mlperf_log_detail.txt", self.detail_text(meta))?;

@@ -85,6 +85,8 @@ fn farm_run(a: &FarmRunArgs) -> Result<i32> {
         baseline_device: a.baseline_device.clone(),
     };
     validate(&opts)?;
+    // One farm at a time per results directory (each run is a new subdirectory of it).
+    let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
     let pb = crate::progress::spinner(&format!(
         "farm: {} devices × {} steps",
         opts.inventory.devices.len(),

@@ -79,7 +79,8 @@ fn write(path: &Path, text: &str) -> Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("{}: cannot create", parent.display()))?;
     }
-    std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
+    pocketperf_reports::files::replace_file(path, text.as_bytes())
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
 pub fn run_gate(a: &GateArgs) -> Result<i32> {
@@ -111,9 +112,22 @@ pub fn run_gate(a: &GateArgs) -> Result<i32> {
         let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
         names.join(",")
     };
-    let outcome = match rules {
-        Ok(rules) => gate_dirs(&baseline, &candidate, &rules),
-        Err(e) => GateOutcome::failed(label(&baseline), label(&candidate), e.to_string()),
+    let soak = baseline
+        .iter()
+        .chain(&candidate)
+        .find(|d| crate::soak::is_soak_dir(d));
+    let outcome = match (rules, soak) {
+        (_, Some(d)) => GateOutcome::failed(
+            label(&baseline),
+            label(&candidate),
+            format!(
+                "{} is a soak directory (a journal, no result.json): the gate compares two run results; a soak is judged by its own checks in robustness.json (`pocketperf report {}` rewrites them)",
+                d.display(),
+                d.display()
+            ),
+        ),
+        (Ok(rules), None) => gate_dirs(&baseline, &candidate, &rules),
+        (Err(e), None) => GateOutcome::failed(label(&baseline), label(&candidate), e.to_string()),
     };
     let ctx = RenderContext::now();
     if let Some(p) = &a.junit {

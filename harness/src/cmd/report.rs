@@ -25,7 +25,8 @@ pub enum PrintFormat {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Result directory (holds result.json; tokens.csv and telemetry.csv are used when present).
+    /// Result directory (holds result.json; tokens.csv and telemetry.csv are used when
+    /// present), or a soak directory (its robustness.json/.html are rewritten from the journal).
     pub dir: PathBuf,
     /// Write report.html and report.md here instead of into DIR.
     #[arg(long)]
@@ -36,6 +37,9 @@ pub struct ReportArgs {
 }
 
 pub fn report(a: &ReportArgs) -> Result<i32> {
+    if crate::soak::is_soak_dir(&a.dir) {
+        return soak_report(a);
+    }
     let ctx = RenderContext::now();
     let out = a.out.clone().unwrap_or_else(|| a.dir.clone());
     let (html, md) = pocketperf_reports::report::write_report_to(&a.dir, &out, &ctx)?;
@@ -51,5 +55,24 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
         print!("{}", exporter(f).render(&run, &ctx)?);
     }
     eprintln!("wrote {} and {}", html.display(), md.display());
+    Ok(0)
+}
+
+/// `report` on a soak directory: rewrites `robustness.json` and `robustness.html` from the
+/// journal (as a checkpoint does) and prints the soak's summary. Refused while the soak runs
+/// (one writer per directory: it rewrites them itself at every checkpoint).
+fn soak_report(a: &ReportArgs) -> Result<i32> {
+    if a.out.is_some() {
+        anyhow::bail!(
+            "{}: a soak directory's report is written beside its journal; --out is for result directories",
+            a.dir.display()
+        );
+    }
+    let _lock = crate::dir_lock::DirLock::acquire(&a.dir)?;
+    let (analysis, json, html) = crate::soak::report::write_reports(&a.dir)?;
+    if !matches!(a.print, PrintFormat::None) {
+        crate::cmd::soak::print_summary(&a.dir, &analysis, &json, &html);
+    }
+    eprintln!("wrote {} and {}", json.display(), html.display());
     Ok(0)
 }

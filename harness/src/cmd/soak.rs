@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::cmd::runtime::EngineArgs;
+use crate::dir_lock::DirLock;
 use crate::meta;
 use crate::model_store;
 use crate::soak::analysis::RunStatus;
@@ -252,7 +253,8 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
     })
 }
 
-fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
+/// Prints a soak's verdict line, its checks and where its files are.
+pub(crate) fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
     // Without evidence (no server start, no successful turn, an incomplete run) the result
     // is not a measurement at all: INVALID, or INCOMPLETE for an interrupted run.
     let invalid = a
@@ -291,12 +293,16 @@ fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) {
 
 pub fn soak(a: &SoakArgs) -> Result<i32> {
     signal::install().context("installing the SIGINT/SIGTERM handler")?;
-    let (dir, cfg, journal, previous, segment) = match (&a.resume, &a.out) {
+    // `_lock` is held until the soak's last report is written: one writer per soak directory.
+    let (dir, cfg, journal, previous, segment, _lock) = match (&a.resume, &a.out) {
         (Some(dir), _) => {
             let path = dir.join(JOURNAL_FILE);
             if !path.is_file() {
                 bail!("--resume {}: no {JOURNAL_FILE} there", dir.display());
             }
+            // Before the journal is read: a soak still running there is refused untouched.
+            let lock =
+                DirLock::acquire(dir).with_context(|| format!("--resume {}", dir.display()))?;
             let contents = read_journal(&path)?;
             let mut cfg = contents.config().context("the journal has no header")?;
             let new_duration = opt_dur("--duration", &a.duration)?;
@@ -366,14 +372,13 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                     String::new()
                 }
             );
-            (dir.clone(), cfg, journal, read_back.entries, segment)
+            (dir.clone(), cfg, journal, read_back.entries, segment, lock)
         }
         (None, Some(dir)) => {
             let cfg = new_config(a)?;
             // Fail on a bad probe set before anything is written.
             probe_set(cfg.probe_prompts, cfg.probe_mmlu, cfg.mmlu_dir.as_deref())?;
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{}: cannot create", dir.display()))?;
+            let lock = DirLock::create_and_lock(dir)?;
             let mut journal = Journal::create(dir)?;
             let sha = meta::model_sha256(&cfg.model);
             let mut header = meta::OutputHeader::new(
@@ -404,7 +409,7 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                 },
             )?;
             let previous = read_journal(&dir.join(JOURNAL_FILE))?.entries;
-            (dir.clone(), cfg, journal, previous, 0)
+            (dir.clone(), cfg, journal, previous, 0, lock)
         }
         (None, None) => bail!("give --out DIR for a new soak or --resume DIR to continue one"),
     };

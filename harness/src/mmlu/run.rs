@@ -112,6 +112,11 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     if a.limit == Some(0) {
         bail!("--limit must be at least 1");
     }
+    // One writer per result directory, before anything is read or written.
+    let _lock = match (&a.out, a.dry_run) {
+        (Some(d), false) => Some(crate::dir_lock::DirLock::create_and_lock(d)?),
+        _ => None,
+    };
     let dir = ds_mmlu::resolve_mmlu_dir(a.mmlu_dir.as_deref())?;
     // Refuses a copy that does not match the manifest, naming subject, row and reason.
     let all = subset::load_subset(&dir)?;
@@ -143,8 +148,6 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     let Some(out_dir) = a.out.as_deref() else {
         bail!("--out DIR is required (unless --dry-run)");
     };
-    std::fs::create_dir_all(out_dir)
-        .with_context(|| format!("{}: cannot create", out_dir.display()))?;
 
     let mut settings = TestSettings::new(Scenario::Offline);
     settings.mode = TestMode::AccuracyOnly;
@@ -313,8 +316,11 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         per_question: per_question.clone(),
     };
     let path = out_dir.join(MMLU_JSON);
-    std::fs::write(&path, serde_json::to_string_pretty(&mmlu_file)? + "\n")
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    pocketperf_reports::files::replace_file(
+        &path,
+        (serde_json::to_string_pretty(&mmlu_file)? + "\n").as_bytes(),
+    )
+    .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))?;
 
     let mut run_meta = run_meta(&engine, &model_path, "local", settings_json, started);
     run_meta.model.sha256 = model_sha;
@@ -343,13 +349,15 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
 
     print_summary(&mmlu_file);
     println!("results in {}", out_dir.display());
-    if !errors.is_empty() {
-        bail!(
-            "{} of {} questions failed in the runtime (scored as unanswered; first: {})",
+    // A verdict needs evidence: a question the runtime failed on was not measured, so a run
+    // with any (and in particular one with no answered question) is INVALID, exit 1.
+    if let Some(first) = errors.first() {
+        println!(
+            "INVALID: {} of {} questions failed in the runtime (scored as unanswered; first: {first})",
             errors.len(),
             items.len(),
-            errors[0]
         );
+        return Ok(1);
     }
     Ok(0)
 }

@@ -573,9 +573,10 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("--config and --server-qps do not apply to the dialogue scenario");
     }
     refuse_unsupported(a)?;
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("{}: cannot create", a.out.display()))?;
     let limit: Option<usize> = env_number(ENV_DIALOGUES)?;
+    if limit == Some(0) {
+        bail!("{ENV_DIALOGUES}=0: must be at least 1 (a run of no dialogue measures nothing)");
+    }
     let idle = match env_number::<f64>(ENV_IDLE_S)? {
         Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
         Some(s) => bail!("{ENV_IDLE_S}={s}: must be a non-negative number of seconds"),
@@ -583,6 +584,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     let cap: Option<u32> = env_number(ENV_TURN_TOKENS)?;
     let set = dialogue_set(a.preset, limit, cap);
+    let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
 
     let (engine, model_path) = a.engine.load()?;
     let model_sha = meta::model_sha256(&model_path);
@@ -703,6 +705,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         c.samples, c.cpu_pct_of_core, c.mean_sample_cpu_us
     );
     println!("results in {}", a.out.display());
+    // A verdict needs evidence: a run in which no turn completed is INVALID, not a pass.
+    let turns = file.performance.as_ref().map_or(0, |p| p.queries);
+    if turns == 0 {
+        println!("INVALID: no dialogue turn completed");
+        return Ok(1);
+    }
     Ok(if errors.is_empty() { 0 } else { 1 })
 }
 

@@ -107,8 +107,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("--governor needs --sut in-process (the governor acts on this process)");
     }
     let settings = resolve_settings(a)?;
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("{}: cannot create", a.out.display()))?;
+    let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
 
     let (engine, model_path) = a.engine.load()?;
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
@@ -285,5 +284,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     }
     println!("{}", summary_line(&file));
     println!("results in {}", a.out.display());
+    // A verdict needs evidence: whatever the scenario's own rules say, a run in which no
+    // query completed is INVALID (failed queries make it INVALID through the engine).
+    let completed = file.performance.as_ref().map_or(0, |p| p.queries);
+    if completed == 0 {
+        println!("INVALID: no query completed");
+        return Ok(1);
+    }
     Ok(if result.is_valid() { 0 } else { 1 })
 }

@@ -301,6 +301,17 @@ impl ServeClient {
         startup_timeout: Duration,
         stderr_log: Option<Arc<Mutex<File>>>,
     ) -> Result<Self, SutError> {
+        ServeClient::spawn_abortable(cmd, startup_timeout, stderr_log, None)
+    }
+
+    /// [`ServeClient::spawn`] with `abort` polled while waiting for the `hello` (and kept):
+    /// a silent server's wait ends ([`SutError::Interrupted`]) as soon as it returns true.
+    pub fn spawn_abortable(
+        cmd: &ServeCommand,
+        startup_timeout: Duration,
+        stderr_log: Option<Arc<Mutex<File>>>,
+        abort: Option<AbortFlag>,
+    ) -> Result<Self, SutError> {
         let mut c = Command::new(&cmd.program);
         c.args(&cmd.args)
             .envs(cmd.env.iter().map(|(k, v)| (k, v)))
@@ -392,9 +403,12 @@ impl ServeClient {
                 fault: None,
             },
             exited: None,
-            abort: None,
+            abort,
         };
-        match client.next_event("hello", startup_timeout)? {
+        let hello = client.next_event("hello", startup_timeout);
+        match hello.inspect_err(|_| {
+            client.kill();
+        })? {
             Event::Hello {
                 protocol,
                 version,

@@ -34,3 +34,10 @@ pub use config::{SoakConfig, Thresholds, Windows, parse_duration};
 pub use journal::{JOURNAL_FILE, Record, read_journal};
 pub use report::{ROBUSTNESS_HTML, ROBUSTNESS_JSON, write_reports};
 pub use runner::{Runner, RunnerParts};
+
+/// Whether `dir` is a soak directory (a journal, no `result.json`): `report` renders its soak
+/// report, `gate` refuses it with a message saying so.
+pub fn is_soak_dir(dir: &std::path::Path) -> bool {
+    dir.join(journal::JOURNAL_FILE).is_file()
+        && !dir.join(pocketperf_reports::schema::RESULT_FILE).exists()
+}

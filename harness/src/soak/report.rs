@@ -50,16 +50,15 @@ pub fn write_reports(dir: &Path) -> Result<(Analysis, PathBuf, PathBuf)> {
     Ok((analysis, json_path, html_path))
 }
 
-/// Writes through a temporary file and a rename, so a reader never sees half a report.
+/// Writes through a temporary file and a rename ([`pocketperf_reports::files::replace_file`]),
+/// so a reader never sees half a report.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("{}: cannot write", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot write", path.display()))?;
-    Ok(())
+    pocketperf_reports::files::replace_file(path, bytes)
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("{}: cannot write", p.display())))
 }
 
-/// The `robustness.json` document. Top-level `crashes` and `drift` are what the release gate
-/// reads.
+/// The `robustness.json` document. Top-level `crashes` and `drift` carry the names the release
+/// gate reads in a result's `robustness` section (a soak directory itself is not a gate input).
 pub fn robustness_json(contents: &JournalContents, cfg: &SoakConfig, a: &Analysis) -> Value {
     let mut segments = Vec::new();
     let mut starts = Vec::new();

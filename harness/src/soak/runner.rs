@@ -667,14 +667,17 @@ impl Runner {
     fn start_sut(
         &mut self,
     ) -> std::result::Result<(ServeClient, LoadedInfo), (String, Vec<String>)> {
-        let mut c = ServeClient::spawn(
+        // While the server starts, the first SIGINT/SIGTERM ends the wait (there is no
+        // request to finish); once it serves, the first lets the request in flight finish and
+        // the second aborts it.
+        let signals = self.signals.clone();
+        let mut c = ServeClient::spawn_abortable(
             &self.command,
             STARTUP_TIMEOUT,
             Some(self.stderr_log.clone()),
+            Some(Arc::new(move || signals() >= 1)),
         )
         .map_err(|e| (e.to_string(), Vec::new()))?;
-        let signals = self.signals.clone();
-        c.set_abort(Arc::new(move || signals() >= 2));
         let req = LoadRequest {
             model: self.cfg.model.display().to_string(),
             threads: self.cfg.threads,
@@ -685,7 +688,11 @@ impl Runner {
             prefault: self.cfg.prefault,
         };
         match c.load(&req, STARTUP_TIMEOUT) {
-            Ok(l) => Ok((c, l)),
+            Ok(l) => {
+                let signals = self.signals.clone();
+                c.set_abort(Arc::new(move || signals() >= 2));
+                Ok((c, l))
+            }
             Err(e) => {
                 let tail = match &e {
                     SutError::Exited { stderr_tail, .. } => stderr_tail.clone(),

@@ -182,6 +182,9 @@ impl SystemUnderTest for ProcessSut {
                     _ => (None, Vec::new()),
                 };
                 self.errors.push(format!("query {}: {e}", q.id));
+                // Reported failed at once: the engine does not wait out its query timeout
+                // for an answer that cannot come (and the run is INVALID, `SutFailed`).
+                responder.fail(q.id, &e.to_string());
                 if restart {
                     if let Some(mut c) = self.client.take() {
                         c.kill();

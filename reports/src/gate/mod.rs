@@ -16,6 +16,10 @@
 //! Before any of these, the runs must be comparable ([`crate::comparability`]): a difference
 //! in workload or system that the rules do not allow is an error (exit 2).
 //!
+//! A verdict needs evidence: an enabled check with too few samples to judge is an error, not
+//! a skip, and a gate in which no check judged any data adds a failing `evidence` row (exit
+//! 2). `Skipped` is kept for checks that do not apply (the baseline has no such section).
+//!
 //! Here: checks and the verdict with its text and Markdown exports; the rules are in `rules`,
 //! the JUnit XML export in `junit`.
 
@@ -45,9 +49,10 @@ pub enum CheckStatus {
     Pass,
     /// Worse than the rules allow.
     Regression,
-    /// Not enough data or disabled.
+    /// Does not apply: disabled, or the baseline has nothing to compare against.
     Skipped,
-    /// The check could not be evaluated (missing section).
+    /// The check could not be evaluated: a missing section, or too few samples to judge (a
+    /// check without data is not a pass).
     Error,
 }
 
@@ -74,11 +79,12 @@ pub struct GateCheck {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GateStatus {
-    /// Every check passed or was skipped.
+    /// Every check passed or did not apply, and at least one check judged data.
     Pass,
     /// At least one check found a regression.
     Regression,
-    /// A run could not be read or a required section is missing.
+    /// A run could not be read, a required section is missing, a check had too few samples
+    /// to judge, or no check had any data.
     Error,
 }
 
@@ -195,9 +201,9 @@ fn sample_check(
     if base.len() < min_samples || cand.len() < min_samples {
         return check(
             name,
-            CheckStatus::Skipped,
+            CheckStatus::Error,
             format!(
-                "too few samples (baseline {}, candidate {}, need {min_samples})",
+                "too few samples to judge (baseline {}, candidate {}, need {min_samples}): a check without data is not a pass",
                 base.len(),
                 cand.len()
             ),
@@ -516,7 +522,27 @@ pub fn gate_replicated(
                 } else {
                     "energy.net_mwh_per_dialogue"
                 };
-                let mut row = test.check(name, &mwh(&be), &mwh(&ce), Better::Lower);
+                let batched = be.iter().chain(&ce).any(|e| e.per_query.is_empty());
+                let mut row = if by_query && be.len() >= 2 && ce.len() >= 2 {
+                    // Replicates: each run counts once by its whole-run joules per token.
+                    let per_run = |es: &[&schema::Energy]| -> Vec<Vec<f64>> {
+                        es.iter().map(|e| vec![e.j_per_token]).collect()
+                    };
+                    SampleTest {
+                        min_samples: 1,
+                        ..test
+                    }
+                    .check(name, &per_run(&be), &per_run(&ce), Better::Lower)
+                } else if by_query && batched {
+                    check(
+                        name,
+                        CheckStatus::Skipped,
+                        "queries overlapped in time (a batch), so there is no per-query energy; \
+                         the whole-run J/token is judged with two or more runs per side (run --repeat)",
+                    )
+                } else {
+                    test.check(name, &mwh(&be), &mwh(&ce), Better::Lower)
+                };
                 if ce.iter().any(|e| !e.reliable) {
                     row.detail.push_str(" (candidate meter flagged unreliable)");
                 }
@@ -610,6 +636,17 @@ pub fn gate_replicated(
         }
     }
 
+    // A verdict needs evidence: a gate in which no check judged any data is not a pass.
+    let judged = checks
+        .iter()
+        .any(|c| c.status != CheckStatus::Skipped && !c.name.starts_with("comparability."));
+    if !judged {
+        checks.push(check(
+            "evidence",
+            CheckStatus::Error,
+            "no check had data to judge (no performance, energy, accuracy or robustness figures in common): a gate without evidence is not a pass",
+        ));
+    }
     let status = if checks.iter().any(|c| c.status == CheckStatus::Error) {
         GateStatus::Error
     } else if checks.iter().any(|c| c.status == CheckStatus::Regression) {
@@ -630,6 +667,7 @@ pub fn gate_replicated(
 
 /// How a timing or energy series is judged: per-sample (Mann–Whitney) with one run on a
 /// side, run-level (Student's t on per-run medians) with two or more on both.
+#[derive(Clone, Copy)]
 struct SampleTest {
     alpha: f64,
     noise: f64,
@@ -683,9 +721,9 @@ impl SampleTest {
         let (Some(bm), Some(cm)) = (medians(base), medians(cand)) else {
             return check(
                 name,
-                CheckStatus::Skipped,
+                CheckStatus::Error,
                 format!(
-                    "a run has fewer than {} samples (baseline runs {:?}, candidate runs {:?})",
+                    "too few samples to judge: a run has fewer than {} (baseline runs {:?}, candidate runs {:?}); a check without data is not a pass",
                     self.min_samples,
                     base.iter().map(Vec::len).collect::<Vec<_>>(),
                     cand.iter().map(Vec::len).collect::<Vec<_>>()
