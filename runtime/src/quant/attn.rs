@@ -1,5 +1,7 @@
-//! Attention kernels: scores of query heads against f16 keys, softmax, value accumulation,
-//! f16 ⇄ f32 conversion of cache rows, and the SwiGLU gate. Scalar reference everywhere; AVX-512 kernels when
+//! Attention kernels: scores of query heads against f16 keys, the maximum and shifted
+//! exponentials of a score row (softmax), value accumulation, f16 ⇄ f32 conversion of cache
+//! rows, and the SwiGLU gate. The blocked online-softmax attention built on them is
+//! [`crate::model::attention`]. Scalar reference everywhere; AVX-512 kernels when
 //! the tier has them (other tiers run the scalar code, which is the reference).
 //!
 //! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
@@ -61,6 +63,32 @@ pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
                 sum += *v;
             }
             sum
+        }
+    }
+}
+
+/// The largest value of `x` (−∞ when empty). Exact, so every tier returns the same value.
+pub fn max_f32(isa: Isa, x: &[f32]) -> f32 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { x86::max_f32(x) },
+        _ => {
+            // Eight running maxima (independent chains), then their maximum.
+            let mut m = [f32::NEG_INFINITY; 8];
+            let mut it = x.chunks_exact(8);
+            for c in &mut it {
+                for (a, &v) in m.iter_mut().zip(c) {
+                    if v > *a {
+                        *a = v;
+                    }
+                }
+            }
+            let mut r = it.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for a in m {
+                r = r.max(a);
+            }
+            r
         }
     }
 }
@@ -158,7 +186,7 @@ pub fn accum_f16(
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } if hd.is_multiple_of(16) && hd <= 128 => unsafe {
+        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
             x86::accum_f16(p, ld, nq, hd, vals, n, out)
         },
         _ => {
@@ -387,7 +415,7 @@ mod x86 {
     }
 
     /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
-    /// four heads per pass.
+    /// four heads and up to 128 columns per pass.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn accum_f16(
@@ -399,41 +427,67 @@ mod x86 {
         n: usize,
         out: &mut [f32],
     ) {
-        let chunks = hd / 16;
         let vp = vals.as_ptr();
         let pp = p.as_ptr();
         let op = out.as_mut_ptr();
-        // SAFETY: sizes checked by the caller; hd ≤ 128 so at most 8 chunks per head.
+        // SAFETY: sizes checked by the caller (hd a multiple of 16); at most 8 chunks of 16
+        // columns per pass.
         unsafe {
-            let mut h0 = 0;
-            while h0 < nq {
-                let hn = (nq - h0).min(4);
-                let mut acc = [[_mm512_setzero_ps(); 8]; 4];
-                for h in 0..hn {
-                    for c in 0..chunks {
-                        acc[h][c] = _mm512_loadu_ps(op.add((h0 + h) * hd + 16 * c));
-                    }
-                }
-                for s in 0..n {
-                    let mut v = [_mm512_setzero_ps(); 8];
-                    for (c, vc) in v.iter_mut().enumerate().take(chunks) {
-                        *vc = ld16h(vp.add(s * hd + 16 * c));
-                    }
+            let mut c0 = 0;
+            while c0 < hd / 16 {
+                let chunks = (hd / 16 - c0).min(8);
+                let mut h0 = 0;
+                while h0 < nq {
+                    let hn = (nq - h0).min(4);
+                    let mut acc = [[_mm512_setzero_ps(); 8]; 4];
                     for h in 0..hn {
-                        let w = _mm512_set1_ps(*pp.add((h0 + h) * ld + s));
                         for c in 0..chunks {
-                            acc[h][c] = _mm512_fmadd_ps(w, v[c], acc[h][c]);
+                            acc[h][c] = _mm512_loadu_ps(op.add((h0 + h) * hd + 16 * (c0 + c)));
                         }
                     }
-                }
-                for h in 0..hn {
-                    for c in 0..chunks {
-                        _mm512_storeu_ps(op.add((h0 + h) * hd + 16 * c), acc[h][c]);
+                    for s in 0..n {
+                        let mut v = [_mm512_setzero_ps(); 8];
+                        for (c, vc) in v.iter_mut().enumerate().take(chunks) {
+                            *vc = ld16h(vp.add(s * hd + 16 * (c0 + c)));
+                        }
+                        for h in 0..hn {
+                            let w = _mm512_set1_ps(*pp.add((h0 + h) * ld + s));
+                            for c in 0..chunks {
+                                acc[h][c] = _mm512_fmadd_ps(w, v[c], acc[h][c]);
+                            }
+                        }
                     }
+                    for h in 0..hn {
+                        for c in 0..chunks {
+                            _mm512_storeu_ps(op.add((h0 + h) * hd + 16 * (c0 + c)), acc[h][c]);
+                        }
+                    }
+                    h0 += hn;
                 }
-                h0 += hn;
+                c0 += chunks;
             }
         }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
+        let n = x.len();
+        let p = x.as_ptr();
+        let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        // SAFETY: loads stay below n (the tail uses a mask).
+        unsafe {
+            while i < n {
+                let m: __mmask16 = if n - i >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
+                acc = _mm512_mask_max_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, p.add(i)));
+                i += 16;
+            }
+        }
+        _mm512_reduce_max_ps(acc)
     }
 }
 
@@ -487,7 +541,27 @@ mod tests {
         for h in 0..3 {
             assert_eq!(full[h * ldk..h * ldk + 20], part[h * ldk..h * ldk + 20]);
         }
+        // Head size 256 (Gemma): the value sums run in two column passes.
+        let hd2 = 256;
+        let q2 = data(4 * hd2, 6);
+        let kh2: Vec<f16> = data(n * hd2, 7).iter().map(|&x| f16::from_f32(x)).collect();
+        let vh2: Vec<f16> = data(n * hd2, 8).iter().map(|&x| f16::from_f32(x)).collect();
+        let mut s2 = vec![0.0f32; 5 * ldk];
+        scores_f16(Isa::Scalar, &q2, 4, hd2, &kh2, n, 0.0625, &mut s2, ldk);
+        let mut oa = vec![0.25f32; 5 * hd2];
+        let mut ob = oa.clone();
+        accum_f16(Isa::Scalar, &s2, ldk, 4, hd2, &vh2, n, &mut oa);
+        accum_f16(best, &s2, ldk, 4, hd2, &vh2, n, &mut ob);
+        for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+            assert!((x - y).abs() < 1e-4, "f16 out hd 256 {i}: {x} vs {y}");
+        }
+        // The maximum is exact on every tier, whatever the length and tail.
         let a: Vec<f32> = data(n, 9).iter().map(|x| x * 30.0).collect();
+        for len in [0, 1, 15, 16, 17, 37] {
+            let want = a[..len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_f32(Isa::Scalar, &a[..len]), want, "len {len}");
+            assert_eq!(max_f32(best, &a[..len]), want, "len {len}");
+        }
         let mut ea = a.clone();
         let mut eb = a.clone();
         let sa = exp_shifted(Isa::Scalar, &mut ea, 0.5);
