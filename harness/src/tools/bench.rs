@@ -248,7 +248,9 @@ pub fn bench_rows(
         // The context every test starts from: `depth` tokens, prefilled once and rewound to.
         let ctx = bench_tokens(depth, vocab);
         if depth > 0 {
-            progress(&format!("filling the KV cache to depth {depth} at {t} threads"));
+            progress(&format!(
+                "filling the KV cache to depth {depth} at {t} threads"
+            ));
             s.reset();
             s.prefill(&ctx)?;
         }

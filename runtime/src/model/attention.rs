@@ -10,12 +10,20 @@
 //! The tree of operations is fixed by slot indices alone:
 //! - a *block* is [`BLOCK`] consecutive slots starting at a multiple of `BLOCK`. For each
 //!   query head its scores (masked slots −∞) give a block maximum `m_b`; if the head sees
-//!   any slot of the block its state (`m`, `l`, `o`) becomes `m' = max(m, m_b)`, `l` and `o`
-//!   scaled by `exp(m − m')`, then `l += Σ exp(s − m')` and `o += Σ exp(s − m') · v` in slot
-//!   order (one FMA chain per output value; the lanes of the sum keyed by slot index mod 16);
+//!   any slot of the block, its state — running maximum `m`, sum of weights `l` and the
+//!   output `o` normalized by `l` — becomes `m' = max(m, m_b)`,
+//!   `l' = l · exp(m − m') + Σ exp(s − m')` (the lanes of the sum keyed by slot index mod 16),
+//!   `o' = o · (l · exp(m − m') / l') + Σ (exp(s − m') / l') · v` (one FMA chain over the
+//!   slots in order per output value);
 //! - a *chunk* is [`CHUNK`] consecutive slots starting at a multiple of `CHUNK`; its blocks
 //!   fold in order into a fresh state, the chunk's partial result;
-//! - a row's chunk states merge in chunk order ([`merge`]) and the output is `o · (1 / l)`.
+//! - a row's chunk states merge in chunk order ([`merge`]: `m = max`, each `o` weighted by its
+//!   share of the merged sum); the merged `o` is the output.
+//!
+//! A row that sees a single block gets exactly the classic softmax: `p = exp(s − max) ·
+//! (1 / Σ)`, then `Σ p · v` from zero — the operations (and bits) of a full-row softmax over
+//! the same slots, so short contexts (a 128-token perplexity window, a short prompt) keep the
+//! numbers attention had before blocking.
 //!
 //! A block or chunk a query head sees nothing of leaves its state as it was, and masked slots
 //! add exact zeros, so a query's result depends only on which slots it sees: not on how many
@@ -37,8 +45,9 @@ pub const BLOCK: usize = 128;
 /// Slots per chunk: the unit of the KV split across workers (a multiple of [`BLOCK`]).
 pub const CHUNK: usize = 512;
 
-/// One KV head of a ring: keys and values (`slots × head_dim` f16 each) and the absolute
-/// position held by each used slot (`positions.len()` = used slots).
+/// One KV head of a ring: keys (whole key tiles, see [`crate::quant::attn::key_index`]) and
+/// values (`slots × head_dim`) in f16, and the absolute position held by each used slot
+/// (`positions.len()` = used slots).
 #[derive(Clone, Copy, Debug)]
 pub struct HeadKv<'a> {
     pub keys: &'a [f16],
@@ -72,8 +81,8 @@ impl Queries<'_> {
     }
 }
 
-/// Floats of one softmax state of `nq` heads: maxima, sums, then `nq × hd` unnormalized
-/// outputs.
+/// Floats of one softmax state of `nq` heads: maxima, sums of weights, then `nq × hd`
+/// outputs (normalized by the sums).
 pub fn state_len(nq: usize, hd: usize) -> usize {
     nq * (hd + 2)
 }
@@ -147,7 +156,7 @@ pub fn chunk_state(
             qs.q,
             nq,
             hd,
-            &kv.keys[a * hd..e * hd],
+            &kv.keys[a * hd..e.next_multiple_of(16) * hd],
             n,
             qs.scale,
             sc,
@@ -173,13 +182,23 @@ pub fn chunk_state(
             }
             any = true;
             let mn = mb.max(m[j]);
-            if m[j] != f32::NEG_INFINITY && mn != m[j] {
-                let alpha = (m[j] - mn).exp();
-                l[j] *= alpha;
-                o[j * hd..(j + 1) * hd].iter_mut().for_each(|x| *x *= alpha);
+            // The earlier blocks' weight on the new maximum's scale (0 before any).
+            let prev = if m[j] == f32::NEG_INFINITY {
+                0.0
+            } else if mn == m[j] {
+                l[j]
+            } else {
+                l[j] * (m[j] - mn).exp()
+            };
+            let lnew = prev + attn::exp_shifted(isa, row, mn);
+            let inv = 1.0 / lnew;
+            row.iter_mut().for_each(|x| *x *= inv);
+            if prev != 0.0 {
+                let f = prev * inv;
+                o[j * hd..(j + 1) * hd].iter_mut().for_each(|x| *x *= f);
             }
             m[j] = mn;
-            l[j] += attn::exp_shifted(isa, row, mn);
+            l[j] = lnew;
         }
         if any {
             attn::accum_f16(isa, sc, BLOCK, nq, hd, &kv.values[a * hd..e * hd], n, o);
@@ -189,8 +208,9 @@ pub fn chunk_state(
 }
 
 /// Folds the state `part` into `acc` (both of `nq` heads): the merge of two softmax states,
-/// `acc` first. A head `part` saw nothing of leaves `acc` unchanged; into an empty `acc` the
-/// state is copied.
+/// `acc` first, each output weighted by its share `l · exp(m − max)` of the merged sum. A
+/// head `part` saw nothing of leaves `acc` unchanged; into an empty `acc` the state is
+/// copied.
 pub fn merge(nq: usize, hd: usize, acc: &mut [f32], part: &[f32]) {
     let (am, rest) = acc.split_at_mut(nq);
     let (al, ao) = rest.split_at_mut(nq);
@@ -208,25 +228,20 @@ pub fn merge(nq: usize, hd: usize, acc: &mut [f32], part: &[f32]) {
             continue;
         }
         let mn = am[j].max(pm[j]);
-        let (a, b) = ((am[j] - mn).exp(), (pm[j] - mn).exp());
-        al[j] = al[j] * a + pl[j] * b;
+        let (wa, wb) = (al[j] * (am[j] - mn).exp(), pl[j] * (pm[j] - mn).exp());
+        let lnew = wa + wb;
+        let (fa, fb) = (wa / lnew, wb / lnew);
         for (x, &y) in ro.iter_mut().zip(src) {
-            *x = *x * a + y * b;
+            *x = *x * fa + y * fb;
         }
         am[j] = mn;
+        al[j] = lnew;
     }
 }
 
-/// The outputs `o / l` of a merged state (`out`: `nq × hd`; zeros for a head that saw
-/// nothing).
+/// The outputs of a merged state (`out`: `nq × hd`; zeros for a head that saw nothing).
 pub fn finish(nq: usize, hd: usize, st: &[f32], out: &mut [f32]) {
-    let (l, o) = (&st[nq..2 * nq], &st[2 * nq..2 * nq + nq * hd]);
-    for j in 0..nq {
-        let inv = if l[j] > 0.0 { 1.0 / l[j] } else { 0.0 };
-        for (d, &x) in out[j * hd..(j + 1) * hd].iter_mut().zip(&o[j * hd..]) {
-            *d = x * inv;
-        }
-    }
+    out[..nq * hd].copy_from_slice(&st[2 * nq..2 * nq + nq * hd]);
 }
 
 /// Attention of the heads of `qs` over slots `lo..hi` of `kv` on one thread: every chunk's

@@ -3,8 +3,8 @@
 //! (biases, Q/K norms, post-norms, gated activation, sliding-window layers) read from the
 //! configuration.
 
-use super::config::ModelConfig;
 use super::attention;
+use super::config::ModelConfig;
 use super::layers::{
     Shared, gated_act, lcm, matmul_job, norm_add, norm_quantize, par_chunks, quantize_rows,
     rms_norm_inplace, rope,

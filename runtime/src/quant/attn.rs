@@ -84,7 +84,11 @@ pub fn max_f32(isa: Isa, x: &[f32]) -> f32 {
                     }
                 }
             }
-            let mut r = it.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut r = it
+                .remainder()
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
             for a in m {
                 r = r.max(a);
             }
@@ -111,11 +115,23 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` key rows
-/// (`keys`: `n × hd` f16), times `scale`: `out[h * ld + s] = scale · q_h · k_s`.
+/// Slots per key tile of the KV cache's key layout.
+pub const KEY_TILE: usize = 16;
+
+/// Index of dimension `d` of slot `s` in keys stored in tiles of [`KEY_TILE`] slots,
+/// dimension-major inside a tile (`[s / 16][d][s % 16]`, head size `hd`): the 16 slots' values
+/// of one dimension are adjacent, so a SIMD lane per slot needs no transposition.
+pub const fn key_index(hd: usize, s: usize, d: usize) -> usize {
+    (s / KEY_TILE) * KEY_TILE * hd + d * KEY_TILE + s % KEY_TILE
+}
+
+/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` keys
+/// (`keys`: whole key tiles, see [`key_index`]), times `scale`:
+/// `out[h * ld + s] = scale · q_h · k_s`. Each score is one chain over the dimensions in
+/// order, the same whatever `nq` and `n`.
 ///
 /// # Panics
-/// If a slice is too short.
+/// If a slice is too short (`keys` must hold the whole tiles of the `n` slots).
 #[allow(clippy::too_many_arguments)]
 pub fn scores_f16(
     isa: Isa,
@@ -129,7 +145,7 @@ pub fn scores_f16(
     ld: usize,
 ) {
     assert!(
-        q.len() >= nq * hd && keys.len() >= n * hd,
+        q.len() >= nq * hd && keys.len() >= n.next_multiple_of(KEY_TILE) * hd,
         "scores_f16: inputs too short"
     );
     assert!(
@@ -140,17 +156,14 @@ pub fn scores_f16(
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
-            x86::scores_f16(q, nq, hd, keys, n, scale, out, ld)
-        },
+        Tier::Avx512 { .. } => unsafe { x86::scores_f16(q, nq, hd, keys, n, scale, out, ld) },
         _ => {
             for s in 0..n {
-                let k = &keys[s * hd..(s + 1) * hd];
                 for h in 0..nq {
                     let qh = &q[h * hd..(h + 1) * hd];
                     let mut acc = 0.0f32;
-                    for (a, b) in qh.iter().zip(k) {
-                        acc += a * b.to_f32();
+                    for (d, a) in qh.iter().enumerate() {
+                        acc += a * keys[key_index(hd, s, d)].to_f32();
                     }
                     out[h * ld + s] = acc * scale;
                 }
@@ -327,42 +340,10 @@ mod x86 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
 
-    /// Transposes a 16 × 16 block of f32 in registers: `r[i]` lane `j` → `r[j]` lane `i`.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn transpose16(r: &mut [__m512; 16]) {
-        let mut t = [_mm512_setzero_ps(); 16];
-        for i in 0..8 {
-            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        let mut u = [_mm512_setzero_ps(); 16];
-        for i in 0..4 {
-            let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
-            u[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
-            u[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
-            u[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, d);
-            u[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
-        }
-        let mut v = [_mm512_setzero_ps(); 16];
-        for k in 0..4 {
-            v[k] = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
-            v[4 + k] = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
-            v[8 + k] = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
-            v[12 + k] = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
-        }
-        for k in 0..4 {
-            r[k] = _mm512_shuffle_f32x4::<0x88>(v[k], v[8 + k]);
-            r[4 + k] = _mm512_shuffle_f32x4::<0x88>(v[4 + k], v[12 + k]);
-            r[8 + k] = _mm512_shuffle_f32x4::<0xDD>(v[k], v[8 + k]);
-            r[12 + k] = _mm512_shuffle_f32x4::<0xDD>(v[4 + k], v[12 + k]);
-        }
-    }
-
-    /// Scores of up to 12 queries for 16 slots at a time: the slots' key rows are widened
-    /// and transposed in registers so that each score is one FMA chain over the head
-    /// dimensions in order (the same chain whatever the number of queries or slots, which
-    /// keeps prefill, decode and batched decode bit-identical).
+    /// Scores of up to 12 queries for the 16 slots of a key tile at a time: one load per
+    /// dimension gives that dimension of all 16 slots, so each score is one FMA chain over
+    /// the head dimensions in order (the same chain whatever the number of queries or
+    /// slots, which keeps prefill, decode and batched decode bit-identical).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn scores_f16(
@@ -379,29 +360,23 @@ mod x86 {
         let kp = keys.as_ptr();
         let op = out.as_mut_ptr();
         let sc = _mm512_set1_ps(scale);
-        // SAFETY: q holds nq·hd floats, keys n·hd halves, out (nq-1)·ld + n floats (caller);
-        // rows past n are never loaded and lanes past n never stored.
+        // SAFETY: q holds nq·hd floats, keys the whole tiles of n slots, out (nq-1)·ld + n
+        // floats (caller); lanes past n are never stored.
         unsafe {
             let mut s0 = 0;
             while s0 < n {
                 let nv = (n - s0).min(16);
                 let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+                let tile = kp.add(s0 * hd);
                 let mut h0 = 0;
                 while h0 < nq {
                     let hn = (nq - h0).min(12);
                     let mut acc = [_mm512_setzero_ps(); 12];
-                    for c in 0..hd / 16 {
-                        let mut r = [_mm512_setzero_ps(); 16];
-                        for (i, ri) in r.iter_mut().enumerate().take(nv) {
-                            *ri = ld16h(kp.add((s0 + i) * hd + 16 * c));
-                        }
-                        transpose16(&mut r);
-                        for (dd, kd) in r.iter().enumerate() {
-                            let d = 16 * c + dd;
-                            for (j, a) in acc.iter_mut().enumerate().take(hn) {
-                                let qv = _mm512_set1_ps(*qp.add((h0 + j) * hd + d));
-                                *a = _mm512_fmadd_ps(qv, *kd, *a);
-                            }
+                    for d in 0..hd {
+                        let kd = ld16h(tile.add(d * 16));
+                        for (j, a) in acc.iter_mut().enumerate().take(hn) {
+                            let qv = _mm512_set1_ps(*qp.add((h0 + j) * hd + d));
+                            *a = _mm512_fmadd_ps(qv, kd, *a);
                         }
                     }
                     for (j, a) in acc.iter().enumerate().take(hn) {
@@ -512,7 +487,8 @@ mod tests {
         let best = crate::quant::detect_best();
         let (hd, n, ldk) = (64, 37, 48);
         let q = data(13 * hd, 1);
-        let kh: Vec<f16> = data(n * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
+        // Keys in whole tiles (48 slots' room for 37).
+        let kh: Vec<f16> = data(48 * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
         let vh: Vec<f16> = data(n * hd, 5).iter().map(|&x| f16::from_f32(x)).collect();
         for nq in [1, 3, 12, 13] {
             let mut sa = vec![0.0f32; nq * ldk];
@@ -544,7 +520,10 @@ mod tests {
         // Head size 256 (Gemma): the value sums run in two column passes.
         let hd2 = 256;
         let q2 = data(4 * hd2, 6);
-        let kh2: Vec<f16> = data(n * hd2, 7).iter().map(|&x| f16::from_f32(x)).collect();
+        let kh2: Vec<f16> = data(48 * hd2, 7)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
         let vh2: Vec<f16> = data(n * hd2, 8).iter().map(|&x| f16::from_f32(x)).collect();
         let mut s2 = vec![0.0f32; 5 * ldk];
         scores_f16(Isa::Scalar, &q2, 4, hd2, &kh2, n, 0.0625, &mut s2, ldk);
