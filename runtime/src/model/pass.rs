@@ -383,7 +383,19 @@ impl Pass<'_> {
         let units = c.n_kv_heads * nblk;
         // Split the KV range of single rows into chunks when there are few rows.
         let split = !tiled && n <= ws.split_rows;
-        let per_unit = if split { ws.max_chunks } else { 1 };
+        // Tasks per unit: the chunks of the longest ring among the rows (rings hold at most
+        // the workspace's capacity, so at most `max_chunks`).
+        let per_unit = if split {
+            ws.rows[..n]
+                .iter()
+                .map(|r| kvs.kv(r.seq, local).used().div_ceil(attention::CHUNK))
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        } else {
+            1
+        };
+        debug_assert!(per_unit <= ws.max_chunks, "ring longer than the workspace");
         let tasks = units * per_unit;
         let sl = attention::state_len(group, hd);
         if split {
