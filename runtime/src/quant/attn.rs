@@ -340,6 +340,37 @@ mod x86 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
 
+    /// Scores of `H` queries (`qp`, rows of `hd`) for the 16 slots of one key tile, lanes in
+    /// `m` stored at `op + j·ld`. `H` is a constant so that the accumulators stay in
+    /// registers.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores_tile<const H: usize>(
+        qp: *const f32,
+        hd: usize,
+        tile: *const f16,
+        sc: __m512,
+        op: *mut f32,
+        ld: usize,
+        m: __mmask16,
+    ) {
+        // SAFETY: the caller guarantees H·hd floats at qp, a whole key tile at `tile` and the
+        // stored lanes inside `op`'s rows.
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); H];
+            for d in 0..hd {
+                let kd = ld16h(tile.add(d * 16));
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                _mm512_mask_storeu_ps(op.add(j * ld), m, _mm512_mul_ps(*a, sc));
+            }
+        }
+    }
+
     /// Scores of up to 12 queries for the 16 slots of a key tile at a time: one load per
     /// dimension gives that dimension of all 16 slots, so each score is one FMA chain over
     /// the head dimensions in order (the same chain whatever the number of queries or
@@ -371,16 +402,20 @@ mod x86 {
                 let mut h0 = 0;
                 while h0 < nq {
                     let hn = (nq - h0).min(12);
-                    let mut acc = [_mm512_setzero_ps(); 12];
-                    for d in 0..hd {
-                        let kd = ld16h(tile.add(d * 16));
-                        for (j, a) in acc.iter_mut().enumerate().take(hn) {
-                            let qv = _mm512_set1_ps(*qp.add((h0 + j) * hd + d));
-                            *a = _mm512_fmadd_ps(qv, kd, *a);
-                        }
-                    }
-                    for (j, a) in acc.iter().enumerate().take(hn) {
-                        _mm512_mask_storeu_ps(op.add((h0 + j) * ld + s0), m, _mm512_mul_ps(*a, sc));
+                    let (qh, oh) = (qp.add(h0 * hd), op.add(h0 * ld + s0));
+                    match hn {
+                        1 => scores_tile::<1>(qh, hd, tile, sc, oh, ld, m),
+                        2 => scores_tile::<2>(qh, hd, tile, sc, oh, ld, m),
+                        3 => scores_tile::<3>(qh, hd, tile, sc, oh, ld, m),
+                        4 => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m),
+                        5 => scores_tile::<5>(qh, hd, tile, sc, oh, ld, m),
+                        6 => scores_tile::<6>(qh, hd, tile, sc, oh, ld, m),
+                        7 => scores_tile::<7>(qh, hd, tile, sc, oh, ld, m),
+                        8 => scores_tile::<8>(qh, hd, tile, sc, oh, ld, m),
+                        9 => scores_tile::<9>(qh, hd, tile, sc, oh, ld, m),
+                        10 => scores_tile::<10>(qh, hd, tile, sc, oh, ld, m),
+                        11 => scores_tile::<11>(qh, hd, tile, sc, oh, ld, m),
+                        _ => scores_tile::<12>(qh, hd, tile, sc, oh, ld, m),
                     }
                     h0 += hn;
                 }
@@ -389,8 +424,51 @@ mod x86 {
         }
     }
 
+    /// `out_h += Σ_s p_h[s] · v_s` for `H` heads and `C` chunks of 16 columns from column
+    /// `col`: accumulators in registers, one FMA chain over the slots in order per value.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn accum_tile<const H: usize, const C: usize>(
+        pp: *const f32,
+        ld: usize,
+        hd: usize,
+        vp: *const f16,
+        n: usize,
+        col: usize,
+        op: *mut f32,
+    ) {
+        // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
+        // rows of hd halves and H output rows of hd floats, columns col..col + 16·C inside.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); C]; H];
+            for (h, row) in acc.iter_mut().enumerate() {
+                for (c, a) in row.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(op.add(h * hd + col + 16 * c));
+                }
+            }
+            for s in 0..n {
+                let mut v = [_mm512_setzero_ps(); C];
+                for (c, vc) in v.iter_mut().enumerate() {
+                    *vc = ld16h(vp.add(s * hd + col + 16 * c));
+                }
+                for (h, row) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*pp.add(h * ld + s));
+                    for (a, vc) in row.iter_mut().zip(&v) {
+                        *a = _mm512_fmadd_ps(w, *vc, *a);
+                    }
+                }
+            }
+            for (h, row) in acc.iter().enumerate() {
+                for (c, a) in row.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a);
+                }
+            }
+        }
+    }
+
     /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
-    /// four heads and up to 128 columns per pass.
+    /// up to four heads and 64 columns per pass.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn accum_f16(
@@ -405,37 +483,31 @@ mod x86 {
         let vp = vals.as_ptr();
         let pp = p.as_ptr();
         let op = out.as_mut_ptr();
-        // SAFETY: sizes checked by the caller (hd a multiple of 16); at most 8 chunks of 16
-        // columns per pass.
+        // SAFETY: sizes checked by the caller (hd a multiple of 16).
         unsafe {
             let mut c0 = 0;
             while c0 < hd / 16 {
-                let chunks = (hd / 16 - c0).min(8);
+                let chunks = (hd / 16 - c0).min(4);
+                let col = 16 * c0;
                 let mut h0 = 0;
                 while h0 < nq {
                     let hn = (nq - h0).min(4);
-                    let mut acc = [[_mm512_setzero_ps(); 8]; 4];
-                    for h in 0..hn {
-                        for c in 0..chunks {
-                            acc[h][c] = _mm512_loadu_ps(op.add((h0 + h) * hd + 16 * (c0 + c)));
-                        }
-                    }
-                    for s in 0..n {
-                        let mut v = [_mm512_setzero_ps(); 8];
-                        for (c, vc) in v.iter_mut().enumerate().take(chunks) {
-                            *vc = ld16h(vp.add(s * hd + 16 * (c0 + c)));
-                        }
-                        for h in 0..hn {
-                            let w = _mm512_set1_ps(*pp.add((h0 + h) * ld + s));
-                            for c in 0..chunks {
-                                acc[h][c] = _mm512_fmadd_ps(w, v[c], acc[h][c]);
+                    let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
+                    macro_rules! go {
+                        ($h:literal) => {
+                            match chunks {
+                                1 => accum_tile::<$h, 1>(ph, ld, hd, vp, n, col, oh),
+                                2 => accum_tile::<$h, 2>(ph, ld, hd, vp, n, col, oh),
+                                3 => accum_tile::<$h, 3>(ph, ld, hd, vp, n, col, oh),
+                                _ => accum_tile::<$h, 4>(ph, ld, hd, vp, n, col, oh),
                             }
-                        }
+                        };
                     }
-                    for h in 0..hn {
-                        for c in 0..chunks {
-                            _mm512_storeu_ps(op.add((h0 + h) * hd + 16 * (c0 + c)), acc[h][c]);
-                        }
+                    match hn {
+                        1 => go!(1),
+                        2 => go!(2),
+                        3 => go!(3),
+                        _ => go!(4),
                     }
                     h0 += hn;
                 }
