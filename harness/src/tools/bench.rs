@@ -618,3 +618,14 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_rows_are_named_as_llama_bench_names_them() {
+        assert_eq!(test_name("tg128".into(), 0), "tg128");
+        assert_eq!(test_name("pp512".into(), 4096), "pp512 @ d4096");
+    }
+}
