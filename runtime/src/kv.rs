@@ -1,7 +1,10 @@
 //! Ring KV cache: one page-aligned anonymous mapping per session, allocated once.
 //!
-//! Layout (f16 elements): `[K | V]`, each `[layer][kv_head][slot][head_dim]`, so that the
-//! attention scan over the slots of one head reads contiguous memory. Every slot remembers
+//! Layout (f16 elements): `[K | V]`, each `[layer][kv_head][slot…]` over the capacity rounded
+//! up to 16 slots, so that the attention scan over the slots of one head reads contiguous
+//! memory. Values are `[slot][head_dim]`; keys are in tiles of 16 slots stored
+//! dimension-major (`[slot / 16][head_dim][slot % 16]`, see [`crate::quant::attn::key_index`]),
+//! so that the scores of 16 slots take one load per dimension. Every slot remembers
 //! the absolute position of the token stored in it; attention masks by position, so the
 //! order of slots in memory does not matter and the write index may wrap.
 //!
@@ -14,6 +17,7 @@
 //! Nothing here allocates after [`KvCache::new`].
 
 use crate::error::{Error, Result};
+use crate::quant::attn::{KEY_TILE, key_index};
 use half::f16;
 use memmap2::MmapMut;
 
@@ -62,11 +66,16 @@ pub struct KvShape {
 }
 
 impl KvShape {
+    /// Slots stored per head: the capacity rounded up to a whole key tile.
+    fn padded(&self) -> Option<usize> {
+        self.capacity.checked_next_multiple_of(KEY_TILE)
+    }
+
     /// f16 elements of one of K or V.
     fn elems(&self) -> Option<usize> {
         self.n_layers
             .checked_mul(self.n_kv_heads)?
-            .checked_mul(self.capacity)?
+            .checked_mul(self.padded()?)?
             .checked_mul(self.head_dim)
     }
 
@@ -231,13 +240,18 @@ impl KvCache {
         &self.positions[..self.used]
     }
 
+    /// Slots stored per head (the capacity rounded up to 16).
+    fn padded(&self) -> usize {
+        self.shape.capacity.next_multiple_of(KEY_TILE)
+    }
+
     fn head_offset(&self, layer: usize, kv_head: usize) -> usize {
-        ((layer * self.shape.n_kv_heads + kv_head) * self.shape.capacity) * self.shape.head_dim
+        ((layer * self.shape.n_kv_heads + kv_head) * self.padded()) * self.shape.head_dim
     }
 
     fn elems(&self) -> usize {
         // Invariant: checked in `new`.
-        self.shape.n_layers * self.shape.n_kv_heads * self.shape.capacity * self.shape.head_dim
+        self.shape.n_layers * self.shape.n_kv_heads * self.padded() * self.shape.head_dim
     }
 
     fn all(&self) -> &[f16] {
@@ -252,18 +266,25 @@ impl KvCache {
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr() as *mut f16, n) }
     }
 
-    /// All slots' keys of one head: `capacity × head_dim` (only `used()` slots are valid).
+    /// All slots' keys of one head in key tiles (`capacity` rounded up to 16, times
+    /// `head_dim`; only `used()` slots are valid): dimension `d` of slot `s` at
+    /// [`key_index`]`(head_dim, s, d)`.
     pub fn keys(&self, layer: usize, kv_head: usize) -> &[f16] {
         let o = self.head_offset(layer, kv_head);
-        let n = self.shape.capacity * self.shape.head_dim;
+        let n = self.padded() * self.shape.head_dim;
         &self.all()[o..o + n]
     }
 
-    /// All slots' values of one head.
+    /// All slots' values of one head, `[slot][head_dim]` (`capacity` rounded up to 16 rows).
     pub fn values(&self, layer: usize, kv_head: usize) -> &[f16] {
         let o = self.elems() + self.head_offset(layer, kv_head);
-        let n = self.shape.capacity * self.shape.head_dim;
+        let n = self.padded() * self.shape.head_dim;
         &self.all()[o..o + n]
+    }
+
+    /// Dimension `d` of the key stored in `slot` of a head.
+    pub fn key(&self, layer: usize, kv_head: usize, slot: usize, d: usize) -> f16 {
+        self.keys(layer, kv_head)[key_index(self.shape.head_dim, slot, d)]
     }
 
     /// Stores one token's K and V rows (`n_kv_heads × head_dim` each, f32) for a layer,
@@ -273,9 +294,12 @@ impl KvCache {
         let elems = self.elems();
         let isa = crate::quant::active_isa();
         for h in 0..self.shape.n_kv_heads {
-            let o = self.head_offset(layer, h) + slot * hd;
+            let base = self.head_offset(layer, h);
+            let o = base + slot * hd;
             let all = self.all_mut();
-            crate::quant::attn::f32_to_f16(isa, &k[h * hd..(h + 1) * hd], &mut all[o..o + hd]);
+            for (d, &x) in k[h * hd..(h + 1) * hd].iter().enumerate() {
+                all[base + key_index(hd, slot, d)] = f16::from_f32(x);
+            }
             crate::quant::attn::f32_to_f16(
                 isa,
                 &v[h * hd..(h + 1) * hd],
@@ -302,7 +326,8 @@ mod tests {
     fn mapping_is_page_aligned_and_sized() {
         let kv = KvCache::new(shape(8), KvPolicy::Error).unwrap();
         assert_eq!(kv.base_ptr() as usize % 4096, 0);
-        assert_eq!(kv.bytes(), 2 * 2 * 3 * 8 * 4 * 2);
+        // 8 slots are stored as one tile of 16.
+        assert_eq!(kv.bytes(), 2 * 2 * 3 * 16 * 4 * 2);
     }
 
     #[test]
@@ -335,15 +360,33 @@ mod tests {
         let s = kv.claim(0).unwrap();
         kv.write(1, s, &k, &v);
         for h in 0..3 {
-            let ks = &kv.keys(1, h)[s * 4..s * 4 + 4];
             let vs = &kv.values(1, h)[s * 4..s * 4 + 4];
             for d in 0..4 {
-                assert_eq!(ks[d], f16::from_f32(k[h * 4 + d]));
+                assert_eq!(kv.key(1, h, s, d), f16::from_f32(k[h * 4 + d]));
                 assert_eq!(vs[d].to_f32(), v[h * 4 + d]);
             }
         }
         // layer 0 untouched (anonymous mapping is zeroed)
         assert!(kv.keys(0, 0).iter().all(|x| x.to_f32() == 0.0));
+    }
+
+    #[test]
+    fn keys_are_tiled_by_sixteen_slots() {
+        let mut kv = KvCache::new(shape(20), KvPolicy::Error).unwrap();
+        let k: Vec<f32> = (0..12).map(|i| i as f32 + 0.5).collect();
+        for p in 0..18 {
+            kv.claim(p).unwrap();
+        }
+        kv.write(1, 17, &k, &k);
+        for h in 0..3 {
+            // Slot 17 is lane 1 of the second tile; a tile is 4 dimensions × 16 lanes.
+            let keys = kv.keys(1, h);
+            assert_eq!(keys.len(), 32 * 4);
+            for d in 0..4 {
+                assert_eq!(keys[64 + d * 16 + 1].to_f32(), k[h * 4 + d]);
+            }
+            assert_eq!(kv.values(1, h)[17 * 4..18 * 4][3].to_f32(), k[h * 4 + 3]);
+        }
     }
 
     #[test]

@@ -229,7 +229,10 @@ proptest! {
         let mut rng = Rng(seed);
         let ld = n.next_multiple_of(16);
         let q: Vec<f32> = (0..nq * hd).map(|_| rng.unit()).collect();
-        let k: Vec<f16> = (0..n * hd).map(|_| f16::from_f32(rng.unit() * 4.0)).collect();
+        // Keys in whole tiles of 16 slots, as the KV cache stores them.
+        let k: Vec<f16> = (0..n.next_multiple_of(16) * hd)
+            .map(|_| f16::from_f32(rng.unit() * 4.0))
+            .collect();
         let v: Vec<f16> = (0..n * hd).map(|_| f16::from_f32(rng.unit())).collect();
         let mut s_ref = vec![0.0f32; nq * ld];
         attn::scores_f16(Isa::Scalar, &q, nq, hd, &k, n, 0.125, &mut s_ref, ld);

@@ -268,6 +268,10 @@ pub struct BenchArgs {
     /// Text-generation test length (0 to skip).
     #[arg(long, default_value_t = 128)]
     pub tg: usize,
+    /// Run the pp and tg tests on top of a KV cache already filled with this many tokens
+    /// (rows `pp512 @ d4096`, `tg128 @ d4096`); the batched test starts empty.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sequences decoded together in the batched-decode test (0 to skip it).
@@ -316,6 +320,7 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         threads: &threads,
         pp: a.pp,
         tg: a.tg,
+        depth: a.depth,
         reps: a.reps,
         batch: a.batch,
         probe_mib: a.probe_mib,

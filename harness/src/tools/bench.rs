@@ -29,6 +29,9 @@ pub struct BenchSpec<'a> {
     pub pp: usize,
     /// Text-generation test length (0 to skip).
     pub tg: usize,
+    /// Tokens already in the KV cache when each pp/tg test starts (filled once, untimed,
+    /// and rewound to between repetitions; the batched test always starts empty).
+    pub depth: usize,
     pub reps: usize,
     /// Sequences decoded together in the batched-decode test (0 to skip it).
     pub batch: usize,
@@ -178,14 +181,25 @@ fn row(
     }
 }
 
-/// Runs the pp/tg (and batched tg) tests at each thread count. Returns the rows and the
-/// largest KV mapping used at once.
+/// A test's name: `pp512`, `tg128`, and on top of a filled KV `pp512 @ d4096` (as
+/// llama-bench names its depth rows).
+fn test_name(base: String, depth: usize) -> String {
+    if depth == 0 {
+        base
+    } else {
+        format!("{base} @ d{depth}")
+    }
+}
+
+/// Runs the pp/tg (and batched tg) tests at each thread count, the pp/tg tests on top of
+/// `depth` cached tokens. Returns the rows and the largest KV mapping used at once.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_rows(
     path: &Path,
     threads: &[usize],
     pp: usize,
     tg: usize,
+    depth: usize,
     batch: usize,
     reps: usize,
     isa: Isa,
@@ -224,26 +238,43 @@ pub fn bench_rows(
         let vocab = cfg.vocab_size;
         let bpt = engine.model.bytes_per_token();
         let mut s = engine.session(SessionOptions {
-            max_seq_len: (pp + tg + 1).max(16),
-            max_batch: pp.clamp(1, 512),
+            max_seq_len: (depth + pp + tg + 1).max(16),
+            max_batch: pp.max(depth).clamp(1, 512),
             ..Default::default()
         })?;
         kv_max = kv_max.max(s.forward_state().map_or(0, |f| f.kv().bytes() as u64));
         // warm-up (page cache, pool, caches)
         s.prefill(&bench_tokens(8.min(pp.max(1)), vocab))?;
+        // The context every test starts from: `depth` tokens, prefilled once and rewound to.
+        let ctx = bench_tokens(depth, vocab);
+        if depth > 0 {
+            progress(&format!(
+                "filling the KV cache to depth {depth} at {t} threads"
+            ));
+            s.reset();
+            s.prefill(&ctx)?;
+        }
+        let rewind = |s: &mut pocketperf_runtime::session::Session<'_>| -> Result<()> {
+            if depth == 0 {
+                s.reset();
+            } else {
+                s.truncate(depth)?;
+            }
+            Ok(())
+        };
         if pp > 0 {
             progress(&format!("pp{pp} at {t} threads"));
             let toks = bench_tokens(pp, vocab);
             let mut samples = Vec::with_capacity(reps);
             let before = s.device_counters();
             for _ in 0..reps {
-                s.reset();
+                rewind(&mut s)?;
                 let t0 = Instant::now();
                 s.prefill(&toks)?;
                 samples.push(pp as f64 / t0.elapsed().as_secs_f64());
             }
             let r = row(
-                format!("pp{pp}"),
+                test_name(format!("pp{pp}"), depth),
                 engine.threads(),
                 isa,
                 pp,
@@ -259,16 +290,16 @@ pub fn bench_rows(
             let mut samples = Vec::with_capacity(reps);
             let before = s.device_counters();
             for _ in 0..reps {
-                s.reset();
+                rewind(&mut s)?;
                 let t0 = Instant::now();
                 for &tok in &toks {
                     s.decode(tok)?;
                 }
                 samples.push(tg as f64 / t0.elapsed().as_secs_f64());
             }
-            let kvb = kv_read_per_token(&cfg, 0, tg);
+            let kvb = kv_read_per_token(&cfg, depth, tg);
             let r = row(
-                format!("tg{tg}"),
+                test_name(format!("tg{tg}"), depth),
                 engine.threads(),
                 isa,
                 tg,
@@ -405,7 +436,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     let bar = crate::progress::spinner("bench");
     let progress = |m: &str| bar.set_message(m.to_string());
     let (rows, kv_bytes) = bench_rows(
-        path, threads, a.pp, a.tg, a.batch, a.reps, isa, a.backend, &a.load, &progress,
+        path, threads, a.pp, a.tg, a.depth, a.batch, a.reps, isa, a.backend, &a.load, &progress,
     )?;
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot stat", path.display()))?
@@ -586,4 +617,15 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
         super::cold_start::print(c);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_rows_are_named_as_llama_bench_names_them() {
+        assert_eq!(test_name("tg128".into(), 0), "tg128");
+        assert_eq!(test_name("pp512".into(), 4096), "pp512 @ d4096");
+    }
 }

@@ -164,20 +164,6 @@ pub(super) fn quantize_rows(
     });
 }
 
-/// In-place softmax of one score row (`-inf` entries get probability 0).
-pub(super) fn softmax(isa: Isa, row: &mut [f32]) {
-    let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if mx == f32::NEG_INFINITY {
-        row.fill(0.0);
-        return;
-    }
-    let sum = attn::exp_shifted(isa, row, mx);
-    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-    for v in row.iter_mut() {
-        *v *= inv;
-    }
-}
-
 /// RMSNorm of each `width`-long row of `x`, times `w`, into `out`. Sum of squares in f64.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize) {
     for (row, o) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {

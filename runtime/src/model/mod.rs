@@ -45,6 +45,7 @@
 //! the OS delays does not stall the others. Nothing on these paths allocates.
 
 pub mod arch;
+pub mod attention;
 mod batch;
 pub mod config;
 mod forward;

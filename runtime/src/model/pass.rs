@@ -3,16 +3,17 @@
 //! (biases, Q/K norms, post-norms, gated activation, sliding-window layers) read from the
 //! configuration.
 
+use super::attention;
 use super::config::ModelConfig;
 use super::layers::{
     Shared, gated_act, lcm, matmul_job, norm_add, norm_quantize, par_chunks, quantize_rows,
-    rms_norm_inplace, rope, softmax,
+    rms_norm_inplace, rope,
 };
 use super::pass_io::{Counters, KvAccess};
 use super::weights::{LayerWeights, Model};
 use super::workspace::{TILE_QUERIES, Workspace};
 use crate::pool::ThreadPool;
-use crate::quant::{self, Isa, attn};
+use crate::quant::{self, Isa};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Adds the bias, applies the per-head RMSNorm and RoPE to rows `0..n`, columns `r0..r1` of
@@ -338,13 +339,19 @@ impl Pass<'_> {
         }
     }
 
-    /// Causal attention of the `n` rows' queries (`ws.q`) into `ws.attn`.
+    /// Causal attention of the `n` rows' queries (`ws.q`) into `ws.attn`, in the fixed
+    /// tree of blocks and chunks of [`super::attention`].
     ///
-    /// A task is one KV head and a block of rows: the block is a single row, or with
-    /// `tiled` (a prefill chunk of one sequence) up to [`TILE_QUERIES`] / group consecutive
-    /// rows that then share every key and value row they read. Each score, softmax and
-    /// output is the same chain of operations in both cases (masked slots contribute exact
-    /// zeros), so a prefill chunk, token-by-token decode and batched decode agree bit for bit.
+    /// A unit of work is one KV head and a block of rows: a single row, or with `tiled` (a
+    /// prefill chunk of one sequence, slots in position order) up to [`TILE_QUERIES`] / group
+    /// consecutive rows that then share every key and value row they read. With few rows
+    /// (decode, batched decode of a few sequences) each unit's KV range is split further
+    /// into chunks shared out to the workers; the worker that finishes a unit's last chunk
+    /// merges the unit's partial states in chunk order. Otherwise a worker takes whole units
+    /// and merges as it goes, in the same order. Each score, block update and merge is the
+    /// same chain of operations in every case (masked slots contribute exact zeros), so a
+    /// prefill chunk, token-by-token decode and batched decode agree bit for bit, at any
+    /// thread count.
     fn attention(
         &self,
         ws: &mut Workspace,
@@ -365,77 +372,127 @@ impl Pass<'_> {
             u32::MAX
         };
         let isa = self.isa;
-        let ldk = ws.ldk;
-        let sc_rows = ws.sc_rows;
         let stride = ws.scratch_stride;
-        let scratch = Shared::new(&mut ws.scratch);
-        let out = Shared::new(&mut ws.attn);
-        let q = &ws.q[..];
-        let rows = &ws.rows[..n];
-        let next = AtomicUsize::new(0);
+        let sc_rows = ws.sc_rows;
         let tb = if tiled {
             (TILE_QUERIES / group).max(1)
         } else {
             1
         };
         let nblk = n.div_ceil(tb);
-        let tasks = c.n_kv_heads * nblk;
+        let units = c.n_kv_heads * nblk;
+        // Split the KV range of single rows into chunks when there are few rows.
+        let split = !tiled && n <= ws.split_rows;
+        // Tasks per unit: the chunks of the longest ring among the rows (rings hold at most
+        // the workspace's capacity, so at most `max_chunks`).
+        let per_unit = if split {
+            ws.rows[..n]
+                .iter()
+                .map(|r| kvs.kv(r.seq, local).used().div_ceil(attention::CHUNK))
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        } else {
+            1
+        };
+        debug_assert!(per_unit <= ws.max_chunks, "ring longer than the workspace");
+        let tasks = units * per_unit;
+        let sl = attention::state_len(group, hd);
+        if split {
+            for d in &ws.done[..units] {
+                d.store(0, Ordering::Relaxed);
+            }
+        }
+        let done = &ws.done[..];
+        let partials = Shared::new(&mut ws.partials);
+        let scratch = Shared::new(&mut ws.scratch);
+        let out = Shared::new(&mut ws.attn);
+        let q = &ws.q[..];
+        let rows = &ws.rows[..n];
+        let next = AtomicUsize::new(0);
         let job = |w: usize, _nw: usize| {
             // SAFETY: each worker owns scratch block `w`.
             let sc = unsafe { scratch.slice(w * stride, stride) };
-            let (scores, rest) = sc.split_at_mut(sc_rows * ldk);
+            let (work, rest) = sc.split_at_mut(attention::scratch_len(sc_rows, hd));
             let (qbuf, rest) = rest.split_at_mut(sc_rows * hd);
             let obuf = &mut rest[..sc_rows * hd];
+            let mut pos = [0u32; TILE_QUERIES];
             loop {
                 let t = next.fetch_add(1, Ordering::Relaxed);
                 if t >= tasks {
                     break;
                 }
-                let (g, blk) = (t / nblk, t % nblk);
+                let (unit, ci) = (t / per_unit, t % per_unit);
+                let (g, blk) = (unit / nblk, unit % nblk);
                 let (t0, t1) = (blk * tb, ((blk + 1) * tb).min(n));
                 let kv = kvs.kv(rows[t0].seq, local);
-                let positions = kv.positions();
-                // Slots any row of the block may see: a prefix when slots are in position
-                // order (tiled), else all of them (masked per row below).
-                let lim = if tiled {
-                    let pmax = rows[t1 - 1].pos;
-                    positions.partition_point(|&p| p <= pmax)
-                } else {
-                    kv.used()
+                let head = attention::HeadKv {
+                    keys: kv.keys(layer, g),
+                    values: kv.values(layer, g),
+                    positions: kv.positions(),
                 };
                 let nq = (t1 - t0) * group;
                 for (b, ti) in (t0..t1).enumerate() {
                     let src = ti * qd + g * group * hd;
                     qbuf[b * group * hd..(b + 1) * group * hd]
                         .copy_from_slice(&q[src..src + group * hd]);
+                    pos[b] = rows[ti].pos;
                 }
-                attn::scores_f16(
-                    isa,
-                    qbuf,
-                    nq,
+                let qs = attention::Queries {
+                    q: &qbuf[..nq * hd],
+                    pos: &pos[..t1 - t0],
+                    group,
                     hd,
-                    kv.keys(layer, g),
-                    lim,
                     scale,
-                    scores,
-                    ldk,
-                );
-                for (b, r) in rows[t0..t1].iter().enumerate() {
-                    for (s, &p) in positions[..lim].iter().enumerate() {
-                        if p > r.pos || r.pos - p >= window {
-                            for h in 0..group {
-                                scores[(b * group + h) * ldk + s] = f32::NEG_INFINITY;
-                            }
-                        }
+                    window,
+                };
+                let (lo, hi) = attention::visible(&head, &qs, tiled);
+                if split {
+                    let cr = attention::chunks(lo, hi);
+                    if cr.is_empty() && ci == 0 {
+                        // Nothing visible (cannot happen for a row that sees its own slot).
+                        // SAFETY: (row t0, KV group g) is this unit's output range.
+                        unsafe { out.slice(t0 * qd + g * group * hd, group * hd) }.fill(0.0);
                     }
+                    if ci >= cr.len() {
+                        continue;
+                    }
+                    let base = unit * per_unit * sl;
+                    {
+                        // SAFETY: (unit, chunk ci) is this task's own partial state.
+                        let part = unsafe { partials.slice(base + ci * sl, sl) };
+                        let (scores, _) = work.split_at_mut(nq * attention::BLOCK);
+                        attention::chunk_state(
+                            isa,
+                            &head,
+                            &qs,
+                            cr.start + ci,
+                            lo,
+                            hi,
+                            scores,
+                            part,
+                        );
+                    }
+                    // The last chunk of the unit to finish merges them all; AcqRel makes the
+                    // other chunks' states visible to it.
+                    if done[unit].fetch_add(1, Ordering::AcqRel) + 1 < cr.len() {
+                        continue;
+                    }
+                    let acc = &mut work[..sl];
+                    acc[..nq].fill(f32::NEG_INFINITY);
+                    acc[nq..].fill(0.0);
+                    for k in 0..cr.len() {
+                        // SAFETY: every chunk of the unit is finished (counter above) and no
+                        // other task touches the unit's states any more.
+                        let part = unsafe { partials.slice(base + k * sl, sl) };
+                        attention::merge(nq, hd, acc, part);
+                    }
+                    attention::finish(nq, hd, acc, &mut obuf[..nq * hd]);
+                } else {
+                    attention::attend(isa, &head, &qs, lo, hi, work, &mut obuf[..nq * hd]);
                 }
-                for j in 0..nq {
-                    softmax(isa, &mut scores[j * ldk..j * ldk + lim]);
-                }
-                obuf[..nq * hd].fill(0.0);
-                attn::accum_f16(isa, scores, ldk, nq, hd, kv.values(layer, g), lim, obuf);
                 for (b, ti) in (t0..t1).enumerate() {
-                    // SAFETY: (row ti, KV group g) is one task's disjoint output range.
+                    // SAFETY: (row ti, KV group g) is one unit's disjoint output range.
                     let o = unsafe { out.slice(ti * qd + g * group * hd, group * hd) };
                     o.copy_from_slice(&obuf[b * group * hd..(b + 1) * group * hd]);
                 }

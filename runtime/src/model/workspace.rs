@@ -1,8 +1,10 @@
 //! Scratch buffers of the forward pass, allocated once per session (or batch decoder) so
 //! that decoding a token allocates nothing.
 
+use super::attention::{self, CHUNK};
 use super::config::ModelConfig;
 use crate::quant::QuantizedActs;
+use std::sync::atomic::AtomicUsize;
 
 /// Where one row of a forward call belongs: its sequence (index into the KV set), absolute
 /// position and KV slot.
@@ -19,6 +21,11 @@ pub(super) struct RowInfo {
 /// Query heads per tiled-attention task (tokens × heads of one KV group).
 pub(super) const TILE_QUERIES: usize = 12;
 
+/// Most rows of a forward call whose attention is split into KV chunks shared out to the
+/// workers (decode, and batched decode of a few sequences); more rows keep every worker busy
+/// with whole rows.
+pub(super) const SPLIT_ROWS: usize = 8;
+
 /// Scratch buffers, allocated once per session (or batch decoder).
 pub(super) struct Workspace {
     pub(super) x: Vec<f32>,
@@ -34,10 +41,17 @@ pub(super) struct Workspace {
     /// Per-worker attention scratch, `scratch_stride` floats each.
     pub(super) scratch: Vec<f32>,
     pub(super) scratch_stride: usize,
-    /// Slots of the widest KV ring served, rounded up to 16.
-    pub(super) ldk: usize,
-    /// Rows of score scratch per worker.
+    /// Query heads of one attention task at most.
     pub(super) sc_rows: usize,
+    /// Rows whose attention may be split into chunks (`SPLIT_ROWS` at most).
+    pub(super) split_rows: usize,
+    /// Chunks of the widest KV ring served.
+    pub(super) max_chunks: usize,
+    /// Partial softmax states of split attention: per (row, KV head, chunk) one state of
+    /// a KV group's query heads.
+    pub(super) partials: Vec<f32>,
+    /// Chunks finished per (row, KV head) of split attention.
+    pub(super) done: Vec<AtomicUsize>,
     /// Rotations of each row for the global layers, then for the local ones.
     pub(super) cos: Vec<f32>,
     pub(super) sin: Vec<f32>,
@@ -58,10 +72,13 @@ impl Workspace {
     ) -> Self {
         let hd = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
-        let ldk = cap.next_multiple_of(16);
         let sc_rows = TILE_QUERIES.max(group);
-        // Scores, then query and output staging.
-        let scratch_stride = (sc_rows * ldk + 2 * sc_rows * hd).next_multiple_of(16);
+        // A block of scores and two softmax states, then query and output staging.
+        let scratch_stride =
+            (attention::scratch_len(sc_rows, hd) + 2 * sc_rows * hd).next_multiple_of(16);
+        let split_rows = rows.min(SPLIT_ROWS);
+        let max_chunks = cap.div_ceil(CHUNK).max(1);
+        let units = split_rows * c.n_kv_heads;
         let swa_rows = if c.n_swa_layers() > 0 { rows } else { 0 };
         let widest = c.n_embd.max(c.n_ff).max(c.q_dim());
         Workspace {
@@ -77,8 +94,11 @@ impl Workspace {
             acts2: QuantizedActs::new(rows, c.n_ff),
             scratch: vec![0.0; threads * scratch_stride],
             scratch_stride,
-            ldk,
             sc_rows,
+            split_rows,
+            max_chunks,
+            partials: vec![0.0; units * max_chunks * attention::state_len(group, hd)],
+            done: (0..units).map(|_| AtomicUsize::new(0)).collect(),
             cos: vec![0.0; rows * c.rope_dims / 2],
             sin: vec![0.0; rows * c.rope_dims / 2],
             cos_swa: vec![0.0; swa_rows * c.rope_dims / 2],

@@ -1,5 +1,7 @@
-//! Attention kernels: scores of query heads against f16 keys, softmax, value accumulation,
-//! f16 ⇄ f32 conversion of cache rows, and the SwiGLU gate. Scalar reference everywhere; AVX-512 kernels when
+//! Attention kernels: scores of query heads against f16 keys, the maximum and shifted
+//! exponentials of a score row (softmax), value accumulation, f16 ⇄ f32 conversion of cache
+//! rows, and the SwiGLU gate. The blocked online-softmax attention built on them is
+//! [`crate::model::attention`]. Scalar reference everywhere; AVX-512 kernels when
 //! the tier has them (other tiers run the scalar code, which is the reference).
 //!
 //! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
@@ -65,6 +67,36 @@ pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
     }
 }
 
+/// The largest value of `x` (−∞ when empty). Exact, so every tier returns the same value.
+pub fn max_f32(isa: Isa, x: &[f32]) -> f32 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { x86::max_f32(x) },
+        _ => {
+            // Eight running maxima (independent chains), then their maximum.
+            let mut m = [f32::NEG_INFINITY; 8];
+            let mut it = x.chunks_exact(8);
+            for c in &mut it {
+                for (a, &v) in m.iter_mut().zip(c) {
+                    if v > *a {
+                        *a = v;
+                    }
+                }
+            }
+            let mut r = it
+                .remainder()
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            for a in m {
+                r = r.max(a);
+            }
+            r
+        }
+    }
+}
+
 /// `g[i] = silu(g[i]) · u[i]` with `silu(x) = x / (1 + exp(-x))` (the SwiGLU gate).
 ///
 /// # Panics
@@ -83,11 +115,23 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` key rows
-/// (`keys`: `n × hd` f16), times `scale`: `out[h * ld + s] = scale · q_h · k_s`.
+/// Slots per key tile of the KV cache's key layout.
+pub const KEY_TILE: usize = 16;
+
+/// Index of dimension `d` of slot `s` in keys stored in tiles of [`KEY_TILE`] slots,
+/// dimension-major inside a tile (`[s / 16][d][s % 16]`, head size `hd`): the 16 slots' values
+/// of one dimension are adjacent, so a SIMD lane per slot needs no transposition.
+pub const fn key_index(hd: usize, s: usize, d: usize) -> usize {
+    (s / KEY_TILE) * KEY_TILE * hd + d * KEY_TILE + s % KEY_TILE
+}
+
+/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` keys
+/// (`keys`: whole key tiles, see [`key_index`]), times `scale`:
+/// `out[h * ld + s] = scale · q_h · k_s`. Each score is one chain over the dimensions in
+/// order, the same whatever `nq` and `n`.
 ///
 /// # Panics
-/// If a slice is too short.
+/// If a slice is too short (`keys` must hold the whole tiles of the `n` slots).
 #[allow(clippy::too_many_arguments)]
 pub fn scores_f16(
     isa: Isa,
@@ -101,7 +145,7 @@ pub fn scores_f16(
     ld: usize,
 ) {
     assert!(
-        q.len() >= nq * hd && keys.len() >= n * hd,
+        q.len() >= nq * hd && keys.len() >= n.next_multiple_of(KEY_TILE) * hd,
         "scores_f16: inputs too short"
     );
     assert!(
@@ -112,17 +156,14 @@ pub fn scores_f16(
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
-            x86::scores_f16(q, nq, hd, keys, n, scale, out, ld)
-        },
+        Tier::Avx512 { .. } => unsafe { x86::scores_f16(q, nq, hd, keys, n, scale, out, ld) },
         _ => {
             for s in 0..n {
-                let k = &keys[s * hd..(s + 1) * hd];
                 for h in 0..nq {
                     let qh = &q[h * hd..(h + 1) * hd];
                     let mut acc = 0.0f32;
-                    for (a, b) in qh.iter().zip(k) {
-                        acc += a * b.to_f32();
+                    for (d, a) in qh.iter().enumerate() {
+                        acc += a * keys[key_index(hd, s, d)].to_f32();
                     }
                     out[h * ld + s] = acc * scale;
                 }
@@ -158,7 +199,7 @@ pub fn accum_f16(
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } if hd.is_multiple_of(16) && hd <= 128 => unsafe {
+        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
             x86::accum_f16(p, ld, nq, hd, vals, n, out)
         },
         _ => {
@@ -299,42 +340,41 @@ mod x86 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
     }
 
-    /// Transposes a 16 × 16 block of f32 in registers: `r[i]` lane `j` → `r[j]` lane `i`.
-    #[target_feature(enable = "avx512f")]
+    /// Scores of `H` queries (`qp`, rows of `hd`) for the 16 slots of one key tile, lanes in
+    /// `m` stored at `op + j·ld`. `H` is a constant so that the accumulators stay in
+    /// registers.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[inline]
-    fn transpose16(r: &mut [__m512; 16]) {
-        let mut t = [_mm512_setzero_ps(); 16];
-        for i in 0..8 {
-            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        let mut u = [_mm512_setzero_ps(); 16];
-        for i in 0..4 {
-            let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
-            u[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
-            u[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
-            u[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, d);
-            u[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
-        }
-        let mut v = [_mm512_setzero_ps(); 16];
-        for k in 0..4 {
-            v[k] = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
-            v[4 + k] = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
-            v[8 + k] = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
-            v[12 + k] = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
-        }
-        for k in 0..4 {
-            r[k] = _mm512_shuffle_f32x4::<0x88>(v[k], v[8 + k]);
-            r[4 + k] = _mm512_shuffle_f32x4::<0x88>(v[4 + k], v[12 + k]);
-            r[8 + k] = _mm512_shuffle_f32x4::<0xDD>(v[k], v[8 + k]);
-            r[12 + k] = _mm512_shuffle_f32x4::<0xDD>(v[4 + k], v[12 + k]);
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores_tile<const H: usize>(
+        qp: *const f32,
+        hd: usize,
+        tile: *const f16,
+        sc: __m512,
+        op: *mut f32,
+        ld: usize,
+        m: __mmask16,
+    ) {
+        // SAFETY: the caller guarantees H·hd floats at qp, a whole key tile at `tile` and the
+        // stored lanes inside `op`'s rows.
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); H];
+            for d in 0..hd {
+                let kd = ld16h(tile.add(d * 16));
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                _mm512_mask_storeu_ps(op.add(j * ld), m, _mm512_mul_ps(*a, sc));
+            }
         }
     }
 
-    /// Scores of up to 12 queries for 16 slots at a time: the slots' key rows are widened
-    /// and transposed in registers so that each score is one FMA chain over the head
-    /// dimensions in order (the same chain whatever the number of queries or slots, which
-    /// keeps prefill, decode and batched decode bit-identical).
+    /// Scores of up to 12 queries for the 16 slots of a key tile at a time: one load per
+    /// dimension gives that dimension of all 16 slots, so each score is one FMA chain over
+    /// the head dimensions in order (the same chain whatever the number of queries or
+    /// slots, which keeps prefill, decode and batched decode bit-identical).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn scores_f16(
@@ -351,33 +391,31 @@ mod x86 {
         let kp = keys.as_ptr();
         let op = out.as_mut_ptr();
         let sc = _mm512_set1_ps(scale);
-        // SAFETY: q holds nq·hd floats, keys n·hd halves, out (nq-1)·ld + n floats (caller);
-        // rows past n are never loaded and lanes past n never stored.
+        // SAFETY: q holds nq·hd floats, keys the whole tiles of n slots, out (nq-1)·ld + n
+        // floats (caller); lanes past n are never stored.
         unsafe {
             let mut s0 = 0;
             while s0 < n {
                 let nv = (n - s0).min(16);
                 let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+                let tile = kp.add(s0 * hd);
                 let mut h0 = 0;
                 while h0 < nq {
                     let hn = (nq - h0).min(12);
-                    let mut acc = [_mm512_setzero_ps(); 12];
-                    for c in 0..hd / 16 {
-                        let mut r = [_mm512_setzero_ps(); 16];
-                        for (i, ri) in r.iter_mut().enumerate().take(nv) {
-                            *ri = ld16h(kp.add((s0 + i) * hd + 16 * c));
-                        }
-                        transpose16(&mut r);
-                        for (dd, kd) in r.iter().enumerate() {
-                            let d = 16 * c + dd;
-                            for (j, a) in acc.iter_mut().enumerate().take(hn) {
-                                let qv = _mm512_set1_ps(*qp.add((h0 + j) * hd + d));
-                                *a = _mm512_fmadd_ps(qv, *kd, *a);
-                            }
-                        }
-                    }
-                    for (j, a) in acc.iter().enumerate().take(hn) {
-                        _mm512_mask_storeu_ps(op.add((h0 + j) * ld + s0), m, _mm512_mul_ps(*a, sc));
+                    let (qh, oh) = (qp.add(h0 * hd), op.add(h0 * ld + s0));
+                    match hn {
+                        1 => scores_tile::<1>(qh, hd, tile, sc, oh, ld, m),
+                        2 => scores_tile::<2>(qh, hd, tile, sc, oh, ld, m),
+                        3 => scores_tile::<3>(qh, hd, tile, sc, oh, ld, m),
+                        4 => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m),
+                        5 => scores_tile::<5>(qh, hd, tile, sc, oh, ld, m),
+                        6 => scores_tile::<6>(qh, hd, tile, sc, oh, ld, m),
+                        7 => scores_tile::<7>(qh, hd, tile, sc, oh, ld, m),
+                        8 => scores_tile::<8>(qh, hd, tile, sc, oh, ld, m),
+                        9 => scores_tile::<9>(qh, hd, tile, sc, oh, ld, m),
+                        10 => scores_tile::<10>(qh, hd, tile, sc, oh, ld, m),
+                        11 => scores_tile::<11>(qh, hd, tile, sc, oh, ld, m),
+                        _ => scores_tile::<12>(qh, hd, tile, sc, oh, ld, m),
                     }
                     h0 += hn;
                 }
@@ -386,8 +424,51 @@ mod x86 {
         }
     }
 
+    /// `out_h += Σ_s p_h[s] · v_s` for `H` heads and `C` chunks of 16 columns from column
+    /// `col`: accumulators in registers, one FMA chain over the slots in order per value.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn accum_tile<const H: usize, const C: usize>(
+        pp: *const f32,
+        ld: usize,
+        hd: usize,
+        vp: *const f16,
+        n: usize,
+        col: usize,
+        op: *mut f32,
+    ) {
+        // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
+        // rows of hd halves and H output rows of hd floats, columns col..col + 16·C inside.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); C]; H];
+            for (h, row) in acc.iter_mut().enumerate() {
+                for (c, a) in row.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(op.add(h * hd + col + 16 * c));
+                }
+            }
+            for s in 0..n {
+                let mut v = [_mm512_setzero_ps(); C];
+                for (c, vc) in v.iter_mut().enumerate() {
+                    *vc = ld16h(vp.add(s * hd + col + 16 * c));
+                }
+                for (h, row) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*pp.add(h * ld + s));
+                    for (a, vc) in row.iter_mut().zip(&v) {
+                        *a = _mm512_fmadd_ps(w, *vc, *a);
+                    }
+                }
+            }
+            for (h, row) in acc.iter().enumerate() {
+                for (c, a) in row.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a);
+                }
+            }
+        }
+    }
+
     /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
-    /// four heads per pass.
+    /// up to four heads and 64 columns per pass.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn accum_f16(
@@ -399,41 +480,61 @@ mod x86 {
         n: usize,
         out: &mut [f32],
     ) {
-        let chunks = hd / 16;
         let vp = vals.as_ptr();
         let pp = p.as_ptr();
         let op = out.as_mut_ptr();
-        // SAFETY: sizes checked by the caller; hd ≤ 128 so at most 8 chunks per head.
+        // SAFETY: sizes checked by the caller (hd a multiple of 16).
         unsafe {
-            let mut h0 = 0;
-            while h0 < nq {
-                let hn = (nq - h0).min(4);
-                let mut acc = [[_mm512_setzero_ps(); 8]; 4];
-                for h in 0..hn {
-                    for c in 0..chunks {
-                        acc[h][c] = _mm512_loadu_ps(op.add((h0 + h) * hd + 16 * c));
+            let mut c0 = 0;
+            while c0 < hd / 16 {
+                let chunks = (hd / 16 - c0).min(4);
+                let col = 16 * c0;
+                let mut h0 = 0;
+                while h0 < nq {
+                    let hn = (nq - h0).min(4);
+                    let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
+                    macro_rules! go {
+                        ($h:literal) => {
+                            match chunks {
+                                1 => accum_tile::<$h, 1>(ph, ld, hd, vp, n, col, oh),
+                                2 => accum_tile::<$h, 2>(ph, ld, hd, vp, n, col, oh),
+                                3 => accum_tile::<$h, 3>(ph, ld, hd, vp, n, col, oh),
+                                _ => accum_tile::<$h, 4>(ph, ld, hd, vp, n, col, oh),
+                            }
+                        };
                     }
+                    match hn {
+                        1 => go!(1),
+                        2 => go!(2),
+                        3 => go!(3),
+                        _ => go!(4),
+                    }
+                    h0 += hn;
                 }
-                for s in 0..n {
-                    let mut v = [_mm512_setzero_ps(); 8];
-                    for (c, vc) in v.iter_mut().enumerate().take(chunks) {
-                        *vc = ld16h(vp.add(s * hd + 16 * c));
-                    }
-                    for h in 0..hn {
-                        let w = _mm512_set1_ps(*pp.add((h0 + h) * ld + s));
-                        for c in 0..chunks {
-                            acc[h][c] = _mm512_fmadd_ps(w, v[c], acc[h][c]);
-                        }
-                    }
-                }
-                for h in 0..hn {
-                    for c in 0..chunks {
-                        _mm512_storeu_ps(op.add((h0 + h) * hd + 16 * c), acc[h][c]);
-                    }
-                }
-                h0 += hn;
+                c0 += chunks;
             }
         }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
+        let n = x.len();
+        let p = x.as_ptr();
+        let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        // SAFETY: loads stay below n (the tail uses a mask).
+        unsafe {
+            while i < n {
+                let m: __mmask16 = if n - i >= 16 {
+                    0xFFFF
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
+                acc = _mm512_mask_max_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, p.add(i)));
+                i += 16;
+            }
+        }
+        _mm512_reduce_max_ps(acc)
     }
 }
 
@@ -458,7 +559,8 @@ mod tests {
         let best = crate::quant::detect_best();
         let (hd, n, ldk) = (64, 37, 48);
         let q = data(13 * hd, 1);
-        let kh: Vec<f16> = data(n * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
+        // Keys in whole tiles (48 slots' room for 37).
+        let kh: Vec<f16> = data(48 * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
         let vh: Vec<f16> = data(n * hd, 5).iter().map(|&x| f16::from_f32(x)).collect();
         for nq in [1, 3, 12, 13] {
             let mut sa = vec![0.0f32; nq * ldk];
@@ -487,7 +589,30 @@ mod tests {
         for h in 0..3 {
             assert_eq!(full[h * ldk..h * ldk + 20], part[h * ldk..h * ldk + 20]);
         }
+        // Head size 256 (Gemma): the value sums run in two column passes.
+        let hd2 = 256;
+        let q2 = data(4 * hd2, 6);
+        let kh2: Vec<f16> = data(48 * hd2, 7)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let vh2: Vec<f16> = data(n * hd2, 8).iter().map(|&x| f16::from_f32(x)).collect();
+        let mut s2 = vec![0.0f32; 5 * ldk];
+        scores_f16(Isa::Scalar, &q2, 4, hd2, &kh2, n, 0.0625, &mut s2, ldk);
+        let mut oa = vec![0.25f32; 5 * hd2];
+        let mut ob = oa.clone();
+        accum_f16(Isa::Scalar, &s2, ldk, 4, hd2, &vh2, n, &mut oa);
+        accum_f16(best, &s2, ldk, 4, hd2, &vh2, n, &mut ob);
+        for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+            assert!((x - y).abs() < 1e-4, "f16 out hd 256 {i}: {x} vs {y}");
+        }
+        // The maximum is exact on every tier, whatever the length and tail.
         let a: Vec<f32> = data(n, 9).iter().map(|x| x * 30.0).collect();
+        for len in [0, 1, 15, 16, 17, 37] {
+            let want = a[..len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_f32(Isa::Scalar, &a[..len]), want, "len {len}");
+            assert_eq!(max_f32(best, &a[..len]), want, "len {len}");
+        }
         let mut ea = a.clone();
         let mut eb = a.clone();
         let sa = exp_shifted(Isa::Scalar, &mut ea, 0.5);
