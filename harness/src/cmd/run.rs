@@ -173,7 +173,10 @@ pub struct RunArgs {
     /// restarted) or `http://HOST:PORT` (an OpenAI-compatible server, docs/HTTP.md).
     #[arg(long, default_value = "in-process")]
     pub sut: SutArg,
+    /// Recorded under `sut` (result.json `meta.settings.sut`) for HTTP runs only, so runs of
+    /// the other SUTs keep the `cli` they always had.
     #[command(flatten)]
+    #[serde(skip)]
     pub http: HttpSutArgs,
     /// Untimed warm-up queries before the timed pass, never counted in its results
     /// (default: the preset's, 1 for quick and 3 for full; 0 for none).

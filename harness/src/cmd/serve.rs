@@ -115,7 +115,9 @@ fn serve_http(a: &ServeArgs, addr: std::net::SocketAddr) -> Result<i32> {
         max_queue: a.max_queue,
         drain: std::time::Duration::from_secs(a.drain_s),
     };
-    serve(&engine, listener, cfg, model, || crate::soak::signal::count() > 0)?;
+    serve(&engine, listener, cfg, model, || {
+        crate::soak::signal::count() > 0
+    })?;
     eprintln!("pocketperf serve: stopped");
     Ok(0)
 }

@@ -119,7 +119,9 @@ fn prompt_of(v: &Value) -> Result<PromptInput, ApiError> {
             .map(PromptInput::Tokens),
         Some(Value::Array(a)) if a.len() == 1 => match &a[0] {
             Value::String(s) => Ok(PromptInput::Text(s.clone())),
-            _ => Err(ApiError::bad("`prompt` must be a string or an array of token ids")),
+            _ => Err(ApiError::bad(
+                "`prompt` must be a string or an array of token ids",
+            )),
         },
         Some(Value::Array(_)) => Err(ApiError::bad(
             "`prompt` must be one string or one array of token ids (batches are not served)",
@@ -190,7 +192,14 @@ pub fn parse_request(
     if !v.is_object() {
         return Err(ApiError::bad("the body must be a JSON object"));
     }
-    for key in ["stop", "best_of", "suffix", "tools", "functions", "response_format"] {
+    for key in [
+        "stop",
+        "best_of",
+        "suffix",
+        "tools",
+        "functions",
+        "response_format",
+    ] {
         if v.get(key).is_some_and(|x| !x.is_null()) {
             return Err(ApiError::bad(format!("`{key}` is not supported")));
         }
@@ -442,10 +451,16 @@ mod tests {
 
     #[test]
     fn valid_requests_parse_with_defaults_and_limits() {
-        let r = parse(Api::Completions, r#"{"prompt":"hi","max_tokens":5,"logprobs":3}"#)
-            .unwrap();
+        let r = parse(
+            Api::Completions,
+            r#"{"prompt":"hi","max_tokens":5,"logprobs":3}"#,
+        )
+        .unwrap();
         assert!(matches!(r.prompt, PromptInput::Text(ref s) if s == "hi"));
-        assert_eq!((r.max_tokens, r.top_logprobs, r.stream), (5, Some(3), false));
+        assert_eq!(
+            (r.max_tokens, r.top_logprobs, r.stream),
+            (5, Some(3), false)
+        );
         let r = parse(Api::Completions, r#"{"prompt":[1,2,3]}"#).unwrap();
         assert!(matches!(r.prompt, PromptInput::Tokens(ref t) if t == &[1, 2, 3]));
         assert_eq!(r.max_tokens, 256, "the limit is the default");
@@ -470,20 +485,59 @@ mod tests {
             (Api::Completions, r#"{"prompt":5}"#, "`prompt` must be"),
             (Api::Completions, r#"{"prompt":[-1]}"#, "token ids"),
             (Api::Completions, r#"{"prompt":["a","b"]}"#, "batches"),
-            (Api::Completions, r#"{"prompt":"x","max_tokens":257}"#, "between 1 and 256"),
-            (Api::Completions, r#"{"prompt":"x","max_tokens":0}"#, "between 1 and 256"),
-            (Api::Completions, r#"{"prompt":"x","max_tokens":"9"}"#, "`max_tokens`"),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","max_tokens":257}"#,
+                "between 1 and 256",
+            ),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","max_tokens":0}"#,
+                "between 1 and 256",
+            ),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","max_tokens":"9"}"#,
+                "`max_tokens`",
+            ),
             (Api::Completions, r#"{"prompt":"x","n":2}"#, "`n` must be 1"),
-            (Api::Completions, r#"{"prompt":"x","stop":["\n"]}"#, "`stop`"),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","stop":["\n"]}"#,
+                "`stop`",
+            ),
             (Api::Completions, r#"{"prompt":"x","echo":true}"#, "`echo`"),
-            (Api::Completions, r#"{"prompt":"x","logprobs":21}"#, "at most 20"),
-            (Api::Completions, r#"{"prompt":"x","temperature":3}"#, "`temperature`"),
-            (Api::Completions, r#"{"prompt":"x","stream":"yes"}"#, "`stream`"),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","logprobs":21}"#,
+                "at most 20",
+            ),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","temperature":3}"#,
+                "`temperature`",
+            ),
+            (
+                Api::Completions,
+                r#"{"prompt":"x","stream":"yes"}"#,
+                "`stream`",
+            ),
             (Api::Chat, r#"{"messages":[]}"#, "empty"),
-            (Api::Chat, r#"{"messages":[{"role":"robot","content":"x"}]}"#, "role"),
-            (Api::Chat, r#"{"messages":[{"role":"user","content":3}]}"#, "content"),
-            (Api::Chat, r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
-             "needs `logprobs: true`"),
+            (
+                Api::Chat,
+                r#"{"messages":[{"role":"robot","content":"x"}]}"#,
+                "role",
+            ),
+            (
+                Api::Chat,
+                r#"{"messages":[{"role":"user","content":3}]}"#,
+                "content",
+            ),
+            (
+                Api::Chat,
+                r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
+                "needs `logprobs: true`",
+            ),
         ];
         for (api, body, needle) in cases {
             let e = parse(api, body).expect_err(body);

@@ -109,7 +109,9 @@ pub struct HttpClient {
 /// `http://host:port` without a trailing slash, or why not.
 pub fn normalize_base(url: &str) -> Result<String, String> {
     if url.starts_with("https://") {
-        return Err(format!("{url}: https is not supported (plain HTTP on a local link)"));
+        return Err(format!(
+            "{url}: https is not supported (plain HTTP on a local link)"
+        ));
     }
     let Some(rest) = url.strip_prefix("http://") else {
         return Err(format!("{url}: expected http://HOST:PORT"));
@@ -432,16 +434,28 @@ mod tests {
 
     #[test]
     fn base_urls_are_checked() {
-        assert_eq!(normalize_base("http://127.0.0.1:8080/").unwrap(), "http://127.0.0.1:8080");
+        assert_eq!(
+            normalize_base("http://127.0.0.1:8080/").unwrap(),
+            "http://127.0.0.1:8080"
+        );
         assert!(normalize_base("https://x:1").unwrap_err().contains("https"));
         assert!(normalize_base("127.0.0.1:80").is_err());
-        assert!(normalize_base("http://h:1/v1").unwrap_err().contains("no path"));
+        assert!(
+            normalize_base("http://h:1/v1")
+                .unwrap_err()
+                .contains("no path")
+        );
     }
 
     #[test]
     fn chunks_count_as_tokens_only_with_text_before_the_finish() {
-        let c = HttpClient::new("http://127.0.0.1:9", 1, Duration::from_secs(1), Duration::from_secs(1))
-            .unwrap();
+        let c = HttpClient::new(
+            "http://127.0.0.1:9",
+            1,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         let mut out = StreamOutcome::default();
         let mut n = 0;
         let now = Instant::now();

@@ -280,10 +280,7 @@ async fn generate(
     }
     let n = sh.next_id.fetch_add(1, Ordering::Relaxed);
     let ids = ResponseIds {
-        id: format!(
-            "{}-{n}",
-            if api == Api::Chat { "chatcmpl" } else { "cmpl" }
-        ),
+        id: format!("{}-{n}", if api == Api::Chat { "chatcmpl" } else { "cmpl" }),
         created: chrono::Utc::now().timestamp(),
         model: sh.model.id.clone(),
     };
@@ -292,14 +289,19 @@ async fn generate(
     let timed_out = || ApiError::new(504, "request timed out");
     if p.stream {
         // The first event decides the status: an error before any token is the request's.
-        let first = match tokio::time::timeout_at((deadline + Duration::from_secs(2)).into(), rx.recv()).await {
-            Err(_) => return Err(timed_out()),
-            Ok(None) => return Err(ApiError::new(500, "the generation ended without a result")),
-            Ok(Some(GenEvent::Failed { status, message })) => {
-                return Err(ApiError::new(status, message));
-            }
-            Ok(Some(e)) => e,
-        };
+        let first =
+            match tokio::time::timeout_at((deadline + Duration::from_secs(2)).into(), rx.recv())
+                .await
+            {
+                Err(_) => return Err(timed_out()),
+                Ok(None) => {
+                    return Err(ApiError::new(500, "the generation ended without a result"));
+                }
+                Ok(Some(GenEvent::Failed { status, message })) => {
+                    return Err(ApiError::new(status, message));
+                }
+                Ok(Some(e)) => e,
+            };
         sh.in_flight.fetch_add(1, Ordering::Relaxed);
         let mut s = StreamBody {
             rx,
@@ -334,10 +336,7 @@ async fn generate(
     match tokio::time::timeout(wait, collect).await {
         Err(_) => Err(timed_out()),
         Ok(Err(e)) => Err(e),
-        Ok(Ok((tokens, f))) => Ok(json_response(
-            200,
-            &full_response(api, &ids, &tokens, &f),
-        )),
+        Ok(Ok((tokens, f))) => Ok(json_response(200, &full_response(api, &ids, &tokens, &f))),
     }
 }
 
@@ -352,7 +351,10 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<OutB
         _ => None,
     };
     let Some((want, api)) = route else {
-        return Ok(error_response(&ApiError::new(404, format!("no route {path}"))));
+        return Ok(error_response(&ApiError::new(
+            404,
+            format!("no route {path}"),
+        )));
     };
     if method != want {
         return Ok(error_response(&ApiError::new(

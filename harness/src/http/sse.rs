@@ -127,7 +127,11 @@ mod tests {
         assert_eq!(whole, vec!["{\"a\":1}", "two\nlines", "[DONE]"]);
         for cut in 0..stream.len() {
             let (a, b) = stream.split_at(cut);
-            assert_eq!(all(&mut SseDecoder::new(1024), &[a, b]), whole, "cut at {cut}");
+            assert_eq!(
+                all(&mut SseDecoder::new(1024), &[a, b]),
+                whole,
+                "cut at {cut}"
+            );
         }
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(all(&mut SseDecoder::new(1024), &bytes), whole);
@@ -136,7 +140,10 @@ mod tests {
     #[test]
     fn line_ends_cr_crlf_and_lf_are_equivalent() {
         let lf = all(&mut SseDecoder::new(64), &[b"data: x\n\ndata:y\n\n"]);
-        let crlf = all(&mut SseDecoder::new(64), &[b"data: x\r\n\r\ndata:y\r\n\r\n"]);
+        let crlf = all(
+            &mut SseDecoder::new(64),
+            &[b"data: x\r\n\r\ndata:y\r\n\r\n"],
+        );
         let cr = all(&mut SseDecoder::new(64), &[b"data: x\r\rdata:y\r\r"]);
         // "data:y" has no space to strip: the value is "y" either way.
         assert_eq!(lf, vec!["x", "y"]);
@@ -170,6 +177,9 @@ mod tests {
         assert!(d.has_partial());
         let mut d = SseDecoder::new(64);
         assert!(d.push(b"data: whole\n").unwrap().is_empty());
-        assert!(d.has_partial(), "an event without its blank line is unfinished");
+        assert!(
+            d.has_partial(),
+            "an event without its blank line is unfinished"
+        );
     }
 }

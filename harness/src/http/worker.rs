@@ -88,7 +88,10 @@ pub enum GenEvent {
     Done(Finish),
     /// HTTP status and message (before any token: the request's status; after: an error
     /// event in the stream).
-    Failed { status: u16, message: String },
+    Failed {
+        status: u16,
+        message: String,
+    },
 }
 
 /// Counters the HTTP side reads for `/health` (and tests for leaked sequences).
@@ -158,7 +161,10 @@ pub fn row_logprobs(logits: &[f32], chosen: u32, k: usize) -> (f32, Vec<(u32, f3
             top.truncate(k);
         }
     }
-    (lp(chosen), top.into_iter().map(|(i, _)| (i, lp(i))).collect())
+    (
+        lp(chosen),
+        top.into_iter().map(|(i, _)| (i, lp(i))).collect(),
+    )
 }
 
 fn ms(d: Duration) -> f64 {
@@ -338,10 +344,8 @@ impl<'e> Worker<'e> {
     }
 
     fn run(&mut self, rx: &Receiver<GenRequest>) {
-        let mut batch = match self.engine.batch_decoder(self.cfg.slots, self.cfg.ctx) {
-            Ok(b) => Some(b),
-            Err(_) => None,
-        };
+        // Not on the CPU backend: no batched decode, sequences advance one after another.
+        let mut batch = self.engine.batch_decoder(self.cfg.slots, self.cfg.ctx).ok();
         let mut drain_until: Option<Instant> = None;
         loop {
             if self.state.stopping.load(Ordering::Relaxed) && drain_until.is_none() {

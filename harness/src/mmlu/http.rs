@@ -54,9 +54,12 @@ pub fn connect(url: &str) -> Result<(HttpClient, ServerModel)> {
 
 fn request(model: &str, item: &Item, mode: ScoreMode) -> Value {
     match mode {
+        // End of generation may well be the most likely next token; the letters'
+        // log-probabilities at this position are what is asked, so it must not end the reply
+        // before the position is reported.
         ScoreMode::Logprob => json!({
             "model": model, "prompt": item.tokens, "max_tokens": 1, "temperature": 0,
-            "logprobs": TOP_K,
+            "logprobs": TOP_K, "ignore_eos": true,
         }),
         ScoreMode::Generate => json!({
             "model": model, "prompt": item.tokens, "max_tokens": GENERATE_MAX_TOKENS,
@@ -91,7 +94,10 @@ pub fn probe_mode(
     pieces: &[String; 4],
 ) -> Result<(ScoreMode, String)> {
     let resp = client
-        .complete(ApiKind::Completions, &request(model, first, ScoreMode::Logprob))
+        .complete(
+            ApiKind::Completions,
+            &request(model, first, ScoreMode::Logprob),
+        )
         .context("probing the server's log-probabilities")?;
     Ok(match letters_from(&resp, pieces) {
         Some((_, 0)) => (
@@ -197,11 +203,17 @@ mod tests {
         let resp = json!({"choices": [{"logprobs": {"top_logprobs": [
             {" A": -1.5, " B": -0.5, " C": -2.0, " D": -3.25, "x": -0.1}
         ]}}]});
-        assert_eq!(letters_from(&resp, &pieces), Some(([-1.5, -0.5, -2.0, -3.25], 0)));
+        assert_eq!(
+            letters_from(&resp, &pieces),
+            Some(([-1.5, -0.5, -2.0, -3.25], 0))
+        );
         let resp = json!({"choices": [{"logprobs": {"top_logprobs": [{" A": -1.0}]}}]});
         let (lp, missing) = letters_from(&resp, &pieces).unwrap();
         assert_eq!(missing, 3);
         assert_eq!(lp[1], f32::NEG_INFINITY);
-        assert_eq!(letters_from(&json!({"choices": [{"text": "A"}]}), &pieces), None);
+        assert_eq!(
+            letters_from(&json!({"choices": [{"text": "A"}]}), &pieces),
+            None
+        );
     }
 }

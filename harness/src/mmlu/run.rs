@@ -166,7 +166,11 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
                 }
                 (m, _) => (m, "as asked (--mode)".to_string()),
             };
-            eprintln!("system under test: {} at {url}; {} mode: {why}", model.id, mode.as_str());
+            eprintln!(
+                "system under test: {} at {url}; {} mode: {why}",
+                model.id,
+                mode.as_str()
+            );
             Some((client, model, pieces, mode, why, url.clone()))
         }
     };

@@ -22,8 +22,8 @@ use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settin
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
 use crate::sut::faults::{FaultMeter, FaultSource};
-use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::http::{HttpPrompt, HttpRecord, HttpSut};
+use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
 use crate::telemetry::faults::{FaultCounts, process_faults, self_faults};

@@ -106,7 +106,11 @@ impl HttpRecord {
             ("retry", &self.retried),
             ("short response", &self.short),
         ] {
-            w.extend(list.iter().take(20).map(|m| format!("http SUT {what}: {m}")));
+            w.extend(
+                list.iter()
+                    .take(20)
+                    .map(|m| format!("http SUT {what}: {m}")),
+            );
             if list.len() > 20 {
                 w.push(format!("http SUT: {} more of kind {what}", list.len() - 20));
             }
@@ -123,17 +127,21 @@ enum Ev {
 
 /// The request body of one sample.
 pub fn request_body(api: ApiKind, model: &str, p: &HttpPrompt) -> Value {
+    let common = json!({
+        "model": model,
+        "max_tokens": p.max_new_tokens,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
     let mut b = match api {
         ApiKind::Completions => json!({"prompt": p.tokens}),
         ApiKind::Chat => json!({"messages": [{"role": "user", "content": p.text}]}),
     };
-    let o = b.as_object_mut().expect("a JSON object literal");
-    o.insert("model".into(), json!(model));
-    o.insert("max_tokens".into(), json!(p.max_new_tokens));
-    o.insert("temperature".into(), json!(0));
-    o.insert("ignore_eos".into(), json!(true));
-    o.insert("stream".into(), json!(true));
-    o.insert("stream_options".into(), json!({"include_usage": true}));
+    if let (Some(o), Value::Object(c)) = (b.as_object_mut(), common) {
+        o.extend(c);
+    }
     b
 }
 
@@ -278,9 +286,9 @@ impl HttpSut {
         };
         let client = HttpClient::new(&cfg.base_url, pool, cfg.request_timeout, cfg.stall_timeout)
             .map_err(|reason| HttpError::BadResponse {
-                url: cfg.base_url.clone(),
-                reason,
-            })?;
+            url: cfg.base_url.clone(),
+            reason,
+        })?;
         let model = client.model()?;
         let name = format!(
             "{} over HTTP at {} ({})",
