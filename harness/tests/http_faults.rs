@@ -162,8 +162,6 @@ fn run_against(url: &str, dir: &Path, extra: &[&str]) -> Output {
     let out = dir.join("out");
     let mut args = vec![
         "run",
-        "--scenario",
-        "offline",
         "--config",
         cfg.to_str().unwrap(),
         "--out",
@@ -174,11 +172,15 @@ fn run_against(url: &str, dir: &Path, extra: &[&str]) -> Output {
         "0",
         "--sut",
         url,
-        "--http-concurrency",
-        "1",
         "--http-stall-s",
         "1",
     ];
+    // Offline, one connection, unless `extra` says otherwise.
+    for (flag, default) in [("--scenario", "offline"), ("--http-concurrency", "1")] {
+        if !extra.contains(&flag) {
+            args.extend([flag, default]);
+        }
+    }
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_pocketperf"))
         .args(&args)
@@ -228,6 +230,39 @@ fn a_whole_stream_is_timed_and_counted_from_usage() {
     for q in &p.per_query {
         assert!(q.tokens > 0 && q.ttft_ms.is_some(), "{q:?}");
     }
+}
+
+#[test]
+fn the_server_scenario_runs_through_the_pool() {
+    let fake = Fake::start(|_| Act::Whole);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_against(
+        &fake.url(),
+        dir.path(),
+        &[
+            "--scenario",
+            "server",
+            "--server-qps",
+            "20",
+            "--http-concurrency",
+            "4",
+        ],
+    );
+    // Three queries may be too few for the Server scenario's early stopping; nothing else
+    // may make the run INVALID.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out));
+    let r = result(dir.path());
+    assert_eq!(r.meta.settings["sut"]["concurrency"], 4);
+    assert_eq!(record(&r)["failed_queries"], 0);
+    let p = r.performance.as_ref().unwrap();
+    assert_eq!(p.per_query.len(), 3);
+    assert!(
+        p.invalid_reasons
+            .iter()
+            .all(|c| c.contains("early stopping")),
+        "{:?}",
+        p.invalid_reasons
+    );
 }
 
 #[test]

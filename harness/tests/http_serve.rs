@@ -410,6 +410,50 @@ fn many_streaming_clients_bad_requests_and_sigterm() {
 }
 
 #[test]
+fn a_request_past_its_deadline_ends_with_a_timeout_and_frees_its_slot() {
+    // One second for 200 tokens on one thread: the stream is cut by the deadline (an
+    // error event after its first tokens), the request behind it waits past its own
+    // deadline in the queue (504), and nothing stays busy.
+    let srv = Server::start(&[
+        "--slots",
+        "1",
+        "--ctx",
+        "512",
+        "--max-tokens",
+        "256",
+        "--request-timeout-s",
+        "1",
+    ]);
+    let client = srv.client();
+    let c2 = client.clone();
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 200, "stream": true,
+                      "ignore_eos": true, "temperature": 0});
+    let b2 = body.clone();
+    let first = std::thread::spawn(move || c2.stream(ApiKind::Completions, &b2, |_| {}));
+    std::thread::sleep(Duration::from_millis(300));
+    let second = client.stream(ApiKind::Completions, &body, |_| {});
+    let first = first.join().unwrap();
+    match first {
+        Err(HttpError::Stream { reason, .. }) => {
+            assert!(reason.contains("request timed out"), "{reason}")
+        }
+        other => panic!("expected a timed-out stream, got {other:?}"),
+    }
+    match second {
+        Err(HttpError::Status { status: 504, .. }) => {}
+        Err(HttpError::Stream { reason, .. }) if reason.contains("timed out") => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let h = client.health().unwrap();
+    assert_eq!(
+        (&h["slots_busy"], &h["queued"]),
+        (&json!(0), &json!(0)),
+        "{h}"
+    );
+    assert!(h["timed_out"].as_u64().unwrap() >= 2, "{h}");
+}
+
+#[test]
 fn a_non_loopback_address_needs_allow_remote() {
     let o = bin()
         .args(["serve", "--http", "0.0.0.0:0", "--threads", "1"])

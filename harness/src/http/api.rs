@@ -71,6 +71,8 @@ pub struct ParsedRequest {
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
     pub top_logprobs: Option<usize>,
+    /// `logprob_token_ids` (our extension): log-probabilities of these tokens as well.
+    pub logprob_ids: Vec<u32>,
     pub stream: bool,
     pub include_usage: bool,
 }
@@ -250,6 +252,20 @@ pub fn parse_request(
             "at most {MAX_TOP_LOGPROBS} alternatives per token (`logprobs`/`top_logprobs`)"
         )));
     }
+    let logprob_ids = match v.get("logprob_token_ids") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= MAX_TOP_LOGPROBS && top_logprobs.is_some() => a
+            .iter()
+            .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| ApiError::bad("`logprob_token_ids` must be token ids"))?,
+        Some(_) => {
+            return Err(ApiError::bad(format!(
+                "`logprob_token_ids` must be at most {MAX_TOP_LOGPROBS} token ids, with \
+                 `logprobs`"
+            )));
+        }
+    };
     let temperature = opt_f32(&v, "temperature", 0.0, 2.0)?.unwrap_or(1.0);
     let top_p = opt_f32(&v, "top_p", 0.0, 1.0)?.unwrap_or(1.0);
     let seed = opt_u64(&v, "seed")?.unwrap_or(0);
@@ -270,6 +286,7 @@ pub fn parse_request(
             seed,
         },
         top_logprobs,
+        logprob_ids,
         stream,
         include_usage,
     })
@@ -285,14 +302,30 @@ fn completion_logprobs(t: &TokenOut) -> Value {
                 .iter()
                 .map(|(piece, _, l)| (piece.clone(), json!(l)))
                 .collect();
-            json!({
+            let mut v = json!({
                 "tokens": [t.piece],
                 "token_logprobs": [lp.logprob],
                 "top_logprobs": [top],
                 "text_offset": [0],
-            })
+            });
+            if !lp.requested.is_empty()
+                && let Some(o) = v.as_object_mut()
+            {
+                o.insert("requested_logprobs".into(), json!([requested(lp)]));
+            }
+            v
         }
     }
+}
+
+/// `{"<id>": logprob}` of the ids a request named (`logprob_token_ids`).
+fn requested(lp: &super::worker::TokenLogprobs) -> Value {
+    Value::Object(
+        lp.requested
+            .iter()
+            .map(|(id, l)| (id.to_string(), json!(l)))
+            .collect(),
+    )
 }
 
 /// The `logprobs.content` entries of one token in a chat chunk.
@@ -411,6 +444,9 @@ pub fn full_response(api: Api, ids: &ResponseIds, tokens: &[TokenOut], f: &Finis
                         .get("top_logprobs").and_then(|a| a.get(0)).cloned()
                         .unwrap_or(Value::Null)).collect::<Vec<_>>(),
                     "text_offset": offsets,
+                    "requested_logprobs": tokens.iter().map(|t| t.logprobs.as_ref()
+                        .filter(|l| !l.requested.is_empty())
+                        .map_or(Value::Null, requested)).collect::<Vec<_>>(),
                 })
             } else {
                 Value::Null

@@ -264,6 +264,7 @@ async fn generate(
         ignore_eos: p.ignore_eos,
         sampling: p.sampling,
         top_logprobs: p.top_logprobs,
+        logprob_ids: p.logprob_ids,
         deadline,
         events: tx,
     };

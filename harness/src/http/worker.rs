@@ -43,6 +43,8 @@ pub struct GenRequest {
     pub sampling: SamplingParams,
     /// `Some(k)`: each token's log-probability and the `k` most likely alternatives.
     pub top_logprobs: Option<usize>,
+    /// With `top_logprobs`: these tokens' log-probabilities too, wherever they rank.
+    pub logprob_ids: Vec<u32>,
     pub deadline: Instant,
     pub events: UnboundedSender<GenEvent>,
 }
@@ -53,6 +55,8 @@ pub struct TokenLogprobs {
     pub logprob: f32,
     /// `(piece, bytes, logprob)`, most likely first.
     pub top: Vec<(String, Vec<u8>, f32)>,
+    /// `(id, logprob)` of the tokens the request named (`logprob_token_ids`).
+    pub requested: Vec<(u32, f32)>,
 }
 
 /// One generated token.
@@ -125,6 +129,7 @@ struct Active {
     ignore_eos: bool,
     sampling: SamplingParams,
     top_logprobs: Option<usize>,
+    logprob_ids: Vec<u32>,
     deadline: Instant,
     stream: StreamDecoder,
     prompt_tokens: usize,
@@ -133,10 +138,10 @@ struct Active {
     prompt_ms: f64,
 }
 
-/// Log-probability of every id in `ids` and the `k` most likely tokens of one logit row:
-/// log-softmax with the normalizer in f64 (the runtime's `log_prob` and MMLU's letter
-/// scoring compute it the same way), rounded to f32.
-pub fn row_logprobs(logits: &[f32], chosen: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+/// Log-probability of `chosen`, of the `k` most likely tokens and of each id in `ids`, in
+/// one logit row: log-softmax with the normalizer in f64 (the runtime's `log_prob` and
+/// MMLU's letter scoring compute it the same way), rounded to f32.
+pub fn row_logprobs(logits: &[f32], chosen: u32, k: usize, ids: &[u32]) -> RowLogprobs {
     let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let lse = logits
         .iter()
@@ -164,8 +169,12 @@ pub fn row_logprobs(logits: &[f32], chosen: u32, k: usize) -> (f32, Vec<(u32, f3
     (
         lp(chosen),
         top.into_iter().map(|(i, _)| (i, lp(i))).collect(),
+        ids.iter().map(|&i| (i, lp(i))).collect(),
     )
 }
+
+/// What [`row_logprobs`] returns: the chosen token's, the top k's and the named ids'.
+pub type RowLogprobs = (f32, Vec<(u32, f32)>, Vec<(u32, f32)>);
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -183,9 +192,10 @@ impl<'e> Worker<'e> {
     fn token_out(&self, a: &mut Active, id: u32, logits: &[f32]) -> TokenOut {
         let tok = &self.engine.tokenizer;
         let logprobs = a.top_logprobs.map(|k| {
-            let (logprob, top) = row_logprobs(logits, id, k);
+            let (logprob, top, requested) = row_logprobs(logits, id, k, &a.logprob_ids);
             TokenLogprobs {
                 logprob,
+                requested,
                 top: top
                     .into_iter()
                     .map(|(t, lp)| (tok.decode(&[t]), tok.token_bytes(t), lp))
@@ -294,6 +304,7 @@ impl<'e> Worker<'e> {
             ignore_eos: r.ignore_eos,
             sampling: r.sampling,
             top_logprobs: r.top_logprobs,
+            logprob_ids: r.logprob_ids,
             deadline: r.deadline,
             stream: StreamDecoder::new(),
             prompt_tokens: tokens.len(),
@@ -512,7 +523,7 @@ mod tests {
     #[test]
     fn row_logprobs_match_log_softmax_and_order() {
         let logits = [1.0f32, 3.0, 2.0, -1.0, 3.0];
-        let (lp, top) = row_logprobs(&logits, 2, 3);
+        let (lp, top, named) = row_logprobs(&logits, 2, 3, &[3, 0]);
         let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
         let expect = |i: usize| ((logits[i] as f64).exp() / z).ln() as f32;
         assert!((lp - expect(2)).abs() < 1e-6);
@@ -522,7 +533,11 @@ mod tests {
         for (id, l) in top {
             assert!((l - expect(id as usize)).abs() < 1e-6);
         }
-        assert!(row_logprobs(&logits, 0, 0).1.is_empty());
-        assert_eq!(row_logprobs(&logits, 9, 1).0, f32::NEG_INFINITY);
+        assert_eq!(named.len(), 2);
+        for (id, l) in named {
+            assert!((l - expect(id as usize)).abs() < 1e-6);
+        }
+        assert!(row_logprobs(&logits, 0, 0, &[]).1.is_empty());
+        assert_eq!(row_logprobs(&logits, 9, 1, &[]).0, f32::NEG_INFINITY);
     }
 }

@@ -2,9 +2,11 @@
 //! `docs/HTTP.md`): every question is one `/v1/completions` request whose prompt is the
 //! question's token ids (the same tokens the in-process SUT runs), greedy.
 //!
-//! Logprob mode asks for one token with the 20 most likely alternatives and reads the four
-//! answer letters' log-probabilities from them (a letter outside the 20 counts as −∞ and is
-//! recorded). It is used when the server returns log-probabilities holding all four letters
+//! Logprob mode asks for one token with the 20 most likely alternatives and, through our
+//! extension `logprob_token_ids` (which other servers ignore), for the four answer letters'
+//! log-probabilities wherever they rank; `pocketperf serve --http` answers the latter, and
+//! the letters are read from there, else from the 20 alternatives (a letter outside them
+//! counts as −∞ and is recorded). It is used when the server returns log-probabilities holding all four letters
 //! for the first question ([`probe_mode`]); otherwise the run falls back to generate mode
 //! (at most [`GENERATE_MAX_TOKENS`] tokens, end of generation honoured), and the result says
 //! which mode was used and why.
@@ -35,6 +37,7 @@ pub(crate) struct MmluHttpSut<'e, 'i> {
     pub(crate) mode: ScoreMode,
     /// The answer letters' pieces as the server names tokens (`" A"` or `"A"`).
     pub(crate) letter_pieces: [String; 4],
+    pub(crate) letter_ids: [u32; 4],
     pub(crate) costs: Vec<Option<QuestionCost>>,
     pub(crate) errors: Vec<String>,
     /// Questions whose top alternatives lacked a letter (scored −∞ for it).
@@ -52,14 +55,14 @@ pub fn connect(url: &str) -> Result<(HttpClient, ServerModel)> {
     Ok((client, model))
 }
 
-fn request(model: &str, item: &Item, mode: ScoreMode) -> Value {
+fn request(model: &str, item: &Item, mode: ScoreMode, letters: [u32; 4]) -> Value {
     match mode {
         // End of generation may well be the most likely next token; the letters'
         // log-probabilities at this position are what is asked, so it must not end the reply
         // before the position is reported.
         ScoreMode::Logprob => json!({
             "model": model, "prompt": item.tokens, "max_tokens": 1, "temperature": 0,
-            "logprobs": TOP_K, "ignore_eos": true,
+            "logprobs": TOP_K, "ignore_eos": true, "logprob_token_ids": letters,
         }),
         ScoreMode::Generate => json!({
             "model": model, "prompt": item.tokens, "max_tokens": GENERATE_MAX_TOKENS,
@@ -68,9 +71,32 @@ fn request(model: &str, item: &Item, mode: ScoreMode) -> Value {
     }
 }
 
-/// The four letters' log-probabilities from a completions response (−∞ for a letter not
-/// among the alternatives), and how many were missing; `None` when it has no alternatives.
-pub fn letters_from(resp: &Value, pieces: &[String; 4]) -> Option<([f32; 4], usize)> {
+/// The four letters' log-probabilities from a completions response: from
+/// `requested_logprobs` (by id) when the server answers our extension, else from the top
+/// alternatives (by piece; −∞ for a letter not among them); and how many were missing.
+/// `None` when it has neither.
+pub fn letters_from(
+    resp: &Value,
+    pieces: &[String; 4],
+    ids: [u32; 4],
+) -> Option<([f32; 4], usize)> {
+    if let Some(named) = resp
+        .pointer("/choices/0/logprobs/requested_logprobs/0")
+        .and_then(Value::as_object)
+    {
+        let lp: Option<Vec<f32>> = ids
+            .iter()
+            .map(|id| {
+                named
+                    .get(&id.to_string())
+                    .and_then(Value::as_f64)
+                    .map(|x| x as f32)
+            })
+            .collect();
+        if let Some(lp) = lp {
+            return Some(([lp[0], lp[1], lp[2], lp[3]], 0));
+        }
+    }
     let top = resp
         .pointer("/choices/0/logprobs/top_logprobs/0")?
         .as_object()?;
@@ -92,17 +118,18 @@ pub fn probe_mode(
     model: &str,
     first: &Item,
     pieces: &[String; 4],
+    ids: [u32; 4],
 ) -> Result<(ScoreMode, String)> {
     let resp = client
         .complete(
             ApiKind::Completions,
-            &request(model, first, ScoreMode::Logprob),
+            &request(model, first, ScoreMode::Logprob, ids),
         )
         .context("probing the server's log-probabilities")?;
-    Ok(match letters_from(&resp, pieces) {
+    Ok(match letters_from(&resp, pieces, ids) {
         Some((_, 0)) => (
             ScoreMode::Logprob,
-            format!("the server returns top-{TOP_K} log-probabilities holding the four letters"),
+            "the server returns the four letters' log-probabilities".to_string(),
         ),
         Some((_, n)) => (
             ScoreMode::Generate,
@@ -120,7 +147,7 @@ impl MmluHttpSut<'_, '_> {
         let t0 = Instant::now();
         let resp = self.client.complete(
             ApiKind::Completions,
-            &request(&self.model.id, item, self.mode),
+            &request(&self.model.id, item, self.mode, self.letter_ids),
         )?;
         let mut cost = QuestionCost {
             prompt_tokens: item.tokens.len(),
@@ -128,7 +155,7 @@ impl MmluHttpSut<'_, '_> {
         };
         let bytes = match self.mode {
             ScoreMode::Logprob => {
-                let (lp, missing) = letters_from(&resp, &self.letter_pieces)
+                let (lp, missing) = letters_from(&resp, &self.letter_pieces, self.letter_ids)
                     .ok_or_else(|| anyhow!("the response has no log-probabilities"))?;
                 if missing > 0 {
                     self.letters_missing.push(format!(
@@ -200,20 +227,26 @@ mod tests {
     #[test]
     fn letters_are_read_from_the_first_positions_alternatives() {
         let pieces = [" A", " B", " C", " D"].map(String::from);
+        let ids = [10, 11, 12, 13];
         let resp = json!({"choices": [{"logprobs": {"top_logprobs": [
             {" A": -1.5, " B": -0.5, " C": -2.0, " D": -3.25, "x": -0.1}
         ]}}]});
         assert_eq!(
-            letters_from(&resp, &pieces),
+            letters_from(&resp, &pieces, ids),
             Some(([-1.5, -0.5, -2.0, -3.25], 0))
         );
         let resp = json!({"choices": [{"logprobs": {"top_logprobs": [{" A": -1.0}]}}]});
-        let (lp, missing) = letters_from(&resp, &pieces).unwrap();
+        let (lp, missing) = letters_from(&resp, &pieces, ids).unwrap();
         assert_eq!(missing, 3);
         assert_eq!(lp[1], f32::NEG_INFINITY);
+        let text_only = json!({"choices": [{"text": "A"}]});
+        assert_eq!(letters_from(&text_only, &pieces, ids), None);
+        // The named ids win over the alternatives when the server answers them all.
+        let resp = json!({"choices": [{"logprobs": {"top_logprobs": [{" A": -1.0}],
+            "requested_logprobs": [{"10": -1.0, "11": -9.5, "12": -20.0, "13": -7.25}]}}]});
         assert_eq!(
-            letters_from(&json!({"choices": [{"text": "A"}]}), &pieces),
-            None
+            letters_from(&resp, &pieces, ids),
+            Some(([-1.0, -9.5, -20.0, -7.25], 0))
         );
     }
 }

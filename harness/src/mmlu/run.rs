@@ -162,7 +162,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
             let pieces = letters.map(|t| engine.tokenizer.decode(&[t]));
             let (mode, why) = match (a.mode, items.first()) {
                 (ScoreMode::Logprob, Some(first)) => {
-                    super::http::probe_mode(&client, &model.id, first, &pieces)?
+                    super::http::probe_mode(&client, &model.id, first, &pieces, letters)?
                 }
                 (m, _) => (m, "as asked (--mode)".to_string()),
             };
@@ -217,6 +217,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
                 items: &items,
                 mode,
                 letter_pieces,
+                letter_ids: letters,
                 costs: vec![None; items.len()],
                 errors: Vec::new(),
                 letters_missing: Vec::new(),
