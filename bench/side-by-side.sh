@@ -5,8 +5,8 @@
 # the ratio B/A is taken per pair and the median ratio reported with the medians and
 # min–max of each side.
 #
-#   bench/side-by-side.sh [--pairs N] [--threads "1 2"] [--tests "pp512 tg128"] [--model PATH]
-#                         [--out DIR]
+#   bench/side-by-side.sh [--pairs N] [--threads "1 2"] [--tests "pp512 tg128 tg128@d4096"]
+#                         [--model PATH] [--out DIR]
 #
 # Writes DIR/runs.csv (every run, with the 1-minute load average when it started) and
 # DIR/summary.md (the table for docs/PERFORMANCE.md), and prints the summary. Not part of CI.
@@ -53,11 +53,16 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 
 for t in $threads; do
   for test in $tests; do
-    case "$test" in
-      pp*) n="${test#pp}"; lp=(-p "$n" -n 0); pk=(--pp "$n" --tg 0) ;;
-      tg*) n="${test#tg}"; lp=(-p 0 -n "$n"); pk=(--pp 0 --tg "$n") ;;
-      *) echo "side-by-side: unknown test $test (ppN or tgN)" >&2; exit 2 ;;
+    # ppN or tgN, optionally @dD: the test runs on top of a KV cache already holding D tokens
+    # (llama-bench -d, pocketperf bench --depth).
+    base="${test%@d*}"; depth=0
+    [[ "$test" == *@d* ]] && depth="${test##*@d}"
+    case "$base" in
+      pp*) n="${base#pp}"; lp=(-p "$n" -n 0); pk=(--pp "$n" --tg 0) ;;
+      tg*) n="${base#tg}"; lp=(-p 0 -n "$n"); pk=(--pp 0 --tg "$n") ;;
+      *) echo "side-by-side: unknown test $test (ppN or tgN, optionally @dD)" >&2; exit 2 ;;
     esac
+    lp+=(-d "$depth"); pk+=(--depth "$depth")
     for i in $(seq 1 "$pairs"); do
       l=$(load1)
       a=$("$peer" -m "$model" -t "$t" "${lp[@]}" -r 1 -o json 2>/dev/null | jq '.[0].avg_ts')

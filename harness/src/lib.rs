@@ -10,6 +10,7 @@
 //! - [`outputs`] — result.json assembly, percentiles, tokens.csv, provenance, log header;
 //! - [`mmlu`] — MMLU-576 accuracy runs and their comparison;
 //! - [`serve`] — `pocketperf serve`: protocol and line framing, server, client, faults;
+//! - [`http`] — `serve --http` (OpenAI-compatible server) and the HTTP SUT's client;
 //! - [`governor_hook`] — the thermal governor inside a decode loop;
 //! - [`telemetry`] — probe, sampler, energy, attribution, a run's recorder;
 //! - [`sim`] — simulated handsets and the governor's closed-loop simulation;
@@ -27,6 +28,7 @@ pub mod dir_lock;
 pub mod farm;
 pub mod fuzz_bodies;
 pub mod governor_hook;
+pub mod http;
 pub mod interleave;
 pub mod meta;
 pub mod mmlu;

@@ -15,7 +15,8 @@
 //!   device, sut) are left out;
 //! - `threads`, `backend`, `isa`;
 //! - `device.id`, `device.name`, `device.cpu`, `device.os` (`device` names all four);
-//! - `sut` — in-process, the child-process server, or another system.
+//! - `sut` — in-process, the child-process server, or another system: an HTTP server is
+//!   named by its software and model id (`meta.settings.sut.system`), not its address.
 //!
 //! A name allows itself and every field below it (`cli` allows `cli.preset`).
 
@@ -116,12 +117,13 @@ fn scenario_of(r: &ResultFile) -> Option<&Value> {
         .or_else(|| s.pointer("/cli/scenario"))
 }
 
-/// The system under test of a run (`in-process` when the run names none: the runtime in the
-/// measuring process is what every run measured before the choice existed).
+/// The system under test of a run: an HTTP server's identity (`sut.system`: `http`, its
+/// software and model id), else the `--sut` kind (`in-process` when the run names none: the
+/// runtime in the measuring process is what every run measured before the choice existed).
 fn sut_of(r: &ResultFile) -> Value {
-    r.meta
-        .settings
-        .pointer("/cli/sut")
+    let s = &r.meta.settings;
+    s.pointer("/sut/system")
+        .or_else(|| s.pointer("/cli/sut"))
         .cloned()
         .unwrap_or_else(|| Value::String("in-process".into()))
 }

@@ -388,7 +388,7 @@ fn structured() -> ResultFile {
 #[test]
 fn each_workload_and_system_field_is_checked_before_statistics() {
     type Edit = fn(&mut ResultFile);
-    let cases: [(&str, &str, Edit); 15] = [
+    let cases: [(&str, &str, Edit); 17] = [
         ("model", "model", |r| r.meta.model.sha256 = "f".repeat(64)),
         ("scenario", "scenario", |r| {
             r.meta.settings["test_settings"]["scenario"] = "Offline".into()
@@ -425,6 +425,18 @@ fn each_workload_and_system_field_is_checked_before_statistics() {
         }),
         ("sut", "sut", |r| {
             r.meta.settings["cli"]["sut"] = "process".into()
+        }),
+        // An OpenAI-compatible server is another system than the runtime in process ...
+        ("sut", "sut", |r| {
+            r.meta.settings["cli"]["sut"] = "http".into();
+            r.meta.settings["sut"] = serde_json::json!({
+                "kind": "http", "endpoint": "http://127.0.0.1:8080",
+                "system": "http llamacpp SmolLM2-135M",
+            });
+        }),
+        // ... whichever server it is.
+        ("sut", "sut", |r| {
+            r.meta.settings["sut"]["system"] = "http pocketperf 0.1.0 SmolLM2-135M".into();
         }),
     ];
     for (field, allow, edit) in cases {
@@ -483,4 +495,28 @@ fn unknown_allow_diff_names_are_refused() {
         let t = format!("[comparability]\nallow_diff = [\"{bad}\"]\n");
         assert!(GateRules::from_toml_str(&t, p).is_err(), "{bad}");
     }
+}
+
+/// Two HTTP runs: a different server or model is another system; the same server at another
+/// address is the same one.
+#[test]
+fn http_suts_compare_by_server_and_model_not_address() {
+    let http = |system: &str, endpoint: &str| {
+        let mut r = structured();
+        r.meta.settings["cli"]["sut"] = "http".into();
+        r.meta.settings["sut"] = serde_json::json!({
+            "kind": "http", "endpoint": endpoint, "system": system,
+        });
+        r
+    };
+    let ours = http("http pocketperf 0.1.0 SmolLM2", "http://127.0.0.1:8080");
+    let moved = http("http pocketperf 0.1.0 SmolLM2", "http://127.0.0.1:9999");
+    let theirs = http("http llamacpp SmolLM2", "http://127.0.0.1:8080");
+    assert_eq!(
+        gate_pair(&ours, &moved, &GateRules::default()).exit_code(),
+        0
+    );
+    let o = gate_pair(&ours, &theirs, &GateRules::default());
+    assert_eq!(o.exit_code(), 2, "{o:?}");
+    assert_eq!(status_of(&o, "comparability.sut"), CheckStatus::Error);
 }

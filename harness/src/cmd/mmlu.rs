@@ -78,6 +78,12 @@ pub struct MmluRunArgs {
     pub mmlu_dir: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// System under test: `in-process`, or `http://HOST:PORT` (an OpenAI-compatible server
+    /// given the questions' token ids; logprob mode when it returns the four letters'
+    /// log-probabilities, else generate mode; docs/HTTP.md). The local model still builds
+    /// and tokenizes the prompts.
+    #[arg(long, default_value = "in-process")]
+    pub sut: crate::cmd::run::SutArg,
     /// Context in tokens; a prompt that does not fit drops whole shots from the front.
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,

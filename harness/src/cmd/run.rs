@@ -35,13 +35,84 @@ impl ScenarioArg {
     }
 }
 
-/// Where the system under test runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+/// Where the system under test runs (`--sut`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SutArg {
     /// The runtime in this process.
     InProcess,
     /// `pocketperf serve` as a child process (crash-isolated; timestamps from its clock).
     Process,
+    /// An OpenAI-compatible server at this base URL (`http://HOST:PORT`, docs/HTTP.md).
+    Http(String),
+}
+
+impl SutArg {
+    /// `in-process`, `process` or `http`: the kind result.json records under `cli.sut`
+    /// (the endpoint goes to `sut.endpoint`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SutArg::InProcess => "in-process",
+            SutArg::Process => "process",
+            SutArg::Http(_) => "http",
+        }
+    }
+}
+
+impl std::str::FromStr for SutArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "in-process" => Ok(SutArg::InProcess),
+            "process" => Ok(SutArg::Process),
+            u if u.starts_with("http://") || u.starts_with("https://") => {
+                crate::http::client::normalize_base(u).map(SutArg::Http)
+            }
+            other => Err(format!(
+                "{other:?}: expected in-process, process or http://HOST:PORT"
+            )),
+        }
+    }
+}
+
+impl serde::Serialize for SutArg {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.kind())
+    }
+}
+
+/// Flags of the HTTP system under test (`--sut http://…`), shared by `run` and `mmlu run`.
+#[derive(Args, Debug, Clone, serde::Serialize)]
+pub struct HttpSutArgs {
+    /// With --sut http://…: the request shape (completions sends the prompt's token ids in
+    /// the local model's chat template; chat sends it as one user message).
+    #[arg(long, value_enum, default_value = "completions")]
+    pub api: crate::http::client::ApiKind,
+    /// With --sut http://…: requests in flight at most (Offline and Server).
+    #[arg(long, default_value_t = 8)]
+    pub http_concurrency: usize,
+    /// With --sut http://…: seconds one request may take in all.
+    #[arg(long, default_value_t = 120)]
+    pub http_timeout_s: u64,
+    /// With --sut http://…: seconds a response may go without a byte.
+    #[arg(long, default_value_t = 30)]
+    pub http_stall_s: u64,
+    /// With --sut http://…: retries of a request refused before its first token
+    /// (connection refused, HTTP 500/502/503/504).
+    #[arg(long, default_value_t = 2)]
+    pub http_retries: u32,
+}
+
+impl HttpSutArgs {
+    pub fn config(&self, base_url: &str) -> crate::sut::http::HttpSutConfig {
+        crate::sut::http::HttpSutConfig {
+            base_url: base_url.to_string(),
+            api: self.api,
+            concurrency: self.http_concurrency.max(1),
+            request_timeout: std::time::Duration::from_secs(self.http_timeout_s.max(1)),
+            stall_timeout: std::time::Duration::from_secs(self.http_stall_s.max(1)),
+            retries: self.http_retries,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -97,10 +168,16 @@ pub struct RunArgs {
     pub device: String,
     #[command(flatten)]
     pub governor: GovernorArgs,
-    /// System under test: the runtime in this process, or `pocketperf serve` as a child
-    /// process (docs/PROTOCOL.md); a crashed child is recorded and restarted.
-    #[arg(long, value_enum, default_value = "in-process")]
+    /// System under test: `in-process` (the runtime in this process), `process`
+    /// (`pocketperf serve` as a child, docs/PROTOCOL.md; a crashed child is recorded and
+    /// restarted) or `http://HOST:PORT` (an OpenAI-compatible server, docs/HTTP.md).
+    #[arg(long, default_value = "in-process")]
     pub sut: SutArg,
+    /// Recorded under `sut` (result.json `meta.settings.sut`) for HTTP runs only, so runs of
+    /// the other SUTs keep the `cli` they always had.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub http: HttpSutArgs,
     /// Untimed warm-up queries before the timed pass, never counted in its results
     /// (default: the preset's, 1 for quick and 3 for full; 0 for none).
     #[arg(long)]

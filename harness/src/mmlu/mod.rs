@@ -19,10 +19,12 @@
 
 //!
 //! Files: [`prompts`] (questions to token ids), [`sut`] (the accuracy-mode SUT with prefix
-//! reuse, response decoding), [`run`] (`mmlu run` and its outputs), [`compare`] (`mmlu
+//! reuse, response decoding), [`http`] (the same questions through an OpenAI-compatible
+//! server, `--sut http://…`), [`run`] (`mmlu run` and its outputs), [`compare`] (`mmlu
 //! compare`); the flags are in [`crate::cmd::mmlu`].
 
 pub mod compare;
+pub mod http;
 pub mod prompts;
 pub mod run;
 pub mod sut;

@@ -4,6 +4,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::cmd::mmlu::{MmluRunArgs, OnOff, ScoreMode};
+use crate::cmd::run::SutArg;
 use crate::meta::{self, OutputHeader};
 use crate::outputs::{log_meta, run_meta};
 use anyhow::{Context, Result, anyhow, bail};
@@ -154,39 +155,108 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     settings.performance_sample_count_override = items.len() as u64;
     settings.query_timeout_ms = 0;
 
-    let session = engine.session(SessionOptions {
-        max_seq_len: a.ctx,
-        max_batch: a.batch,
-        ..Default::default()
-    })?;
+    // Over HTTP: the server's model, and the mode its responses allow (logprob needs the four
+    // letters among its log-probabilities).
+    let http = match &a.sut {
+        SutArg::InProcess => None,
+        SutArg::Process => bail!("mmlu run takes --sut in-process or --sut http://HOST:PORT"),
+        SutArg::Http(url) => {
+            let (client, model) = super::http::connect(url)?;
+            let pieces = letters.map(|t| engine.tokenizer.decode(&[t]));
+            let (mode, why) = match (a.mode, items.first()) {
+                (ScoreMode::Logprob, Some(first)) => {
+                    super::http::probe_mode(&client, &model.id, first, &pieces, letters)?
+                }
+                (m, _) => (m, "as asked (--mode)".to_string()),
+            };
+            eprintln!(
+                "system under test: {} at {url}; {} mode: {why}",
+                model.id,
+                mode.as_str()
+            );
+            Some((client, model, pieces, mode, why, url.clone()))
+        }
+    };
+    let mode = http.as_ref().map_or(a.mode, |h| h.3);
     let progress = crate::progress::bar(
         items.len() as u64,
-        &format!("MMLU {} {}-shot", a.mode.as_str(), a.shots),
+        &format!("MMLU {} {}-shot", mode.as_str(), a.shots),
     );
-    let mut sut = MmluSut {
-        session,
-        items: &items,
-        mode: a.mode,
-        letters,
-        reuse: a.prefix_reuse == OnOff::On,
-        cached: Vec::new(),
-        costs: vec![None; items.len()],
-        errors: Vec::new(),
-        progress,
-    };
     let mut qsl = MmluQsl {
         n: items.len() as u64,
     };
     let started = chrono::Utc::now();
     let clock = RealClock::new();
     let t_run = Instant::now();
-    let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
+    let mut sut_json = serde_json::json!({ "kind": a.sut.kind() });
+    let mut sut_warnings = Vec::new();
+    let (result, errors, costs) = match http {
+        None => {
+            let session = engine.session(SessionOptions {
+                max_seq_len: a.ctx,
+                max_batch: a.batch,
+                ..Default::default()
+            })?;
+            let mut sut = MmluSut {
+                session,
+                items: &items,
+                mode,
+                letters,
+                reuse: a.prefix_reuse == OnOff::On,
+                cached: Vec::new(),
+                costs: vec![None; items.len()],
+                errors: Vec::new(),
+                progress,
+            };
+            let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
+            sut.progress.finish_and_clear();
+            (result, sut.errors, sut.costs)
+        }
+        Some((client, model, letter_pieces, mode, why, url)) => {
+            let mut sut = super::http::MmluHttpSut {
+                client,
+                model,
+                engine: &engine,
+                items: &items,
+                mode,
+                letter_pieces,
+                letter_ids: letters,
+                costs: vec![None; items.len()],
+                errors: Vec::new(),
+                letters_missing: Vec::new(),
+                progress,
+            };
+            let result = run_test(&mut sut, &mut qsl, &settings, &clock)?;
+            sut.progress.finish_and_clear();
+            sut_json = serde_json::json!({
+                "kind": "http",
+                "endpoint": url,
+                "api": "completions",
+                "model_id": sut.model.id,
+                "model_sha256": sut.model.sha256,
+                "server": sut.model.server.clone().or(sut.model.owned_by.clone()),
+                "system": format!(
+                    "http {} {}",
+                    sut.model.server.clone().or(sut.model.owned_by.clone())
+                        .unwrap_or_else(|| "unknown".into()),
+                    sut.model.id
+                ),
+                "score_mode": {"asked": a.mode, "used": mode, "why": why},
+                "letters_outside_top_k": sut.letters_missing.len(),
+            });
+            if mode != a.mode {
+                sut_warnings.push(format!(
+                    "--mode {} asked; {} mode used: {why}",
+                    a.mode.as_str(),
+                    mode.as_str()
+                ));
+            }
+            sut_warnings.extend(sut.letters_missing.iter().take(20).cloned());
+            (result, sut.errors, sut.costs)
+        }
+    };
     let wall_s = t_run.elapsed().as_secs_f64();
-    sut.progress.finish_and_clear();
     let finished = chrono::Utc::now();
-    let errors = std::mem::take(&mut sut.errors);
-    let costs = std::mem::take(&mut sut.costs);
-    drop(sut);
 
     let entries: &[AccuracyEntry] = result.accuracy.as_deref().unwrap_or(&[]);
     let mut seen = vec![false; items.len()];
@@ -200,7 +270,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         if std::mem::replace(&mut seen[idx], true) {
             bail!("accuracy log holds sample {idx} twice");
         }
-        let (response, generated_ids) = decode_response(a.mode, &e.data, &engine)
+        let (response, generated_ids) = decode_response(mode, &e.data, &engine)
             .with_context(|| format!("accuracy log entry {} (sample {idx})", e.seq_id))?;
         let record = match response {
             Response::Logprob { logprobs } => Record::from_logprobs(&item.question, logprobs)?,
@@ -264,12 +334,14 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         "mmlu_dir": dir.display().to_string(),
         "manifest": "datasets/mmlu/subset-576.csv",
         "test_settings": &settings,
+        "sut": sut_json,
     });
     let model_sha = meta::model_sha256(&model_path);
     let mut warnings: Vec<String> = errors.iter().take(20).cloned().collect();
     if errors.len() > 20 {
         warnings.push(format!("{} more SUT errors", errors.len() - 20));
     }
+    warnings.extend(sut_warnings);
     if with_dropped > 0 {
         warnings.push(format!(
             "{with_dropped} prompt(s) dropped {shots_dropped} shot(s) in all to fit --ctx {}",
@@ -285,7 +357,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
             settings_json.clone(),
         ),
         dataset: dataset.clone(),
-        mode: a.mode,
+        mode,
         shots: a.shots,
         chat: a.chat,
         ctx: a.ctx,
@@ -331,7 +403,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         performance: None,
         accuracy: Some(accuracy_section(
             &dataset,
-            a.mode,
+            mode,
             a.shots,
             &summary,
             &per_question,

@@ -547,8 +547,10 @@ fn refuse_unsupported(a: &RunArgs) -> Result<()> {
     if a.governor.governor != crate::cmd::governor::GovernorKind::Off {
         given.push("--governor");
     }
-    if a.sut != crate::cmd::run::SutArg::InProcess {
-        given.push("--sut process");
+    match a.sut {
+        crate::cmd::run::SutArg::InProcess => {}
+        crate::cmd::run::SutArg::Process => given.push("--sut process"),
+        crate::cmd::run::SutArg::Http(_) => given.push("--sut http://…"),
     }
     if a.warmup.is_some() {
         given.push("--warmup");

@@ -1,7 +1,8 @@
 //! One LoadGen scenario run (`pocketperf run --scenario single-stream|offline|server`), step
 //! by step: the settings ([`crate::cmd::run::resolve_settings`]), the model and the prompt
 //! library tokenized once ([`crate::sut::prompts`]), the governor hook, the system under test
-//! ([`crate::sut::in_process`] or, with `--sut process`, [`crate::sut::process`]), telemetry
+//! ([`crate::sut::in_process`]; with `--sut process`, [`crate::sut::process`]; with
+//! `--sut http://…`, [`crate::sut::http`]), telemetry
 //! on the run's clock, [`run_scenario`] (the scenario engine), then the result directory
 //! ([`crate::outputs`]).
 
@@ -21,6 +22,7 @@ use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settin
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
 use crate::sut::faults::{FaultMeter, FaultSource};
+use crate::sut::http::{HttpPrompt, HttpRecord, HttpSut};
 use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
@@ -48,6 +50,7 @@ pub fn run_scenario(
 enum RunSut<'e, 'l> {
     InProcess(Box<InProcessSut<'e, 'l>>),
     Process(Box<ProcessSut>),
+    Http(Box<HttpSut>),
 }
 
 impl RunSut<'_, '_> {
@@ -55,6 +58,7 @@ impl RunSut<'_, '_> {
         match self {
             RunSut::InProcess(s) => s.as_mut(),
             RunSut::Process(s) => s.as_mut(),
+            RunSut::Http(s) => s.as_mut(),
         }
     }
 
@@ -63,6 +67,7 @@ impl RunSut<'_, '_> {
         match self {
             RunSut::InProcess(_) => "self",
             RunSut::Process(_) => "child",
+            RunSut::Http(_) => "server",
         }
     }
 }
@@ -72,6 +77,7 @@ impl SystemUnderTest for RunSut<'_, '_> {
         match self {
             RunSut::InProcess(s) => s.name(),
             RunSut::Process(s) => s.name(),
+            RunSut::Http(s) => s.name(),
         }
     }
     fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
@@ -93,6 +99,8 @@ impl FaultSource for RunSut<'_, '_> {
                 let pid = p.client()?.pid();
                 Some((pid, process_faults(pid)?))
             }
+            // Another process, perhaps on another machine: not ours to count.
+            RunSut::Http(_) => None,
         }
     }
 }
@@ -103,7 +111,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if a.scenario == ScenarioArg::Dialogue {
         bail!("--scenario dialogue runs through crate::run::dialogue");
     }
-    if a.sut == SutArg::Process && a.governor.governor != GovernorKind::Off {
+    if a.sut != SutArg::InProcess && a.governor.governor != GovernorKind::Off {
         bail!("--governor needs --sut in-process (the governor acts on this process)");
     }
     let settings = resolve_settings(a)?;
@@ -121,7 +129,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         .map(GovernorHook::gauges)
         .unwrap_or_default();
     let governor = governor.map(|g| Rc::new(RefCell::new(g)));
-    let mut sut = match a.sut {
+    let mut sut = match &a.sut {
         SutArg::InProcess => RunSut::InProcess(Box::new(InProcessSut::new(
             make_decoder(&engine, settings.scenario, &library, governor.clone())?,
             &library,
@@ -152,6 +160,22 @@ pub fn run(a: &RunArgs) -> Result<i32> {
                 .context("--sut process: starting pocketperf serve")?;
             eprintln!("system under test: {}", p.name());
             RunSut::Process(Box::new(p))
+        }
+        SutArg::Http(url) => {
+            let prompts = library
+                .prompts()
+                .iter()
+                .zip(library.tokens())
+                .map(|(p, t)| HttpPrompt {
+                    text: p.text.clone(),
+                    tokens: t.clone(),
+                    max_new_tokens: p.max_new_tokens as usize,
+                })
+                .collect();
+            let h = HttpSut::start(a.http.config(url), settings.scenario, prompts)
+                .with_context(|| format!("--sut {url}: the server does not answer"))?;
+            eprintln!("system under test: {}", h.name());
+            RunSut::Http(Box::new(h))
         }
     };
     let clock = RealClock::new();
@@ -186,10 +210,17 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let finished = chrono::Utc::now();
     let counters = match &sut {
         RunSut::InProcess(s) => s.device_counters(),
-        RunSut::Process(_) => None,
+        RunSut::Process(_) | RunSut::Http(_) => None,
     };
+    let mut sut_json = serde_json::json!({ "kind": a.sut.kind() });
     let sut_warnings = match &mut sut {
         RunSut::InProcess(_) => Vec::new(),
+        RunSut::Http(h) => {
+            h.shutdown();
+            let rec = h.record();
+            sut_json = http_sut_json(h, &rec);
+            rec.warnings()
+        }
         RunSut::Process(p) => {
             p.shutdown();
             let mut w: Vec<String> = p.errors.iter().take(20).cloned().collect();
@@ -221,6 +252,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         "cli": a,
         "config_model": CONFIG_MODEL,
         "test_settings": &settings,
+        "sut": sut_json,
     });
     let mut meta = run_meta(&engine, &model_path, &a.device, settings_json, started);
     let mut performance = performance_section(&result);
@@ -292,4 +324,33 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         return Ok(1);
     }
     Ok(if result.is_valid() { 0 } else { 1 })
+}
+
+/// result.json's `meta.settings.sut` for an HTTP SUT: kind, endpoint, API, what the server
+/// says its model is (id, and the file's SHA-256 when it is our own server), the system's
+/// identity for the comparability check (`system`: the server and model, not the port), and
+/// the record (failures, retries, short responses, token-count source, server timings).
+pub fn http_sut_json(h: &HttpSut, rec: &HttpRecord) -> serde_json::Value {
+    let m = &h.model;
+    let server = m
+        .server
+        .clone()
+        .or_else(|| m.owned_by.clone())
+        .unwrap_or_else(|| "unknown".into());
+    serde_json::json!({
+        "kind": "http",
+        "endpoint": h.config.base_url,
+        "api": h.config.api,
+        "concurrency": h.config.concurrency,
+        "retry_policy": format!(
+            "up to {} retries before the first token on connection refused or HTTP \
+             500/502/503/504, 250 ms x attempt (Retry-After, at most 2 s, when sent)",
+            h.config.retries
+        ),
+        "model_id": m.id,
+        "model_sha256": m.sha256,
+        "server": server,
+        "system": format!("http {server} {}", m.id),
+        "record": rec.summary(),
+    })
 }

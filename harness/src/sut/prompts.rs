@@ -109,6 +109,11 @@ impl PromptLibrary {
         Ok(PromptLibrary { prompts, tokens })
     }
 
+    /// The prompts' token ids, in sample-index order.
+    pub fn tokens(&self) -> &[Vec<u32>] {
+        &self.tokens
+    }
+
     /// The prompts, in sample-index order.
     pub fn prompts(&self) -> &[PerfPrompt] {
         &self.prompts
