@@ -512,11 +512,11 @@ fn http_suts_compare_by_server_and_model_not_address() {
     let ours = http("http pocketperf 0.1.0 SmolLM2", "http://127.0.0.1:8080");
     let moved = http("http pocketperf 0.1.0 SmolLM2", "http://127.0.0.1:9999");
     let theirs = http("http llamacpp SmolLM2", "http://127.0.0.1:8080");
-    assert_eq!(
-        gate_pair(&ours, &moved, &GateRules::default()).exit_code(),
-        0
-    );
-    let o = gate_pair(&ours, &theirs, &GateRules::default());
+    // Energy off: the hand result's two dialogues are too few for that check.
+    let rules = allowing(&[]);
+    let same = gate_pair(&ours, &moved, &rules);
+    assert_eq!(same.exit_code(), 0, "{}", same.to_text());
+    let o = gate_pair(&ours, &theirs, &rules);
     assert_eq!(o.exit_code(), 2, "{o:?}");
     assert_eq!(status_of(&o, "comparability.sut"), CheckStatus::Error);
 }
