@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use pocketperf_datasets::score::parse_generated;
-use pocketperf_datasets::{build_prompt, compute_subset, load_subset, mmlu};
+use pocketperf_datasets::{build_prompt, compute_subset, load_subset};
 
 fn mmlu_dir() -> PathBuf {
     let shared = match std::env::var_os("POCKETPERF_SHARED") {
@@ -38,7 +38,9 @@ fn benches(c: &mut Criterion) {
         b.iter(|| load_subset(black_box(&dir)).unwrap())
     });
     let questions = load_subset(&dir).unwrap();
-    let shots = mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str())).unwrap();
+    let shots =
+        pocketperf_datasets::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))
+            .unwrap();
     g.bench_function("build_prompt x576 (5-shot)", |b| {
         b.iter(|| {
             let mut bytes = 0;

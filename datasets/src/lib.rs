@@ -21,8 +21,8 @@ pub mod subset;
 pub use dialogue::{DIALOGUE_NEW_TOKENS, Dialogue, Turn, dialogues};
 pub use error::{Error, Result};
 pub use mmlu::{
-    Category, Letter, Question, Split, SubjectInfo, categories, category_of, load_dev_shots,
-    load_split, resolve_mmlu_dir, subjects,
+    Category, Letter, Question, Split, SubjectInfo, categories, category_of, load_split,
+    resolve_mmlu_dir, subjects,
 };
 pub use perf::{PerfPrompt, Preset, perf_prompts};
 pub use prompt::{ChatMessage, ChatPrompt, Prompt, Role, build_chat, build_prompt, zero_shot};
@@ -30,6 +30,7 @@ pub use score::{
     Accuracy, McNemar, Record, Response, Summary, compare_runs, mcnemar_exact,
     parse_generated_settled, summarize,
 };
+pub use subset::load_dev_shots;
 pub use subset::{
     Difference, SubsetEntry, VerifyReport, compute_subset, load_subset, manifest, verify,
 };

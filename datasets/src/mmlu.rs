@@ -209,24 +209,6 @@ pub fn load_split(dir: &Path, split: Split, subject: &str) -> Result<Vec<Questio
     read_csv_file(&path, subject)
 }
 
-/// The dev rows (the few-shot examples, in file order) of each of `subjects`, by subject,
-/// each subject's rows checked against their committed digests
-/// ([`crate::subset::verify_dev_rows`]).
-pub fn load_dev_shots<'a>(
-    dir: &Path,
-    subjects: impl IntoIterator<Item = &'a str>,
-) -> Result<std::collections::BTreeMap<String, Vec<Question>>> {
-    let mut out = std::collections::BTreeMap::new();
-    for subject in subjects {
-        if !out.contains_key(subject) {
-            let rows = load_split(dir, Split::Dev, subject)?;
-            crate::subset::verify_dev_rows(subject, &rows)?;
-            out.insert(subject.to_string(), rows);
-        }
-    }
-    Ok(out)
-}
-
 /// Reads one MMLU CSV file; `subject` is recorded in every [`Question`].
 pub fn read_csv_file(path: &Path, subject: &str) -> Result<Vec<Question>> {
     let mut file = File::open(path).map_err(|source| Error::Io {

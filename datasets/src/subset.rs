@@ -406,6 +406,24 @@ pub fn dev_manifest() -> &'static [SubsetEntry] {
     })
 }
 
+/// The dev rows (the few-shot examples, in file order) of each of `subjects`, by subject,
+/// each subject's rows checked against their committed digests
+/// ([`verify_dev_rows`]).
+pub fn load_dev_shots<'a>(
+    dir: &Path,
+    subjects: impl IntoIterator<Item = &'a str>,
+) -> Result<std::collections::BTreeMap<String, Vec<Question>>> {
+    let mut out = std::collections::BTreeMap::new();
+    for subject in subjects {
+        if !out.contains_key(subject) {
+            let rows = mmlu::load_split(dir, Split::Dev, subject)?;
+            verify_dev_rows(subject, &rows)?;
+            out.insert(subject.to_string(), rows);
+        }
+    }
+    Ok(out)
+}
+
 /// Checks the dev rows of `subject` against [`dev_manifest`]: the same number of rows, each
 /// with its committed digest. A tampered few-shot example changes every prompt of its subject,
 /// so it is refused like a tampered test row.

@@ -92,7 +92,9 @@ fn shots_are_dropped_whole_from_the_front_until_the_prompt_fits() {
 fn the_few_shot_prefix_is_shared_by_every_question_of_a_subject() {
     let dir = common::mmlu_dir();
     let questions = load_subset(&dir).unwrap();
-    let shots = mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str())).unwrap();
+    let shots =
+        pocketperf_datasets::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))
+            .unwrap();
     assert_eq!(shots.len(), 57);
     assert!(shots.values().all(|s| s.len() == 5));
     let dev = &shots["professional_law"];

@@ -6,6 +6,9 @@
 //! directories replay a recorded run's activity (busy while a query runs, idle between) on
 //! the simulated handsets of `harness/src/sim`, sampled by the real telemetry sampler on a
 //! virtual clock, so their `telemetry.csv` is what the sampler writes on those handsets.
+//!
+//! Size: over 800 lines: one fixture pair serves the report, compare and gate command tests;
+//! the gate's tests are the seam for a split.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -122,7 +122,8 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     // Refuses a copy that does not match the manifest, naming subject, row and reason.
     let all = subset::load_subset(&dir)?;
     let questions = select_questions(all, &a.subjects, a.limit)?;
-    let dev = ds_mmlu::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))?;
+    let dev =
+        pocketperf_datasets::load_dev_shots(&dir, questions.iter().map(|q| q.subject.as_str()))?;
     let (engine, model_path) = a.engine.load()?;
     let letters = letter_tokens(&engine, a.chat)?;
     let reserve = match a.mode {

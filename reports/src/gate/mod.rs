@@ -22,6 +22,10 @@
 //!
 //! Here: checks and the verdict with its text and Markdown exports; the rules are in `rules`,
 //! the JUnit XML export in `junit`.
+//!
+//! Size: over 800 lines: the checks for one and for several runs per side in one function
+//! (one route for every gate). The seams for a split are `SampleTest` (into `replicates`) and
+//! the text and Markdown renderers.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
