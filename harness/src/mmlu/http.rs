@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::GENERATE_MAX_TOKENS;
 use super::prompts::Item;
-use super::sut::QuestionCost;
+use super::sut::{QuestionCost, answer_in_sample_order, record_answers};
 use crate::cmd::mmlu::ScoreMode;
 use crate::http::client::{ApiKind, HttpClient, ServerModel};
 
@@ -190,33 +190,11 @@ impl SystemUnderTest for MmluHttpSut<'_, '_> {
     }
 
     fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
-        let mut order: Vec<&Query> = queries.iter().collect();
-        order.sort_by_key(|q| q.sample_index);
-        for q in order {
-            let i = q.sample_index as usize;
-            let Some(item) = self.items.get(i) else {
-                self.errors
-                    .push(format!("query {}: sample {i} does not exist", q.id));
-                responder.complete(q.id, 0, Some(&[]));
-                continue;
-            };
-            match self.answer(item) {
-                Ok((bytes, cost)) => {
-                    if let Some(slot) = self.costs.get_mut(i) {
-                        *slot = Some(cost);
-                    }
-                    responder.complete(q.id, cost.generated_tokens as u64, Some(&bytes));
-                }
-                Err(e) => {
-                    self.errors.push(format!(
-                        "{} row {} (sample {i}): {e:#}",
-                        item.question.subject, item.question.row
-                    ));
-                    responder.complete(q.id, 0, Some(&[]));
-                }
-            }
-            self.progress.inc(1);
-        }
+        let (items, progress) = (self.items, self.progress.clone());
+        let done = answer_in_sample_order(items, queries, responder, &progress, |item| {
+            self.answer(item)
+        });
+        record_answers(done, &mut self.costs, &mut self.errors);
     }
 }
 

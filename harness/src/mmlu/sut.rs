@@ -190,37 +190,75 @@ impl SystemUnderTest for MmluSut<'_, '_> {
     }
 
     fn issue_queries(&mut self, queries: &[Query], responder: &mut Responder<'_>) {
-        // The engine hands the batch over in LoadGen's shuffled order; an Offline SUT may
-        // answer in any order, and sample order keeps a subject's questions adjacent so
-        // each reuses the cached header and shots of the one before.
-        let mut order: Vec<&Query> = queries.iter().collect();
-        order.sort_by_key(|q| q.sample_index);
-        for q in order {
-            let i = q.sample_index as usize;
-            let Some(item) = self.items.get(i) else {
-                self.errors
-                    .push(format!("query {}: sample {i} does not exist", q.id));
-                responder.complete(q.id, 0, Some(&[]));
-                continue;
-            };
-            match self.answer(item) {
-                Ok((bytes, cost)) => {
-                    if let Some(slot) = self.costs.get_mut(i) {
-                        *slot = Some(cost);
-                    }
-                    responder.complete(q.id, cost.generated_tokens as u64, Some(&bytes));
-                }
-                Err(e) => {
-                    self.errors.push(format!(
+        let (items, progress) = (self.items, self.progress.clone());
+        let done = answer_in_sample_order(items, queries, responder, &progress, |item| {
+            self.answer(item)
+        });
+        record_answers(done, &mut self.costs, &mut self.errors);
+    }
+}
+
+/// What became of one question: its sample index and its cost, or the error to report.
+pub(crate) type Answered = (usize, std::result::Result<QuestionCost, String>);
+
+/// Answers an MMLU batch through `answer` (the in-process or the HTTP SUT), in sample order:
+/// the engine hands the batch over in LoadGen's shuffled order, an Offline SUT may answer in
+/// any order, and sample order keeps a subject's questions adjacent so each reuses the cached
+/// header and shots of the one before. A question that fails is completed anyway, with no
+/// answer: it is scored as unanswered and the run goes on; the error is reported and fails
+/// the command.
+pub(crate) fn answer_in_sample_order(
+    items: &[Item],
+    queries: &[Query],
+    responder: &mut Responder<'_>,
+    progress: &ProgressBar,
+    mut answer: impl FnMut(&Item) -> Result<(Vec<u8>, QuestionCost)>,
+) -> Vec<Answered> {
+    let mut order: Vec<&Query> = queries.iter().collect();
+    order.sort_by_key(|q| q.sample_index);
+    let mut done = Vec::with_capacity(order.len());
+    for q in order {
+        let i = q.sample_index as usize;
+        let Some(item) = items.get(i) else {
+            done.push((i, Err(format!("query {}: sample {i} does not exist", q.id))));
+            responder.complete(q.id, 0, Some(&[]));
+            continue;
+        };
+        match answer(item) {
+            Ok((bytes, cost)) => {
+                responder.complete(q.id, cost.generated_tokens as u64, Some(&bytes));
+                done.push((i, Ok(cost)));
+            }
+            Err(e) => {
+                done.push((
+                    i,
+                    Err(format!(
                         "{} row {} (sample {i}): {e:#}",
                         item.question.subject, item.question.row
-                    ));
-                    // Complete it anyway: the question is scored as unanswered and the run
-                    // goes on; the error is reported and fails the command.
-                    responder.complete(q.id, 0, Some(&[]));
+                    )),
+                ));
+                responder.complete(q.id, 0, Some(&[]));
+            }
+        }
+        progress.inc(1);
+    }
+    done
+}
+
+/// Stores each answered question's cost and each error of [`answer_in_sample_order`].
+pub(crate) fn record_answers(
+    done: Vec<Answered>,
+    costs: &mut [Option<QuestionCost>],
+    errors: &mut Vec<String>,
+) {
+    for (i, outcome) in done {
+        match outcome {
+            Ok(cost) => {
+                if let Some(slot) = costs.get_mut(i) {
+                    *slot = Some(cost);
                 }
             }
-            self.progress.inc(1);
+            Err(e) => errors.push(e),
         }
     }
 }
