@@ -352,3 +352,26 @@ fn the_dialogue_scenario_refuses_flags_it_does_not_implement() {
     );
     assert!(!out.exists(), "nothing is written before the refusal");
 }
+
+#[test]
+fn http_flags_without_an_http_sut_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = pocketperf(&[
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--api",
+        "chat",
+        "--http-retries",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--api, --http-retries need --sut http://HOST:PORT"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing is written before the refusal");
+}

@@ -80,38 +80,58 @@ impl serde::Serialize for SutArg {
     }
 }
 
-/// Flags of the HTTP system under test (`--sut http://…`), shared by `run` and `mmlu run`.
+/// Flags of the HTTP system under test (`--sut http://…`). Each is an error with any other
+/// SUT ([`HttpSutArgs::given`]), so none is accepted and ignored.
 #[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct HttpSutArgs {
     /// With --sut http://…: the request shape (completions sends the prompt's token ids in
-    /// the local model's chat template; chat sends it as one user message).
-    #[arg(long, value_enum, default_value = "completions")]
-    pub api: crate::http::client::ApiKind,
-    /// With --sut http://…: requests in flight at most (Offline and Server).
-    #[arg(long, default_value_t = 8)]
-    pub http_concurrency: usize,
-    /// With --sut http://…: seconds one request may take in all.
-    #[arg(long, default_value_t = 120)]
-    pub http_timeout_s: u64,
-    /// With --sut http://…: seconds a response may go without a byte.
-    #[arg(long, default_value_t = 30)]
-    pub http_stall_s: u64,
+    /// the local model's chat template; chat sends it as one user message) [default:
+    /// completions].
+    #[arg(long, value_enum)]
+    pub api: Option<crate::http::client::ApiKind>,
+    /// With --sut http://…: requests in flight at most (Offline and Server) [default: 8].
+    #[arg(long)]
+    pub http_concurrency: Option<usize>,
+    /// With --sut http://…: seconds one request may take in all [default: 120].
+    #[arg(long)]
+    pub http_timeout_s: Option<u64>,
+    /// With --sut http://…: seconds a response may go without a byte [default: 30].
+    #[arg(long)]
+    pub http_stall_s: Option<u64>,
     /// With --sut http://…: retries of a request refused before its first token
-    /// (connection refused, HTTP 500/502/503/504).
-    #[arg(long, default_value_t = 2)]
-    pub http_retries: u32,
+    /// (connection refused, HTTP 500/502/503/504) [default: 2].
+    #[arg(long)]
+    pub http_retries: Option<u32>,
 }
 
 impl HttpSutArgs {
     pub fn config(&self, base_url: &str) -> crate::sut::http::HttpSutConfig {
         crate::sut::http::HttpSutConfig {
             base_url: base_url.to_string(),
-            api: self.api,
-            concurrency: self.http_concurrency.max(1),
-            request_timeout: std::time::Duration::from_secs(self.http_timeout_s.max(1)),
-            stall_timeout: std::time::Duration::from_secs(self.http_stall_s.max(1)),
-            retries: self.http_retries,
+            api: self
+                .api
+                .unwrap_or(crate::http::client::ApiKind::Completions),
+            concurrency: self.http_concurrency.unwrap_or(8).max(1),
+            request_timeout: std::time::Duration::from_secs(
+                self.http_timeout_s.unwrap_or(120).max(1),
+            ),
+            stall_timeout: std::time::Duration::from_secs(self.http_stall_s.unwrap_or(30).max(1)),
+            retries: self.http_retries.unwrap_or(2),
         }
+    }
+
+    /// The flags given on the command line (for the error when the SUT is not HTTP).
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            (self.api.is_some(), "--api"),
+            (self.http_concurrency.is_some(), "--http-concurrency"),
+            (self.http_timeout_s.is_some(), "--http-timeout-s"),
+            (self.http_stall_s.is_some(), "--http-stall-s"),
+            (self.http_retries.is_some(), "--http-retries"),
+        ]
+        .into_iter()
+        .filter_map(|(given, name)| given.then_some(name))
+        .collect()
     }
 }
 

@@ -558,6 +558,7 @@ fn refuse_unsupported(a: &RunArgs) -> Result<()> {
     if a.cold_start {
         given.push("--cold-start");
     }
+    given.extend(a.http.given());
     if !given.is_empty() {
         bail!(
             "{} not supported by the dialogue scenario (it runs in process, without warm-up, \

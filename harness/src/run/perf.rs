@@ -114,6 +114,10 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if a.sut != SutArg::InProcess && a.governor.governor != GovernorKind::Off {
         bail!("--governor needs --sut in-process (the governor acts on this process)");
     }
+    let http_flags = a.http.given();
+    if !matches!(a.sut, SutArg::Http(_)) && !http_flags.is_empty() {
+        bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
+    }
     let settings = resolve_settings(a)?;
     let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
 
