@@ -434,6 +434,21 @@ pub struct Change {
     pub verdict: Verdict,
 }
 
+/// The two-condition rule: a change is called only when `p < alpha` **and** `|change|`
+/// exceeds `min_effect`; its sign and `better` decide between regression and improvement.
+fn call(p: f64, alpha: f64, change: f64, min_effect: f64, better: Better) -> Verdict {
+    let called = p < alpha && change.abs() > min_effect;
+    let worse = match better {
+        Better::Lower => change > 0.0,
+        Better::Higher => change < 0.0,
+    };
+    match (called, worse) {
+        (false, _) => Verdict::NoChange,
+        (true, true) => Verdict::Regressed,
+        (true, false) => Verdict::Improved,
+    }
+}
+
 /// Calls a change only when `p < alpha` **and** the relative change of the median exceeds
 /// `noise` (e.g. 0.05 for 5%); the direction decides between regression and improvement.
 pub fn compare_samples(
@@ -456,19 +471,7 @@ pub fn compare_samples(
     } else {
         cm / bm - 1.0
     };
-    let verdict = if mw.p_value < alpha && relative_change.abs() > noise {
-        let worse = match better {
-            Better::Lower => relative_change > 0.0,
-            Better::Higher => relative_change < 0.0,
-        };
-        if worse {
-            Verdict::Regressed
-        } else {
-            Verdict::Improved
-        }
-    } else {
-        Verdict::NoChange
-    };
+    let verdict = call(mw.p_value, alpha, relative_change, noise, better);
     Ok(Change {
         baseline_median: bm,
         candidate_median: cm,
@@ -595,19 +598,7 @@ pub fn compare_runs(
         1.0
     };
     let relative_change = diff.exp() - 1.0;
-    let verdict = if p_value < alpha && relative_change.abs() > min_effect {
-        let worse = match better {
-            Better::Lower => relative_change > 0.0,
-            Better::Higher => relative_change < 0.0,
-        };
-        if worse {
-            Verdict::Regressed
-        } else {
-            Verdict::Improved
-        }
-    } else {
-        Verdict::NoChange
-    };
+    let verdict = call(p_value, alpha, relative_change, min_effect, better);
     Ok(RunChange {
         baseline: mean_b.exp(),
         candidate: mean_c.exp(),

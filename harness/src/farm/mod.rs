@@ -20,6 +20,7 @@ pub mod inventory;
 pub mod names;
 pub mod nights;
 pub mod shell;
+mod slots;
 pub mod suite;
 pub mod transport;
 
@@ -812,42 +813,6 @@ fn gate_device_step(
     g
 }
 
-/// A counting semaphore over the host-side device slots.
-struct HostSlots {
-    free: std::sync::Mutex<usize>,
-    freed: std::sync::Condvar,
-}
-
-/// A held host slot, given back when dropped.
-struct HostSlot<'a>(&'a HostSlots);
-
-impl HostSlots {
-    fn new(n: usize) -> Self {
-        Self {
-            free: std::sync::Mutex::new(n),
-            freed: std::sync::Condvar::new(),
-        }
-    }
-
-    fn acquire(&self) -> HostSlot<'_> {
-        // A poisoned lock only means another device's thread panicked; the count is intact.
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        HostSlot(self)
-    }
-}
-
-impl Drop for HostSlot<'_> {
-    fn drop(&mut self) {
-        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
-        *free += 1;
-        self.0.freed.notify_one();
-    }
-}
-
 /// Runs the farm. Device failures are reported in the result; an `Err` means nothing could
 /// start (the results directory could not be created).
 pub fn run_farm(
@@ -858,7 +823,7 @@ pub fn run_farm(
     let (run, run_dir) = create_run_dir(&opts.out, started)?;
     let previous = previous_run(&opts.out, &run);
     let t0 = Instant::now();
-    let host_slots = HostSlots::new(opts.inventory.max_parallel_host);
+    let host_slots = slots::HostSlots::new(opts.inventory.max_parallel_host);
     let devices: Vec<DeviceReport> = std::thread::scope(|s| {
         let handles: Vec<_> = opts
             .inventory

@@ -22,10 +22,6 @@
 //!
 //! Here: checks and the verdict with its text and Markdown exports; the rules are in `rules`,
 //! the JUnit XML export in `junit`.
-//!
-//! Size: over 800 lines: the checks for one and for several runs per side in one function
-//! (one route for every gate). The seams for a split are `SampleTest` (into `replicates`) and
-//! the text and Markdown renderers.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,6 +31,7 @@ use serde::Serialize;
 mod junit;
 pub mod replicates;
 mod rules;
+use replicates::SampleTest;
 pub use rules::{
     AccuracyRules, ComparabilityRules, EnergyRules, GateRules, PerformanceRules, ReplicateRules,
     RobustnessRules,
@@ -666,112 +663,6 @@ pub fn gate_replicated(
         error: None,
         baseline_meta: Some(b0.meta.clone()),
         candidate_meta: Some(c0.meta.clone()),
-    }
-}
-
-/// How a timing or energy series is judged: per-sample (Mann–Whitney) with one run on a
-/// side, run-level (Student's t on per-run medians) with two or more on both.
-#[derive(Clone, Copy)]
-struct SampleTest {
-    alpha: f64,
-    noise: f64,
-    min_samples: usize,
-    run_alpha: f64,
-    pairing: stats::Pairing,
-}
-
-impl SampleTest {
-    /// `base` and `cand` hold one series per run.
-    fn check(&self, name: &str, base: &[Vec<f64>], cand: &[Vec<f64>], better: Better) -> GateCheck {
-        if base.len() >= 2 && cand.len() >= 2 {
-            return self.run_level(name, base, cand, better);
-        }
-        let pool = |s: &[Vec<f64>]| -> Vec<f64> { s.iter().flatten().copied().collect() };
-        let mut row = sample_check(
-            name,
-            &pool(base),
-            &pool(cand),
-            better,
-            self.alpha,
-            self.noise,
-            self.min_samples,
-        );
-        if base.len() > 1 || cand.len() > 1 {
-            row.detail.push_str(&format!(
-                " (pooled: {} baseline and {} candidate runs; run-level statistics need two or more on each side)",
-                base.len(),
-                cand.len()
-            ));
-        }
-        row
-    }
-
-    fn run_level(
-        &self,
-        name: &str,
-        base: &[Vec<f64>],
-        cand: &[Vec<f64>],
-        better: Better,
-    ) -> GateCheck {
-        let medians = |s: &[Vec<f64>]| -> Option<Vec<f64>> {
-            s.iter()
-                .map(|r| {
-                    (r.len() >= self.min_samples)
-                        .then(|| stats::median(r))
-                        .flatten()
-                })
-                .collect()
-        };
-        let (Some(bm), Some(cm)) = (medians(base), medians(cand)) else {
-            return check(
-                name,
-                CheckStatus::Error,
-                format!(
-                    "too few samples to judge: a run has fewer than {} (baseline runs {:?}, candidate runs {:?}); a check without data is not a pass",
-                    self.min_samples,
-                    base.iter().map(Vec::len).collect::<Vec<_>>(),
-                    cand.iter().map(Vec::len).collect::<Vec<_>>()
-                ),
-            );
-        };
-        match stats::compare_runs(&bm, &cm, self.pairing, better, self.run_alpha, self.noise) {
-            Ok(c) => {
-                let word = match c.verdict {
-                    Verdict::Regressed => "regressed",
-                    Verdict::Improved => "improved",
-                    Verdict::NoChange => "no significant change",
-                };
-                let how = match c.pairing {
-                    stats::Pairing::Paired => "paired t on per-pair log ratios (interleaved runs)",
-                    stats::Pairing::Unpaired => "Welch t on log run medians",
-                };
-                GateCheck {
-                    name: name.into(),
-                    status: if c.verdict == Verdict::Regressed {
-                        CheckStatus::Regression
-                    } else {
-                        CheckStatus::Pass
-                    },
-                    baseline: Some(c.baseline),
-                    candidate: Some(c.candidate),
-                    change: Some(c.relative_change),
-                    p_value: Some(c.p_value),
-                    detail: format!(
-                        "{word}: run medians' geometric mean {} → {} ({:+.1}%), {how}, p = {:.3e}, df {:.1} (alpha {}, minimum effect {:.1}%, runs {} / {})",
-                        num(c.baseline),
-                        num(c.candidate),
-                        c.relative_change * 100.0,
-                        c.p_value,
-                        c.df,
-                        self.run_alpha,
-                        self.noise * 100.0,
-                        bm.len(),
-                        cm.len()
-                    ),
-                }
-            }
-            Err(e) => check(name, CheckStatus::Error, e.to_string()),
-        }
     }
 }
 

@@ -14,9 +14,11 @@
 
 use std::path::{Path, PathBuf};
 
+use super::{CheckStatus, GateCheck, check, sample_check};
 use crate::error::{ReportError, Result};
+use crate::render::num;
 use crate::schema::{self, ResultFile};
-use crate::stats::Pairing;
+use crate::stats::{self, Better, Pairing, Verdict};
 
 /// The result directories a side names: a directory holding `result.json` is one run;
 /// otherwise each sub-directory that holds one (sorted by name) is a replicate.
@@ -81,4 +83,116 @@ pub fn by_start(runs: &[ResultFile]) -> Vec<&ResultFile> {
     let mut v: Vec<&ResultFile> = runs.iter().collect();
     v.sort_by_key(|r| r.meta.started_utc);
     v
+}
+
+/// How a timing or energy series is judged: per-sample (Mann–Whitney) with one run on a
+/// side, run-level (Student's t on per-run medians) with two or more on both.
+#[derive(Clone, Copy)]
+pub(super) struct SampleTest {
+    pub(super) alpha: f64,
+    pub(super) noise: f64,
+    pub(super) min_samples: usize,
+    pub(super) run_alpha: f64,
+    pub(super) pairing: stats::Pairing,
+}
+
+impl SampleTest {
+    /// `base` and `cand` hold one series per run.
+    pub(super) fn check(
+        &self,
+        name: &str,
+        base: &[Vec<f64>],
+        cand: &[Vec<f64>],
+        better: Better,
+    ) -> GateCheck {
+        if base.len() >= 2 && cand.len() >= 2 {
+            return self.run_level(name, base, cand, better);
+        }
+        let pool = |s: &[Vec<f64>]| -> Vec<f64> { s.iter().flatten().copied().collect() };
+        let mut row = sample_check(
+            name,
+            &pool(base),
+            &pool(cand),
+            better,
+            self.alpha,
+            self.noise,
+            self.min_samples,
+        );
+        if base.len() > 1 || cand.len() > 1 {
+            row.detail.push_str(&format!(
+                " (pooled: {} baseline and {} candidate runs; run-level statistics need two or more on each side)",
+                base.len(),
+                cand.len()
+            ));
+        }
+        row
+    }
+
+    fn run_level(
+        &self,
+        name: &str,
+        base: &[Vec<f64>],
+        cand: &[Vec<f64>],
+        better: Better,
+    ) -> GateCheck {
+        let medians = |s: &[Vec<f64>]| -> Option<Vec<f64>> {
+            s.iter()
+                .map(|r| {
+                    (r.len() >= self.min_samples)
+                        .then(|| stats::median(r))
+                        .flatten()
+                })
+                .collect()
+        };
+        let (Some(bm), Some(cm)) = (medians(base), medians(cand)) else {
+            return check(
+                name,
+                CheckStatus::Error,
+                format!(
+                    "too few samples to judge: a run has fewer than {} (baseline runs {:?}, candidate runs {:?}); a check without data is not a pass",
+                    self.min_samples,
+                    base.iter().map(Vec::len).collect::<Vec<_>>(),
+                    cand.iter().map(Vec::len).collect::<Vec<_>>()
+                ),
+            );
+        };
+        match stats::compare_runs(&bm, &cm, self.pairing, better, self.run_alpha, self.noise) {
+            Ok(c) => {
+                let word = match c.verdict {
+                    Verdict::Regressed => "regressed",
+                    Verdict::Improved => "improved",
+                    Verdict::NoChange => "no significant change",
+                };
+                let how = match c.pairing {
+                    stats::Pairing::Paired => "paired t on per-pair log ratios (interleaved runs)",
+                    stats::Pairing::Unpaired => "Welch t on log run medians",
+                };
+                GateCheck {
+                    name: name.into(),
+                    status: if c.verdict == Verdict::Regressed {
+                        CheckStatus::Regression
+                    } else {
+                        CheckStatus::Pass
+                    },
+                    baseline: Some(c.baseline),
+                    candidate: Some(c.candidate),
+                    change: Some(c.relative_change),
+                    p_value: Some(c.p_value),
+                    detail: format!(
+                        "{word}: run medians' geometric mean {} → {} ({:+.1}%), {how}, p = {:.3e}, df {:.1} (alpha {}, minimum effect {:.1}%, runs {} / {})",
+                        num(c.baseline),
+                        num(c.candidate),
+                        c.relative_change * 100.0,
+                        c.p_value,
+                        c.df,
+                        self.run_alpha,
+                        self.noise * 100.0,
+                        bm.len(),
+                        cm.len()
+                    ),
+                }
+            }
+            Err(e) => check(name, CheckStatus::Error, e.to_string()),
+        }
+    }
 }
