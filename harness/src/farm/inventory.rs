@@ -159,8 +159,8 @@ pub struct Inventory {
     pub devices: Vec<DeviceSpec>,
     /// Host-side devices (`local`, `sim:*`) that may run at once (`[defaults]
     /// max_parallel_host`, default 1): they share this host's cores, so two at once slow each
-    /// other (23.7 tok/s in the farm against 44 alone, measured). Phones over adb run on their
-    /// own cores and always run in parallel.
+    /// other (23.7 tok/s in the farm against 44 alone, as the gate issue measured). Phones
+    /// over adb run on their own cores and always run in parallel.
     pub max_parallel_host: usize,
 }
 

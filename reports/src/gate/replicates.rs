@@ -5,7 +5,7 @@
 //! Why: the queries of one run share that run's machine state (other load, clocks, page
 //! cache), so a per-query test sees a run-to-run shift as a certain change. Two back-to-back
 //! runs of one binary on a shared 2-core host differed by 29% in TPOT with p = 3.6e-6 under
-//! the per-query test. Run-level statistics count each run once: one figure per run (the
+//! the per-query test (measured when the gate issue was filed). Run-level statistics count each run once: one figure per run (the
 //! median of its per-query samples), compared on the log scale by Student's t
 //! ([`crate::stats::compare_runs`]) — paired on the per-pair log ratios when the two sides'
 //! runs were interleaved (A B A B …, as `gate --interleave` runs them), so slow drift of the
