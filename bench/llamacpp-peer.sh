@@ -2,12 +2,15 @@
 # Build the llama.cpp peer that `docs/PERFORMANCE.md` compares against: llama.cpp as vendored
 # in the PyPI source package llama-cpp-python==0.3.36, built with a fixed set of CPU options
 # (no -march=native, AMX off: on the reference VM llama.cpp's AMX path dies with SIGILL on
-# multi-token batches). The result is cached; a second call only prints the path of llama-bench.
+# multi-token batches). It builds llama-bench, llama-server (the HTTP side-by-side,
+# bench/http-side-by-side.sh) and the shared libllama (bench/cold-start-peer.sh links its
+# cold-start probe against it). The result is cached; a second call only prints the path of
+# llama-bench.
 #
 #   bench/llamacpp-peer.sh            build if needed, print the llama-bench path
 #   POCKETPERF_PEER_DIR=DIR           cache directory (default: $XDG_CACHE_HOME/pocketperf/llamacpp-peer)
 #
-# Takes about 15 minutes on 2 cores. Not part of CI.
+# Takes about 20 minutes on 2 cores. Not part of CI.
 set -euo pipefail
 
 version=0.3.36
@@ -17,7 +20,7 @@ venv="$dir/venv"
 src="$dir/src"
 build="$dir/build"
 bin="$build/bin/llama-bench"
-stamp="$dir/built-$version"
+stamp="$dir/built-$version-server"
 
 export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_INT8=OFF"
 
@@ -53,8 +56,8 @@ log "configuring ($CMAKE_ARGS)"
 "$venv/bin/cmake" -S "$src/vendor/llama.cpp" -B "$build" -G Ninja \
   -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-  -DLLAMA_BUILD_SERVER=OFF $CMAKE_ARGS >&2
-log "building llama-bench (about 15 minutes on 2 cores)"
-"$venv/bin/cmake" --build "$build" --target llama-bench -j "$(nproc)" >&2
+  -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=ON $CMAKE_ARGS >&2
+log "building llama-bench and llama-server (about 20 minutes on 2 cores)"
+"$venv/bin/cmake" --build "$build" --target llama-bench llama-server -j "$(nproc)" >&2
 touch "$stamp"
 echo "$bin"

@@ -10,6 +10,7 @@ use crate::tools::generate::GenerateSpec;
 use crate::tools::{self, model_file, naming_file, read_utf8};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use pocketperf_runtime::kv::KvPolicy;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::residency::LoadOptions;
 use pocketperf_runtime::session::Engine;
@@ -35,6 +36,34 @@ impl ResidencyArgs {
             mlock: self.mlock,
             prefault: self.prefault,
         }
+    }
+}
+
+/// `--kv-policy`: what the KV ring does when a token arrives and every slot is taken
+/// (`pocketperf_runtime::kv::KvPolicy`). Offered where a sequence can outgrow its ring:
+/// `generate` and `soak` (whose servers get it in the serve protocol's `load` request, where
+/// any client can set it). The scenarios of `run` and `mmlu run` size the ring to their
+/// longest sequence, so no policy ever applies there and they do not take the flag;
+/// `serve --http` decodes its slots in one batched pass whose rings have no sliding mode, and
+/// refuses a request that does not fit `--ctx`.
+#[derive(Args, Debug, Clone, Copy, serde::Serialize)]
+pub struct KvPolicyArgs {
+    /// `error` (refuse the token, the default), `sliding` (keep 4 attention-sink tokens and
+    /// overwrite the oldest of the rest) or `sliding:N` (N sinks).
+    #[arg(long, default_value = "error", value_parser = parse_kv_policy)]
+    pub kv_policy: KvPolicy,
+}
+
+/// `--kv-policy`'s parser (the runtime's own, its message naming the flag).
+pub fn parse_kv_policy(s: &str) -> std::result::Result<KvPolicy, String> {
+    s.parse::<KvPolicy>().map_err(|e| e.to_string())
+}
+
+/// The protocol's spelling of a policy (what [`parse_kv_policy`] reads back).
+pub fn kv_policy_name(p: KvPolicy) -> String {
+    match p {
+        KvPolicy::Error => "error".into(),
+        KvPolicy::Sliding { sinks } => format!("sliding:{sinks}"),
     }
 }
 
@@ -166,6 +195,8 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
     #[command(flatten)]
+    pub kv: KvPolicyArgs,
+    #[command(flatten)]
     pub governor: crate::cmd::governor::GovernorArgs,
 }
 
@@ -189,6 +220,7 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
             top_p: a.top_p,
             seed: a.seed,
             ctx: a.ctx,
+            kv_policy: a.kv.kv_policy,
             governor: &a.governor,
         },
     )?;

@@ -49,6 +49,8 @@ pub struct SoakArgs {
     /// KV ring size of the server, tokens.
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
+    #[command(flatten)]
+    pub kv: crate::cmd::runtime::KvPolicyArgs,
     /// `local` (sysfs of this machine) or `sim:<profile>` (simulated handset telemetry).
     #[arg(long, default_value = "local")]
     pub device: String,
@@ -223,6 +225,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         prefault: a.engine.residency.prefault,
         isa: a.isa.clone(),
         ctx: a.ctx,
+        kv_policy: Some(crate::cmd::runtime::kv_policy_name(a.kv.kv_policy)),
         dialogues: a.dialogues,
         max_turn_tokens: a.max_turn_tokens,
         probe_prompts: a.probe_prompts,

@@ -64,6 +64,11 @@ pub struct LoadRequest {
     /// Read every page of the model in before answering (`--prefault`).
     #[serde(default)]
     pub prefault: bool,
+    /// What the KV ring does when a query outgrows `ctx`: `error` (absent: the query is
+    /// refused with `too_long`), `sliding` or `sliding:N` (keep N attention-sink tokens,
+    /// default 4, and overwrite the oldest of the rest; the prompt itself must still fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_policy: Option<String>,
 }
 
 /// One chat turn of a `messages` prompt.

@@ -7,6 +7,7 @@ use std::io::{self, BufRead, Write};
 use std::path::Path;
 use std::time::Instant;
 
+use pocketperf_runtime::kv::KvPolicy;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session, log_prob};
@@ -65,6 +66,8 @@ struct Loaded<'e> {
     /// Tokens whose KV the session holds, in order (for prefix reuse).
     history: Vec<u32>,
     ctx: usize,
+    /// The ring slides instead of refusing a query that outgrows `ctx`.
+    sliding: bool,
 }
 
 enum Next {
@@ -170,9 +173,22 @@ impl<R: BufRead, W: Write> Server<R, W> {
     ) -> io::Result<Option<Loaded<'e>>> {
         let model_ctx = engine.model.config().context_length;
         let ctx = req.ctx.min(model_ctx);
+        let kv_policy = match req
+            .kv_policy
+            .as_deref()
+            .map(str::parse::<KvPolicy>)
+            .transpose()
+        {
+            Ok(p) => p.unwrap_or(KvPolicy::Error),
+            Err(e) => {
+                self.error(id, ErrorCode::BadRequest, format!("load: kv_policy: {e}"))?;
+                return Ok(None);
+            }
+        };
         let session = match engine.session(SessionOptions {
             max_seq_len: ctx,
             max_batch: req.max_batch.clamp(1, ctx),
+            kv_policy,
             ..Default::default()
         }) {
             Ok(s) => s,
@@ -203,6 +219,7 @@ impl<R: BufRead, W: Write> Server<R, W> {
             session,
             history: Vec::new(),
             ctx,
+            sliding: matches!(kv_policy, KvPolicy::Sliding { .. }),
         }))
     }
 
@@ -309,7 +326,17 @@ impl<R: BufRead, W: Write> Server<R, W> {
             Ok(t) => t,
             Err(f) => return Ok(Err(f)),
         };
-        if tokens.len().saturating_add(q.max_new_tokens) > l.ctx {
+        if l.sliding && tokens.len() >= l.ctx {
+            return Ok(Err((
+                ErrorCode::TooLong,
+                format!(
+                    "query: prompt of {} tokens does not fit the context of {} (a sliding ring still needs the whole prompt)",
+                    tokens.len(),
+                    l.ctx
+                ),
+            )));
+        }
+        if !l.sliding && tokens.len().saturating_add(q.max_new_tokens) > l.ctx {
             return Ok(Err((
                 ErrorCode::TooLong,
                 format!(
@@ -410,10 +437,15 @@ impl<R: BufRead, W: Write> Server<R, W> {
             }
         };
         text.push_str(&dec.finish());
-        // The session holds the prompt and every generated token but the last.
-        l.history = tokens.clone();
-        l.history
-            .extend_from_slice(&real[..real.len().saturating_sub(1)]);
+        // The session holds the prompt and every generated token but the last, unless the
+        // ring slid over some of them: then no prefix of it is a prefix of the history, and
+        // the next query starts afresh.
+        let held = tokens.len() + real.len().saturating_sub(1);
+        if held <= l.ctx {
+            l.history = tokens.clone();
+            l.history
+                .extend_from_slice(&real[..real.len().saturating_sub(1)]);
+        }
         self.served += 1;
         self.tokens_generated += stats.generated as u64;
         self.faults.leak();

@@ -910,6 +910,7 @@ mod tests {
             threads: 1,
             mlock: false,
             prefault: false,
+            kv_policy: None,
             isa: None,
             ctx: 2048,
             dialogues: 8,

@@ -205,6 +205,10 @@ pub struct SoakConfig {
     /// The server reads the whole model in at load (`--prefault`).
     #[serde(default)]
     pub prefault: bool,
+    /// The server's KV policy (`--kv-policy`, the load request's `kv_policy`; absent in
+    /// journals written before it existed, which means `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_policy: Option<String>,
     /// Dialogues per cycle (the first N of the committed set).
     pub dialogues: usize,
     /// Cap on the tokens generated per dialogue turn (`None` = the dataset's budgets).

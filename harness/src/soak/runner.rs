@@ -686,6 +686,7 @@ impl Runner {
             max_batch: 128,
             mlock: self.cfg.mlock,
             prefault: self.cfg.prefault,
+            kv_policy: self.cfg.kv_policy.clone(),
         };
         match c.load(&req, STARTUP_TIMEOUT) {
             Ok(l) => {

@@ -5,11 +5,16 @@
 use crate::cmd::governor::GovernorArgs;
 use crate::sut::prompts::prompt_tokens;
 use anyhow::{Result, bail};
+use pocketperf_runtime::kv::KvPolicy;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};
 use pocketperf_runtime::tokenizer::StreamDecoder;
 use std::io::Write;
 use std::time::Instant;
+
+/// The most new tokens one `generate` with a sliding ring may ask for (about 16.8 million: at
+/// 100 tokens/s, two days of decode; a bound so that a mistyped count cannot run forever).
+pub const MAX_SLIDING_TOKENS: usize = 1 << 24;
 
 /// What to generate (from `generate`'s flags).
 pub struct GenerateSpec<'a> {
@@ -22,6 +27,9 @@ pub struct GenerateSpec<'a> {
     pub seed: u64,
     /// KV ring size in tokens.
     pub ctx: usize,
+    /// What the ring does when it is full: with `error` the prompt and the new tokens must
+    /// fit `ctx`; with `sliding` only the prompt must, and generation goes on past `ctx`.
+    pub kv_policy: KvPolicy,
     pub governor: &'a GovernorArgs,
 }
 
@@ -34,9 +42,24 @@ pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
             a.ctx
         );
     }
-    if a.max_tokens > a.ctx {
+    let sliding = matches!(a.kv_policy, KvPolicy::Sliding { .. });
+    if let KvPolicy::Sliding { sinks } = a.kv_policy
+        && sinks >= a.ctx
+    {
         bail!(
-            "--max-tokens {}: must be at most --ctx {} (the new tokens and the prompt share it)",
+            "--kv-policy sliding:{sinks}: the sinks must leave room in --ctx {}",
+            a.ctx
+        );
+    }
+    if sliding && a.max_tokens > MAX_SLIDING_TOKENS {
+        bail!(
+            "--max-tokens {}: at most {MAX_SLIDING_TOKENS} with --kv-policy sliding",
+            a.max_tokens
+        );
+    }
+    if !sliding && a.max_tokens > a.ctx {
+        bail!(
+            "--max-tokens {}: must be at most --ctx {} (the new tokens and the prompt share it; --kv-policy sliding lets generation go past it)",
             a.max_tokens,
             a.ctx
         );
@@ -45,8 +68,15 @@ pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty");
     }
+    if sliding && ids.len() >= a.ctx {
+        bail!(
+            "--ctx {}: the prompt of {} tokens must fit the ring even with --kv-policy sliding",
+            a.ctx,
+            ids.len()
+        );
+    }
     // Compared without adding: `--max-tokens` may be as large as the type allows.
-    if a.max_tokens > a.ctx.saturating_sub(ids.len()) {
+    if !sliding && a.max_tokens > a.ctx.saturating_sub(ids.len()) {
         bail!(
             "--max-tokens {}: prompt of {} tokens plus {} new tokens does not fit --ctx {}",
             a.max_tokens,
@@ -57,6 +87,7 @@ pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
     }
     let mut s = engine.session(SessionOptions {
         max_seq_len: a.ctx,
+        kv_policy: a.kv_policy,
         ..Default::default()
     })?;
     let opts = GenerateOptions {
