@@ -85,11 +85,17 @@ impl OutputHeader {
     pub fn pairs(&self) -> Vec<(String, String)> {
         vec![
             ("schema_version".into(), self.schema_version.to_string()),
-            ("tool".into(), format!("{} {}", self.tool, self.tool_version)),
+            (
+                "tool".into(),
+                format!("{} {}", self.tool, self.tool_version),
+            ),
             ("git_commit".into(), self.git_commit.to_string()),
             (
                 "device".into(),
-                format!("{} ({}, {})", self.device.name, self.device.cpu, self.device.os),
+                format!(
+                    "{} ({}, {})",
+                    self.device.name, self.device.cpu, self.device.os
+                ),
             ),
             ("model_path".into(), self.model_path.clone()),
             ("model_name".into(), self.model_name.clone()),

@@ -328,7 +328,10 @@ pub fn parse_list(flag: &str, s: &str) -> Result<Vec<usize>> {
 pub fn bench(a: &BenchArgs) -> Result<i32> {
     let threads = parse_list("--threads", &a.threads)?;
     if threads.contains(&0) {
-        bail!("--threads: `0` threads in `{}`; every count must be at least 1", a.threads);
+        bail!(
+            "--threads: `0` threads in `{}`; every count must be at least 1",
+            a.threads
+        );
     }
     let sweep = Sweep {
         pp: parse_list("--pp", &a.pp)?,

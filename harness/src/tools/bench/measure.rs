@@ -80,7 +80,9 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
     let depths = &m.sweep.depth;
     let cap = m.sweep.max_tokens() + 1;
     for &t in threads {
-        let engine = m.backend.apply(Engine::load_with(m.path, t, m.isa, m.load)?)?;
+        let engine = m
+            .backend
+            .apply(Engine::load_with(m.path, t, m.isa, m.load)?)?;
         let backend_name = engine.backend().name().to_string();
         let cfg = engine.model.config().clone();
         let vocab = cfg.vocab_size;
@@ -120,7 +122,10 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 s.prefill(&ctx)?;
             }
             for (i, &pp) in pps.iter().enumerate() {
-                progress(&format!("{}: pp{pp} depth {depth} at {t} threads", m.model.model));
+                progress(&format!(
+                    "{}: pp{pp} depth {depth} at {t} threads",
+                    m.model.model
+                ));
                 let toks = bench_tokens(pp, vocab);
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
@@ -140,7 +145,10 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 push((TestKind::Prompt, i, di), meas, before, s.device_counters());
             }
             for (i, &tg) in tgs.iter().enumerate() {
-                progress(&format!("{}: tg{tg} depth {depth} at {t} threads", m.model.model));
+                progress(&format!(
+                    "{}: tg{tg} depth {depth} at {t} threads",
+                    m.model.model
+                ));
                 let toks = bench_tokens(tg, vocab);
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
@@ -159,7 +167,12 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                     samples,
                     bytes: (bpt, kv_read_per_token(&cfg, depth, tg)),
                 };
-                push((TestKind::Generate, i, di), meas, before, s.device_counters());
+                push(
+                    (TestKind::Generate, i, di),
+                    meas,
+                    before,
+                    s.device_counters(),
+                );
             }
             for &b in &batches {
                 let mut sessions = (0..b)

@@ -241,8 +241,9 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     };
     let text = bench_out::render(&report, a.output)?;
     if let Some(p) = a.out {
-        pocketperf_reports::files::replace_file(p, text.as_bytes())
-            .map_err(|(f, e)| anyhow::Error::new(e).context(format!("{}: cannot write", f.display())))?;
+        pocketperf_reports::files::replace_file(p, text.as_bytes()).map_err(|(f, e)| {
+            anyhow::Error::new(e).context(format!("{}: cannot write", f.display()))
+        })?;
     }
     print!("{text}");
     Ok(())

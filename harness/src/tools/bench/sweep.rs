@@ -32,7 +32,10 @@ impl Sweep {
     /// test to run on top of it.
     pub fn check(&self) -> Result<()> {
         if !self.batch_tests().is_empty() && self.tg_tests().is_empty() {
-            bail!("--batch {}: a batched test decodes --tg tokens; give a --tg length above 0 or --batch 0", join(&self.batch));
+            bail!(
+                "--batch {}: a batched test decodes --tg tokens; give a --tg length above 0 or --batch 0",
+                join(&self.batch)
+            );
         }
         if self.depth.iter().any(|&d| d > 0)
             && self.pp_tests().is_empty()

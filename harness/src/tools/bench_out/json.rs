@@ -27,7 +27,10 @@ mod tests {
         assert_eq!(rows[0]["model_params"], 134_515_008u64);
         assert_eq!(rows[0]["tokens_per_s_mean"], 1000.0);
         assert_eq!(rows[0]["tokens_per_s_stddev"], 100.0);
-        assert_eq!(rows[0]["samples"], serde_json::json!([900.0, 1000.0, 1100.0]));
+        assert_eq!(
+            rows[0]["samples"],
+            serde_json::json!([900.0, 1000.0, 1100.0])
+        );
         assert_eq!(rows[1]["test"], "tg16@d256");
         assert_eq!(rows[1]["n_gen"], 16);
         assert_eq!(rows[1]["n_depth"], 256);

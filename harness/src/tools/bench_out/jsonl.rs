@@ -39,9 +39,8 @@ mod tests {
         assert_eq!(lines[2]["test"], "tg16@d256");
         assert_eq!(lines[2]["tokens_per_s_median"], 225.0);
         // Every row line has the same keys.
-        let keys = |v: &serde_json::Value| {
-            v.as_object().unwrap().keys().cloned().collect::<Vec<_>>()
-        };
+        let keys =
+            |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         assert_eq!(keys(&lines[1]), keys(&lines[2]));
         assert!(keys(&lines[1]).contains(&"type_mix".to_string()));
     }
