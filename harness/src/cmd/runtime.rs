@@ -12,6 +12,7 @@ use crate::tools::generate::GenerateSpec;
 use crate::tools::{self, model_file, naming_file, read_utf8};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use pocketperf_runtime::backend::BackendChoice;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::residency::LoadOptions;
 use pocketperf_runtime::session::Engine;
@@ -281,9 +282,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sequences decoded together in the batched-decode test (rows `tg128×8`),
-    /// comma-separated (0 to skip it; CPU backend only).
-    #[arg(long, default_value = "8")]
-    pub batch: String,
+    /// comma-separated (0 to skip it). Default: 8 on the CPU backend, none on OpenCL, where
+    /// batched decode is refused.
+    #[arg(long)]
+    pub batch: Option<String>,
     /// Size of the read-bandwidth probe buffer in MiB (0 to skip the roofline probe).
     #[arg(long, default_value_t = 512)]
     pub probe_mib: usize,
@@ -325,6 +327,23 @@ pub fn parse_list(flag: &str, s: &str) -> Result<Vec<usize>> {
         .collect()
 }
 
+/// `--batch`: the list given (refused on OpenCL unless all zeros), else 8 on the CPU backend
+/// and none on OpenCL.
+fn batch_list(a: &BenchArgs) -> Result<Vec<usize>> {
+    let cpu = matches!(a.backend.choice(), BackendChoice::Cpu);
+    Ok(match &a.batch {
+        Some(s) => {
+            let v = parse_list("--batch", s)?;
+            if !cpu && v.iter().any(|&b| b > 0) {
+                bail!("--batch {s}: batched decode needs the CPU backend, not --backend opencl");
+            }
+            v
+        }
+        None if cpu => vec![8],
+        None => vec![0],
+    })
+}
+
 pub fn bench(a: &BenchArgs) -> Result<i32> {
     let threads = parse_list("--threads", &a.threads)?;
     if threads.contains(&0) {
@@ -337,7 +356,7 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         pp: parse_list("--pp", &a.pp)?,
         tg: parse_list("--tg", &a.tg)?,
         depth: parse_list("--depth", &a.depth)?,
-        batch: parse_list("--batch", &a.batch)?,
+        batch: batch_list(a)?,
     };
     if a.reps == 0 {
         bail!("--reps must be at least 1");

@@ -67,7 +67,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
     let mut rows = Vec::new();
     let mut kv_max = 0u64;
     // The OpenCL backend does not use the CPU threads (measure it once) and has no batched
-    // decode.
+    // decode (`bench` refuses --batch there).
     let cpu = matches!(m.backend.choice(), BackendChoice::Cpu);
     let threads = if cpu {
         m.threads
