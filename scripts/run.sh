@@ -14,5 +14,5 @@ for scenario in single-stream offline; do
   "$bin" run --scenario "$scenario" --preset quick --out "results/$scenario" || status=$?
   "$bin" report "results/$scenario" --print none
 done
-"$bin" bench --threads 1,2 --reps 3 --out results/bench.json
+"$bin" bench --threads 1,2 --reps 3 --output json --out results/bench.json
 exit "$status"

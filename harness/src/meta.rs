@@ -79,6 +79,33 @@ impl OutputHeader {
     }
 }
 
+impl OutputHeader {
+    /// The header as `key=value` pairs, for the text formats that carry it as comment lines
+    /// (CSV `# …`, SQL `-- …`) or a table (Markdown); `settings` as compact JSON.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        vec![
+            ("schema_version".into(), self.schema_version.to_string()),
+            (
+                "tool".into(),
+                format!("{} {}", self.tool, self.tool_version),
+            ),
+            ("git_commit".into(), self.git_commit.to_string()),
+            (
+                "device".into(),
+                format!(
+                    "{} ({}, {})",
+                    self.device.name, self.device.cpu, self.device.os
+                ),
+            ),
+            ("model_path".into(), self.model_path.clone()),
+            ("model_name".into(), self.model_name.clone()),
+            ("model_sha256".into(), self.model_sha256.clone()),
+            ("settings".into(), self.settings.to_string()),
+            ("timestamp_utc".into(), self.timestamp_utc.clone()),
+        ]
+    }
+}
+
 pub fn now_utc() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

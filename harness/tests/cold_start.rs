@@ -211,7 +211,8 @@ fn bench_cold_evicts_then_residency_rises_and_the_warm_start_finds_the_file_cach
         "0",
         "--threads",
         "1",
-        "--json",
+        "--output",
+        "json",
         "--model",
         model.to_str().unwrap(),
     ]);

@@ -67,7 +67,7 @@ fn bench_reports_launches_and_bytes_per_token_on_pocl() {
             "--reps",
             "1",
         ])
-        .arg("--json")
+        .args(["--output", "json"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -166,6 +166,8 @@ fn every_command_on(model: &str) {
             "2",
             "--probe-mib",
             "0",
+            "--output",
+            "json",
             "--out",
             bench.to_str().unwrap(),
         ],

@@ -57,6 +57,12 @@ pub fn mean(samples: &[f64]) -> Option<f64> {
     }
 }
 
+/// Sample standard deviation (n − 1 denominator, as llama-bench's `stddev_ts`); `None` below
+/// two values.
+pub fn sample_stddev(samples: &[f64]) -> Option<f64> {
+    sample_variance(samples).map(f64::sqrt)
+}
+
 /// Sample median (mean of the two middle values for an even count) of the finite values.
 pub fn median(samples: &[f64]) -> Option<f64> {
     median_sorted(&finite_sorted(samples))

@@ -6,10 +6,13 @@ use crate::cmd::backend::BackendArgs;
 use crate::model_store;
 use crate::sut::prompts::prompt_tokens;
 use crate::tools::bench::BenchSpec;
+use crate::tools::bench::sweep::Sweep;
+use crate::tools::bench_out::OutputFormat;
 use crate::tools::generate::GenerateSpec;
 use crate::tools::{self, model_file, naming_file, read_utf8};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use pocketperf_runtime::backend::BackendChoice;
 use pocketperf_runtime::kv::KvPolicy;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::residency::LoadOptions;
@@ -289,77 +292,133 @@ pub fn perplexity(a: &PerplexityArgs) -> Result<i32> {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// Models to measure, comma-separated or repeated: catalog names (`model list`) or GGUF
+    /// paths (default: the reference model). Rows go model by model.
+    #[arg(long, value_delimiter = ',')]
+    pub model: Vec<PathBuf>,
+    /// Thread counts to measure, comma-separated (each at least 1) [default: 1,2 on the CPU
+    /// backend; one count on OpenCL, whose kernels do not use them: 1].
     #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Thread counts to measure, comma-separated.
-    #[arg(long, default_value = "1,2")]
-    pub threads: String,
-    /// Prompt-processing test length (0 to skip).
-    #[arg(long, default_value_t = 512)]
-    pub pp: usize,
-    /// Text-generation test length (0 to skip).
-    #[arg(long, default_value_t = 128)]
-    pub tg: usize,
-    /// Run the pp and tg tests on top of a KV cache already filled with this many tokens
-    /// (rows `pp512 @ d4096`, `tg128 @ d4096`); the batched test starts empty.
-    #[arg(long, default_value_t = 0)]
-    pub depth: usize,
+    pub threads: Option<String>,
+    /// Prompt-processing test lengths, comma-separated (0 to skip).
+    #[arg(long, default_value = "512")]
+    pub pp: String,
+    /// Text-generation test lengths, comma-separated (0 to skip).
+    #[arg(long, default_value = "128")]
+    pub tg: String,
+    /// KV depths, comma-separated: each pp, tg and batched test also runs on top of a KV
+    /// cache already filled with this many tokens (rows `pp512@d4096`, `tg128@d4096`); depth
+    /// + test length must fit in the model's context length.
+    #[arg(long, default_value = "0")]
+    pub depth: String,
+    /// Repetitions of each test (mean ± stddev, median and min–max are over them).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Sequences decoded together in the batched-decode test (0 to skip it).
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
+    /// Sequences decoded together in the batched-decode test (rows `tg128×8`),
+    /// comma-separated (0 to skip it). Default: 8 on the CPU backend, none on OpenCL, where
+    /// batched decode is refused.
+    #[arg(long)]
+    pub batch: Option<String>,
     /// Size of the read-bandwidth probe buffer in MiB (0 to skip the roofline probe).
     #[arg(long, default_value_t = 512)]
     pub probe_mib: usize,
     /// Also time process start to first token of a 16-token prompt (`generate`), this many
-    /// runs after one warm-up run.
+    /// runs after one warm-up run (one model only).
     #[arg(long, default_value_t = 0)]
     pub startup_runs: usize,
     /// Time cold starts: evict the model from the page cache (checked with mincore), then
     /// time a fresh process to model mapped, first token and 32 tokens, with residency at
     /// each step; as many cold runs as --startup-runs (at least 1), each followed by a warm
-    /// one. Give --pp 0 --tg 0 --batch 0 --probe-mib 0 for the cold start alone.
+    /// one (one model only). Give --pp 0 --tg 0 --batch 0 --probe-mib 0 for the cold start
+    /// alone.
     #[arg(long)]
     pub cold: bool,
     #[command(flatten)]
     pub residency: ResidencyArgs,
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the JSON to this file.
+    /// Output format, printed and written to --out: Markdown table, CSV, one JSON document,
+    /// JSON lines (header first, then one row per line) or SQL (CREATE TABLE + INSERTs).
+    #[arg(long, value_enum, default_value = "md")]
+    pub output: OutputFormat,
+    /// Also write the output (in the --output format) to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub backend: BackendArgs,
 }
 
-pub fn bench(a: &BenchArgs) -> Result<i32> {
-    let path = model_store::resolve_model(a.model.as_deref())?;
-    let threads: Vec<usize> = a
-        .threads
-        .split(',')
+/// A comma-separated list of whole numbers; errors name `flag` and the bad item.
+pub fn parse_list(flag: &str, s: &str) -> Result<Vec<usize>> {
+    s.split(',')
         .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|_| anyhow::anyhow!("--threads: `{x}` is not a number"))
+            let x = x.trim();
+            if x.is_empty() {
+                bail!("{flag}: empty item in `{s}`");
+            }
+            x.parse::<usize>()
+                .map_err(|_| anyhow::anyhow!("{flag}: `{x}` is not a whole number (in `{s}`)"))
         })
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// `--batch`: the list given (refused on OpenCL unless all zeros), else 8 on the CPU backend
+/// and none on OpenCL.
+fn batch_list(a: &BenchArgs) -> Result<Vec<usize>> {
+    let cpu = matches!(a.backend.choice(), BackendChoice::Cpu);
+    Ok(match &a.batch {
+        Some(s) => {
+            let v = parse_list("--batch", s)?;
+            if !cpu && v.iter().any(|&b| b > 0) {
+                bail!("--batch {s}: batched decode needs the CPU backend, not --backend opencl");
+            }
+            v
+        }
+        None if cpu => vec![8],
+        None => vec![0],
+    })
+}
+
+pub fn bench(a: &BenchArgs) -> Result<i32> {
+    let cpu = matches!(a.backend.choice(), BackendChoice::Cpu);
+    let given = a
+        .threads
+        .clone()
+        .unwrap_or_else(|| if cpu { "1,2" } else { "1" }.to_string());
+    let threads = parse_list("--threads", &given)?;
+    if threads.contains(&0) {
+        bail!("--threads: `0` threads in `{given}`; every count must be at least 1");
+    }
+    if !cpu && threads.len() > 1 {
+        bail!(
+            "--threads {given}: the OpenCL backend's kernels do not use the CPU threads; give one count"
+        );
+    }
+    let sweep = Sweep {
+        pp: parse_list("--pp", &a.pp)?,
+        tg: parse_list("--tg", &a.tg)?,
+        depth: parse_list("--depth", &a.depth)?,
+        batch: batch_list(a)?,
+    };
     if a.reps == 0 {
         bail!("--reps must be at least 1");
     }
+    let models = if a.model.is_empty() {
+        vec![model_store::resolve_model(None)?]
+    } else {
+        a.model
+            .iter()
+            .map(|m| model_store::resolve_model(Some(m.as_path())))
+            .collect::<Result<Vec<_>>>()?
+    };
     tools::bench::bench(&BenchSpec {
-        model: &path,
+        models: &models,
         threads: &threads,
-        pp: a.pp,
-        tg: a.tg,
-        depth: a.depth,
+        sweep: &sweep,
         reps: a.reps,
-        batch: a.batch,
         probe_mib: a.probe_mib,
         startup_runs: a.startup_runs,
         cold: a.cold,
         load: a.residency.options(),
-        json: a.json,
+        output: a.output,
         out: a.out.as_deref(),
         backend: &a.backend,
     })?;

@@ -251,9 +251,9 @@ pub fn cold_bench(
     })
 }
 
-/// Prints the cold-start section of `bench`.
-pub fn print(c: &ColdBench) {
-    println!(
+/// The cold-start summary line and its table of runs (Markdown), as `bench` prints them.
+pub fn markdown_lines(c: &ColdBench) -> Vec<String> {
+    let mut out = vec![format!(
         "cold start ({} prompt tokens, {} tokens; mlock {}, prefault {}): TTFT from spawn cold {:.1} ms vs warm {:.1} ms (medians); first {} tokens cold {:.1} ms vs warm {:.1} ms",
         c.prompt_tokens,
         COLD_TOKENS,
@@ -264,13 +264,13 @@ pub fn print(c: &ColdBench) {
         COLD_TOKENS,
         c.cold_to_last_token_ms_median,
         c.warm_to_last_token_ms_median
-    );
-    println!(
+    )];
+    out.push(format!(
         "| run | evicted (before → after) | to main ms | mapped ms | first token ms | {COLD_TOKENS} tokens ms | resident mapped / first token / end | major faults |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
+    ));
+    out.push("|---|---|---|---|---|---|---|---|".into());
     for r in &c.runs {
-        println!(
+        out.push(format!(
             "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0}% / {:.0}% / {:.0}% | {} |",
             if r.cold { "cold" } else { "warm" },
             r.eviction.map_or("-".into(), |e| format!(
@@ -286,6 +286,7 @@ pub fn print(c: &ColdBench) {
             r.resident_first_token * 100.0,
             r.resident_end * 100.0,
             r.major_faults.map_or("-".into(), |m| m.to_string())
-        );
+        ));
     }
+    out
 }

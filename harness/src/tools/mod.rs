@@ -7,12 +7,15 @@
 //! - [`generate`] — streamed generation with its timings (and the governor hook);
 //! - [`logits`] — the top logits after one prefill, all logits to a raw file;
 //! - [`perplexity`] — llama-perplexity's protocol;
-//! - [`bench`] — llama-bench-style rows (pp, tg, batched tg), start-up time, memory, and
-//!   the roofline from [`roofline`], the read-bandwidth probe and LLC size;
+//! - [`bench`] — llama-bench-style sweeps (pp, tg, batched tg over lists of lengths,
+//!   depths, thread counts and models), start-up time, memory, and the roofline from
+//!   [`roofline`], the read-bandwidth probe and LLC size; [`bench_out`] renders them (md,
+//!   csv, json, jsonl, sql);
 //! - [`cold_start`] — eviction and timed fresh-process starts (`bench --cold`, `run
 //!   --cold-start`).
 
 pub mod bench;
+pub mod bench_out;
 pub mod cold_start;
 pub mod generate;
 pub mod logits;
