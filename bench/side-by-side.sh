@@ -18,7 +18,8 @@
 #
 # Writes DIR/runs.csv (every test of every run, with the 1-minute load average when the run
 # started) and DIR/summary.md (the table for docs/PERFORMANCE.md), and prints the summary.
-# Needs jq. Not part of CI.
+# Needs jq. POCKETPERF_BIN names the pocketperf binary (default: target/release/pocketperf,
+# built when missing). Not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,7 +87,7 @@ for v in ${pp_list//,/ } ${tg_list//,/ } ${depth_list//,/ } ${t_list//,/ }; do
 done
 
 peer=$(bench/llamacpp-peer.sh)
-pp=target/release/pocketperf
+pp="${POCKETPERF_BIN:-target/release/pocketperf}"
 if [[ ! -x "$pp" ]]; then
   cargo build --release -q -p pocketperf
 fi
