@@ -11,6 +11,11 @@ after each run. TTFT, TPOT and tokens/s are the harness's own, timed on SSE arri
 
   bench/http-side-by-side.py --pocketperf BIN --model FILE [--threads 2] [--pairs 3]
       [--scenarios single-stream,offline] [--slots 8] [--ctx 2048] [--json OUT.json]
+      [--llama-server-args=--no-cache-prompt]
+
+llama-server keeps each slot's KV and reuses the longest common prefix of the next prompt
+(its prompt cache, on by default); `pocketperf serve --http` starts every request afresh.
+`--llama-server-args=--no-cache-prompt` measures llama-server without that reuse.
 
 llama-server comes from bench/llamacpp-peer.sh (the same source package as the other
 side-by-side scripts). Not part of CI: timings are measurements.
@@ -106,6 +111,8 @@ def main():
     ap.add_argument("--scenarios", default="single-stream,offline")
     ap.add_argument("--slots", type=int, default=8, help="parallel sequences of each server")
     ap.add_argument("--ctx", type=int, default=2048, help="context per sequence")
+    ap.add_argument("--llama-server-args", default="",
+                    help="extra llama-server arguments, space-separated (e.g. --no-cache-prompt)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.pairs < 1 or a.threads < 1 or a.slots < 1:
@@ -122,7 +129,7 @@ def main():
         # -c is the context of all slots together; -np the slots (continuous batching).
         "llama.cpp": lambda port: [llama_server, "-m", a.model, "-t", t, "-tb", t,
                                    "-c", str(a.ctx * a.slots), "-np", str(a.slots),
-                                   "--host", "127.0.0.1", "--port", str(port)],
+                                   "--host", "127.0.0.1", "--port", str(port)] + a.llama_server_args.split(),
     }
     work = tempfile.mkdtemp(prefix="http-sbs-")
     rows = []
