@@ -154,11 +154,17 @@ fn out_refuses_a_non_empty_directory_and_force_replaces_its_contents() {
     assert!(result_json(&out).get("old").is_none());
 }
 
-/// Events of a trace by (pid, tid), `M` metadata left out, in file order.
-fn tracks(ev: &[Value]) -> BTreeMap<(u64, u64), Vec<&Value>> {
-    let mut t: BTreeMap<(u64, u64), Vec<&Value>> = BTreeMap::new();
+/// Events of a trace by track, `M` metadata left out, in file order: (pid, tid) for slices
+/// and instants, (pid, name) for counters (a counter track per name, as the viewers draw).
+fn tracks(ev: &[Value]) -> BTreeMap<(u64, u64, String), Vec<&Value>> {
+    let mut t: BTreeMap<(u64, u64, String), Vec<&Value>> = BTreeMap::new();
     for e in ev.iter().filter(|e| e["ph"] != "M") {
-        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap_or(0));
+        let counter = if e["ph"] == "C" {
+            e["name"].as_str().unwrap().to_string()
+        } else {
+            String::new()
+        };
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap_or(0), counter);
         t.entry(key).or_default().push(e);
     }
     t

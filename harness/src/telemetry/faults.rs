@@ -183,7 +183,7 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let sut = SutPid::new(child.id());
         let mut g = fault_gauges(&sut);
-        let mut read = |g: &mut Vec<(String, Gauge)>| -> Vec<f64> {
+        let read = |g: &mut Vec<(String, Gauge)>| -> Vec<f64> {
             g.iter_mut().map(|(_, f)| f().unwrap()).collect()
         };
         let names: Vec<&str> = g.iter().map(|(n, _)| n.as_str()).collect();
