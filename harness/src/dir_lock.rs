@@ -114,6 +114,12 @@ impl DirLock {
             names.sort();
             Ok(names)
         };
+        // A writer at work in the directory is named first (its lock file alone makes the
+        // directory look empty).
+        let mut held = None;
+        if dir.join(LOCK_FILE).exists() {
+            held = Some(DirLock::acquire(dir)?);
+        }
         if dir.exists() {
             let names = entries(dir)?;
             if !names.is_empty() {
@@ -131,7 +137,10 @@ impl DirLock {
                 }
             }
         }
-        let lock = DirLock::create_and_lock(dir)?;
+        let lock = match held {
+            Some(l) => l,
+            None => DirLock::create_and_lock(dir)?,
+        };
         if force {
             for name in entries(dir)? {
                 let p = dir.join(&name);
