@@ -296,3 +296,37 @@ fn telemetry_csv_counts_the_page_faults_of_the_sut_process() {
         assert!(minor[0] > 0.0, "{sut}");
     }
 }
+
+#[test]
+fn a_dialogue_run_talks_and_traces_its_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args(["run", "--scenario", "dialogue", "--device", "sim:pixel-8-pro", "--threads", "1"])
+        .arg("--out")
+        .arg(&out)
+        .envs([
+            ("POCKETPERF_DIALOGUES", "2"),
+            ("POCKETPERF_TURN_TOKENS", "4"),
+            ("POCKETPERF_IDLE_S", "0"),
+            ("POCKETPERF_HEARTBEAT_MS", "20"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let last = err.lines().filter(|l| l.starts_with("dialogue: ")).last().unwrap();
+    assert!(last.starts_with("dialogue: 2/2 dialogues, "), "{err}");
+    let result = result_json(&out);
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    assert_eq!(trace["otherData"]["provenance"], result["meta"]);
+    let turns: Vec<&Value> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"].as_str().unwrap().starts_with("turn "))
+        .collect();
+    assert_eq!(turns.len() as u64, result["performance"]["queries"].as_u64().unwrap());
+    assert!(turns.iter().all(|t| t["args"]["tokens"] == 4), "{turns:?}");
+}
