@@ -55,7 +55,9 @@ pub fn heartbeat_interval() -> anyhow::Result<Duration> {
         Err(_) => Ok(HEARTBEAT),
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(ms) if ms >= 1 => Ok(Duration::from_millis(ms)),
-            _ => anyhow::bail!("{ENV_HEARTBEAT_MS}={v:?}: expected a whole number of ms, at least 1"),
+            _ => {
+                anyhow::bail!("{ENV_HEARTBEAT_MS}={v:?}: expected a whole number of ms, at least 1")
+            }
         },
     }
 }
@@ -99,7 +101,8 @@ pub fn eta(plan: &RunPlan, s: &Snapshot) -> Option<Duration> {
     } else if s.done == 0 {
         return None;
     } else {
-        s.elapsed.mul_f64((s.target - s.done) as f64 / s.done as f64)
+        s.elapsed
+            .mul_f64((s.target - s.done) as f64 / s.done as f64)
     };
     let left = by_time.max(by_count);
     Some(match plan.max_duration {
@@ -257,7 +260,8 @@ impl Progress for RunProgress {
 /// every `heartbeat`; ends when told to stop.
 fn tick(s: &Shared, terminal: bool, heartbeat: Duration) {
     let bar = terminal.then(|| {
-        let pb = ProgressBar::with_draw_target(Some(s.plan.min_count), ProgressDrawTarget::stderr());
+        let pb =
+            ProgressBar::with_draw_target(Some(s.plan.min_count), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{spinner} {bar:20} {msg}") {
             pb.set_style(style);
         }

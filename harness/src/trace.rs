@@ -269,7 +269,12 @@ pub fn build(input: &TraceInput<'_>) -> Value {
         (PID_TELEMETRY, "telemetry"),
         (PID_GOVERNOR, "governor"),
     ] {
-        ev.push(meta_event(pid, None, "process_name", json!({ "name": name })));
+        ev.push(meta_event(
+            pid,
+            None,
+            "process_name",
+            json!({ "name": name }),
+        ));
         ev.push(meta_event(
             pid,
             None,
@@ -428,7 +433,9 @@ pub fn scenario_input<'a>(
     let actions = governor.map_or_else(Vec::new, |g| {
         let skip: u64 = result.warmup.iter().map(|w| w.tokens).sum();
         let times = token_times(&queries);
-        governor_actions(g.tokens(), skip as usize, |q, k| times.get(&(q, k)).copied())
+        governor_actions(g.tokens(), skip as usize, |q, k| {
+            times.get(&(q, k)).copied()
+        })
     });
     TraceInput {
         provenance,
@@ -459,7 +466,11 @@ mod tests {
 
     fn output(rows: usize) -> SamplerOutput {
         SamplerOutput {
-            columns: vec!["temp.soc.c".into(), "faults.pid".into(), "raw.battery.x".into()],
+            columns: vec![
+                "temp.soc.c".into(),
+                "faults.pid".into(),
+                "raw.battery.x".into(),
+            ],
             rows: (0..rows)
                 .map(|i| Row {
                     t_ns: 1_000_000 + i as u64 * 100_000_000,
@@ -501,7 +512,10 @@ mod tests {
         assert_eq!(temps.len(), 1_667 + 1);
         assert_eq!(temps.last(), Some(&(40.0 + 5_000.0)));
         // The pid column and raw attributes are no counters.
-        assert_eq!(doc["otherData"]["counters"], json!(["temp.soc.c", "tokens_per_s"]));
+        assert_eq!(
+            doc["otherData"]["counters"],
+            json!(["temp.soc.c", "tokens_per_s"])
+        );
     }
 
     #[test]
@@ -511,7 +525,10 @@ mod tests {
         b.tokens = 4;
         b.complete_ns = Some(2_100_000_000);
         let rate = token_rate(&[q(0, 0, &a), b]);
-        assert_eq!(rate, vec![(0, 2.0), (1_000_000_000, 1.0), (2_000_000_000, 4.0)]);
+        assert_eq!(
+            rate,
+            vec![(0, 2.0), (1_000_000_000, 1.0), (2_000_000_000, 4.0)]
+        );
     }
 
     #[test]
@@ -530,7 +547,14 @@ mod tests {
             pause_ms: 0.0,
         };
         // Two warm-up tokens of query 0, then the timed pass's query 0 and 1.
-        let rec = vec![g(0, 0, 0), g(0, 1, 1), g(0, 0, 1), g(0, 1, 2), g(1, 0, 2), g(1, 1, 0)];
+        let rec = vec![
+            g(0, 0, 0),
+            g(0, 1, 1),
+            g(0, 0, 1),
+            g(0, 1, 2),
+            g(1, 0, 2),
+            g(1, 1, 0),
+        ];
         let times: HashMap<(u64, usize), u64> =
             [((0, 0), 10), ((0, 1), 20), ((1, 0), 30), ((1, 1), 40)].into();
         let a = governor_actions(&rec, 2, |q, k| times.get(&(q, k)).copied());

@@ -22,7 +22,13 @@ fn text(o: &Output) -> String {
 
 /// `pocketperf run` of three queries into `out`, stdout and stderr piped; returns the output
 /// and the harness's pid.
-fn run(dir: &Path, out: &Path, scenario: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, u32) {
+fn run(
+    dir: &Path,
+    out: &Path,
+    scenario: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, u32) {
     let cfg = dir.join("user.conf");
     std::fs::write(&cfg, THREE_QUERIES).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_pocketperf"));
@@ -83,9 +89,20 @@ fn heartbeat_lines_and_sensor_warnings_appear_when_stderr_is_not_a_terminal() {
     assert!(beats.len() >= 2, "{}", text(&o));
     let (_, last) = beats[beats.len() - 1];
     assert!(last.starts_with("SingleStream: 3/3 queries, "), "{last}");
-    assert!(last.contains("(min duration)") && last.contains("ETA 0 s"), "{last}");
+    assert!(
+        last.contains("(min duration)") && last.contains("ETA 0 s"),
+        "{last}"
+    );
     for (_, l) in &beats {
-        let done: u64 = l.split(": ").nth(1).unwrap().split('/').next().unwrap().parse().unwrap();
+        let done: u64 = l
+            .split(": ")
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(done <= 3, "{l}");
     }
     // Sensor and meter warnings come at the start, before the first heartbeat, and are the
@@ -125,10 +142,16 @@ fn out_refuses_a_non_empty_directory_and_force_replaces_its_contents() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains(&out.display().to_string()) && err.contains("not empty") && err.contains("--force"),
+        err.contains(&out.display().to_string())
+            && err.contains("not empty")
+            && err.contains("--force"),
         "{err}"
     );
-    assert_eq!(names(&out), before, "a refused run wrote into the directory");
+    assert_eq!(
+        names(&out),
+        before,
+        "a refused run wrote into the directory"
+    );
     assert_eq!(
         std::fs::read_to_string(out.join("result.json")).unwrap(),
         "{\"old\": true}\n"
@@ -136,17 +159,31 @@ fn out_refuses_a_non_empty_directory_and_force_replaces_its_contents() {
 
     // The same refusal for `mmlu run`, before anything is loaded.
     let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
-        .args(["mmlu", "run", "--limit", "1", "--out", out.to_str().unwrap()])
+        .args([
+            "mmlu",
+            "run",
+            "--limit",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--force"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--force"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(names(&out), before);
 
     let (o, _) = run(dir.path(), &out, "offline", &["--force"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let now = names(&out);
-    assert!(!now.contains("report.md") && !now.contains("run-3"), "{now:?}");
+    assert!(
+        !now.contains("report.md") && !now.contains("run-3"),
+        "{now:?}"
+    );
     for f in ["result.json", "trace.json", "telemetry.csv", "tokens.csv"] {
         assert!(now.contains(f), "{f} missing: {now:?}");
     }
@@ -164,7 +201,11 @@ fn tracks(ev: &[Value]) -> BTreeMap<(u64, u64, String), Vec<&Value>> {
         } else {
             String::new()
         };
-        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap_or(0), counter);
+        let key = (
+            e["pid"].as_u64().unwrap(),
+            e["tid"].as_u64().unwrap_or(0),
+            counter,
+        );
         t.entry(key).or_default().push(e);
     }
     t
@@ -220,14 +261,22 @@ fn trace_json_holds_a_closed_track_per_query_and_counters_on_the_same_clock() {
         .iter()
         .filter(|e| e["ph"] == "X" && e["cat"] == "query" && e["pid"] == 1)
         .filter(|e| e["name"].as_str().unwrap().starts_with("query "))
-        .map(|e| (e["name"].as_str().unwrap().to_string(), e["dur"].as_f64().unwrap()))
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(slices.len(), per_query.len());
     assert_eq!(other["queries"], per_query.len());
     for q in per_query {
         let dur_us = slices[&format!("query {}", q["id"])];
         let lat_ms = q["latency_ms"].as_f64().unwrap();
-        assert!((dur_us / 1000.0 - lat_ms).abs() < 0.01, "{dur_us} µs vs {lat_ms} ms");
+        assert!(
+            (dur_us / 1000.0 - lat_ms).abs() < 0.01,
+            "{dur_us} µs vs {lat_ms} ms"
+        );
     }
     let tids: BTreeSet<u64> = ev
         .iter()
@@ -235,8 +284,14 @@ fn trace_json_holds_a_closed_track_per_query_and_counters_on_the_same_clock() {
         .map(|e| e["tid"].as_u64().unwrap())
         .collect();
     assert_eq!(tids.len(), per_query.len());
-    let tokens: u64 = per_query.iter().map(|q| q["tokens"].as_u64().unwrap()).sum();
-    let instants = ev.iter().filter(|e| e["pid"] == 1 && e["name"] == "token").count() as u64;
+    let tokens: u64 = per_query
+        .iter()
+        .map(|q| q["tokens"].as_u64().unwrap())
+        .sum();
+    let instants = ev
+        .iter()
+        .filter(|e| e["pid"] == 1 && e["name"] == "token")
+        .count() as u64;
     assert_eq!(instants * other["token_stride"].as_u64().unwrap(), tokens);
 
     // Counter tracks of the simulated handset, the token rate and the SUT's page faults.
@@ -245,10 +300,19 @@ fn trace_json_holds_a_closed_track_per_query_and_counters_on_the_same_clock() {
         .filter(|e| e["ph"] == "C")
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    for want in ["temp.soc.c", "power.total.mw", "tokens_per_s", "faults.minor", "faults.major"] {
+    for want in [
+        "temp.soc.c",
+        "power.total.mw",
+        "tokens_per_s",
+        "faults.minor",
+        "faults.major",
+    ] {
         assert!(counters.contains(want), "{want} missing: {counters:?}");
     }
-    assert!(counters.iter().any(|c| c.starts_with("cpufreq.")), "{counters:?}");
+    assert!(
+        counters.iter().any(|c| c.starts_with("cpufreq.")),
+        "{counters:?}"
+    );
     for name in ["faults.minor", "faults.major"] {
         let v: Vec<f64> = ev
             .iter()
@@ -259,12 +323,22 @@ fn trace_json_holds_a_closed_track_per_query_and_counters_on_the_same_clock() {
     }
     // The counters span the queries: the clock is shared.
     let span = |f: &dyn Fn(&&Value) -> bool| -> (f64, f64) {
-        let ts: Vec<f64> = ev.iter().filter(f).map(|e| e["ts"].as_f64().unwrap()).collect();
-        (ts.iter().copied().fold(f64::MAX, f64::min), ts.iter().copied().fold(f64::MIN, f64::max))
+        let ts: Vec<f64> = ev
+            .iter()
+            .filter(f)
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect();
+        (
+            ts.iter().copied().fold(f64::MAX, f64::min),
+            ts.iter().copied().fold(f64::MIN, f64::max),
+        )
     };
     let (q0, q1) = span(&|e| e["pid"] == 1 && e["ph"] == "X");
     let (c0, c1) = span(&|e| e["ph"] == "C" && e["name"] == "temp.soc.c");
-    assert!(c0 <= q0 && c1 + 200_000.0 >= q1, "counters {c0}..{c1}, queries {q0}..{q1}");
+    assert!(
+        c0 <= q0 && c1 + 200_000.0 >= q1,
+        "counters {c0}..{c1}, queries {q0}..{q1}"
+    );
 }
 
 #[test]
@@ -282,7 +356,9 @@ fn telemetry_csv_counts_the_page_faults_of_the_sut_process() {
             .flatten()
             .map(|&p| p as u64)
             .collect();
-        let recorded = result_json(&out)["memory"]["page_faults"]["pid"].as_u64().unwrap();
+        let recorded = result_json(&out)["memory"]["page_faults"]["pid"]
+            .as_u64()
+            .unwrap();
         // One process counted, the one result.json names: this harness, or its serve child.
         assert_eq!(pids, BTreeSet::from([recorded]), "{sut}");
         assert_eq!(recorded == u64::from(harness), sut == "in-process", "{sut}");
@@ -291,7 +367,13 @@ fn telemetry_csv_counts_the_page_faults_of_the_sut_process() {
             assert!(!v.is_empty(), "{sut} {name}");
             assert!(v.windows(2).all(|w| w[1] >= w[0]), "{sut} {name}: {v:?}");
         }
-        let minor: Vec<f64> = t.column("faults.minor").unwrap().iter().flatten().copied().collect();
+        let minor: Vec<f64> = t
+            .column("faults.minor")
+            .unwrap()
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
         // Cumulative since the process started: it has faulted in its model and more.
         assert!(minor[0] > 0.0, "{sut}");
     }
@@ -302,7 +384,15 @@ fn a_dialogue_run_talks_and_traces_its_turns() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
-        .args(["run", "--scenario", "dialogue", "--device", "sim:pixel-8-pro", "--threads", "1"])
+        .args([
+            "run",
+            "--scenario",
+            "dialogue",
+            "--device",
+            "sim:pixel-8-pro",
+            "--threads",
+            "1",
+        ])
         .arg("--out")
         .arg(&out)
         .envs([
@@ -315,7 +405,7 @@ fn a_dialogue_run_talks_and_traces_its_turns() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    let last = err.lines().filter(|l| l.starts_with("dialogue: ")).last().unwrap();
+    let last = err.lines().rfind(|l| l.starts_with("dialogue: ")).unwrap();
     assert!(last.starts_with("dialogue: 2/2 dialogues, "), "{err}");
     let result = result_json(&out);
     let trace: Value =
@@ -327,6 +417,9 @@ fn a_dialogue_run_talks_and_traces_its_turns() {
         .iter()
         .filter(|e| e["ph"] == "X" && e["name"].as_str().unwrap().starts_with("turn "))
         .collect();
-    assert_eq!(turns.len() as u64, result["performance"]["queries"].as_u64().unwrap());
+    assert_eq!(
+        turns.len() as u64,
+        result["performance"]["queries"].as_u64().unwrap()
+    );
     assert!(turns.iter().all(|t| t["args"]["tokens"] == 4), "{turns:?}");
 }

@@ -114,7 +114,11 @@ mod tests {
             let p = r.performance.as_ref().unwrap();
             assert_eq!(seen.done.get(), p.queries_completed, "{scenario:?}");
             let tokens: u64 = r.query_records().map(|q| q.tokens).sum();
-            assert_eq!(seen.tokens.get() + seen.unstamped.get(), tokens, "{scenario:?}");
+            assert_eq!(
+                seen.tokens.get() + seen.unstamped.get(),
+                tokens,
+                "{scenario:?}"
+            );
             // Three of the nine queries report their four tokens at completion only.
             assert_eq!(seen.unstamped.get(), 12, "{scenario:?}");
             let planned = (scenario == Scenario::Offline).then_some(p.queries_issued);

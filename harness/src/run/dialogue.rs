@@ -24,11 +24,11 @@ use pocketperf_scenarios::{Clock, RealClock};
 use crate::cmd::run::{PresetArg, RunArgs};
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
+use crate::progress::{RunPlan, RunProgress};
 use crate::sim::model::Activity;
 use crate::sut::prompts::{encode_rendered, render_chat};
-use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
-use crate::progress::{RunPlan, RunProgress};
 use crate::telemetry::faults::{SutPid, fault_gauges};
+use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
 use crate::trace::{TraceInput, TraceQuery};
 use pocketperf_scenarios::{Phase, Progress};
@@ -706,7 +706,9 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     pocketperf_reports::schema::write_result(&a.out, &file)?;
     write_tokens_csv(&a.out, &records, &file)?;
-    let turns = records.iter().flat_map(|d| d.turns.iter().map(move |t| (d, t)));
+    let turns = records
+        .iter()
+        .flat_map(|d| d.turns.iter().map(move |t| (d, t)));
     let queries = turns.enumerate().map(|(i, (d, t))| TraceQuery {
         id: i as u64,
         issue_ns: t.start_ns,

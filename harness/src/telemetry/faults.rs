@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn the_gauges_count_the_sut_process_and_stay_cumulative_when_it_changes() {
         // A sleeping child raises no faults while this process touches fresh pages.
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let sut = SutPid::new(child.id());
         let mut g = fault_gauges(&sut);
         let read = |g: &mut Vec<(String, Gauge)>| -> Vec<f64> {
