@@ -177,6 +177,17 @@ fn out_refuses_a_non_empty_directory_and_force_replaces_its_contents() {
     );
     assert_eq!(names(&out), before);
 
+    // And for a new soak, which also points to --resume.
+    let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+        .args(["soak", "--duration", "5s", "--probe-mmlu", "0", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--force") && err.contains("--resume"), "{err}");
+    assert_eq!(names(&out), before);
+
     let (o, _) = run(dir.path(), &out, "offline", &["--force"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let now = names(&out);
