@@ -40,7 +40,7 @@ pub struct SoakArgs {
     pub out: Option<PathBuf>,
     /// Replace the contents of a non-empty --out (an earlier pocketperf result or soak: every
     /// file in it, journal included, is removed first).
-    #[arg(long, requires = "out")]
+    #[arg(long, requires = "out", conflicts_with = "resume")]
     pub force: bool,
     /// Continue the soak in this directory after the harness was stopped or killed; the
     /// settings come from its journal.
