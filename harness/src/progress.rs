@@ -273,11 +273,14 @@ fn tick(s: &Shared, terminal: bool, heartbeat: Duration) {
         Err(_) => return,
     };
     loop {
-        let (g, _) = match s.wake.wait_timeout(stop, period) {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        stop = g;
+        // A stop asked for before this thread first took the lock is seen here, not after
+        // a whole period.
+        if !*stop {
+            stop = match s.wake.wait_timeout(stop, period) {
+                Ok((g, _)) => g,
+                Err(_) => return,
+            };
+        }
         let snap = s.snapshot();
         let line = status_line(&s.plan, &snap);
         match &bar {
