@@ -11,8 +11,9 @@
 //! - process `telemetry`: one counter (`C`) per telemetry column (temperatures, frequencies,
 //!   power, energy, RSS, the governor's gauges, the SUT's cumulative page faults) and
 //!   `tokens_per_s`, the output tokens of the timed pass per bucket of time;
-//! - process `governor`: an instant per governor action (a change of level, threads, caps or
-//!   idle pause), at the time of the token after which it was taken.
+//! - process `governor`: an instant with the governor's state at the first timed token, then
+//!   one per action (a change of level, threads, caps or idle pause), at the time of the
+//!   token after which it was taken.
 //!
 //! Size stays bounded for long runs: at most [`MAX_TOKEN_INSTANTS`] token instants (every
 //! k-th token of each query, k recorded as `token_stride`) and at most
@@ -86,17 +87,17 @@ pub struct TraceInput<'a> {
     pub actions: Vec<TraceAction>,
 }
 
-/// Governor actions from its per-token record: an instant wherever the level, thread count,
-/// caps or idle pause differ from the token before. `skip` entries of the record come first
-/// and have no time (warm-up tokens, which are not stamped); `time_of(query, token)` is the
-/// time of a timed token.
+/// Governor actions from its per-token record: an instant with the state at the first timed
+/// token, then one wherever the level, thread count, caps or idle pause differ from the token
+/// before. `skip` entries of the record come first and have no time (warm-up tokens, which
+/// are not stamped); `time_of(query, token)` is the time of a timed token.
 pub fn governor_actions(
     record: &[TokenGov],
     skip: usize,
     time_of: impl Fn(u64, usize) -> Option<u64>,
 ) -> Vec<TraceAction> {
     let mut out = Vec::new();
-    let mut prev: Option<&TokenGov> = record.get(..skip).and_then(|w| w.last());
+    let mut prev: Option<&TokenGov> = None;
     for g in record.iter().skip(skip) {
         let changed = prev.is_none_or(|p| {
             p.level != g.level
@@ -559,6 +560,14 @@ mod tests {
             [((0, 0), 10), ((0, 1), 20), ((1, 0), 30), ((1, 1), 40)].into();
         let a = governor_actions(&rec, 2, |q, k| times.get(&(q, k)).copied());
         let at: Vec<(u64, &str)> = a.iter().map(|a| (a.t_ns, a.name.as_str())).collect();
-        assert_eq!(at, [(20, "governor level 2"), (40, "governor level 0")]);
+        // The state at the first timed token, then each change.
+        assert_eq!(
+            at,
+            [
+                (10, "governor level 1"),
+                (20, "governor level 2"),
+                (40, "governor level 0")
+            ]
+        );
     }
 }

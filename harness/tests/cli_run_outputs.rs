@@ -20,8 +20,8 @@ fn text(o: &Output) -> String {
     pocketperf_testkit::output_text(o)
 }
 
-/// `pocketperf run` of three queries into `out`, stdout and stderr piped; returns the output
-/// and the harness's pid.
+/// `pocketperf run` of three queries into `out` (one worker unless `extra` says), stdout and
+/// stderr piped; returns the output and the harness's pid.
 fn run(
     dir: &Path,
     out: &Path,
@@ -42,9 +42,13 @@ fn run(
         cfg.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
-        "--threads",
-        "1",
     ])
+    // One worker unless the test asks for more: the runs share the machine with other tests.
+    .args(if extra.contains(&"--threads") {
+        &[][..]
+    } else {
+        &["--threads", "1"][..]
+    })
     .args(extra)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
@@ -433,4 +437,87 @@ fn a_dialogue_run_talks_and_traces_its_turns() {
         result["performance"]["queries"].as_u64().unwrap()
     );
     assert!(turns.iter().all(|t| t["args"]["tokens"] == 4), "{turns:?}");
+}
+
+#[test]
+fn trace_json_places_the_governor_state_at_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let sysfs = pocketperf_testkit::shared_dir().join("fixtures/sysfs/pixel-8-pro");
+    // The step governor over the fixture's 39.4 °C skin with a 20 °C trip: it throttles at
+    // once, through the thread count (no idle pauses, so the run stays short).
+    let (o, _) = run(
+        dir.path(),
+        &out,
+        "single-stream",
+        &[
+            "--threads",
+            "2",
+            "--warmup",
+            "0",
+            "--governor",
+            "step",
+            "--governor-actuator",
+            "threads",
+            "--target-temp",
+            "20",
+            "--governor-period-ms",
+            "10",
+            "--governor-sysfs-root",
+            sysfs.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let actions: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "governor").collect();
+    assert!(!actions.is_empty());
+    assert_eq!(trace["otherData"]["governor_actions"], actions.len());
+    // tokens.csv's governor columns by (query, token).
+    let text_csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
+    let body: String = text_csv
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut r = csv::Reader::from_reader(body.as_bytes());
+    let head = r.headers().unwrap().clone();
+    let col = |n: &str| head.iter().position(|h| h == n).unwrap();
+    let (q, k, level) = (col("query"), col("token"), col("gov_level"));
+    let levels: BTreeMap<(u64, u64), u64> = r
+        .records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            let n = |i: usize| rec[i].parse::<u64>().unwrap();
+            ((n(q), n(k)), n(level))
+        })
+        .collect();
+    for a in actions {
+        let args = &a["args"];
+        let key = (
+            args["query"].as_u64().unwrap(),
+            args["token"].as_u64().unwrap(),
+        );
+        assert_eq!(args["level"].as_u64(), levels.get(&key).copied(), "{a}");
+        assert_eq!(a["name"], format!("governor level {}", args["level"]));
+        // At its token: inside its query's slice, at that token's instant.
+        let query = ev
+            .iter()
+            .find(|e| e["ph"] == "X" && e["name"] == format!("query {}", key.0))
+            .unwrap();
+        let (t0, dur) = (
+            query["ts"].as_f64().unwrap(),
+            query["dur"].as_f64().unwrap(),
+        );
+        let ts = a["ts"].as_f64().unwrap();
+        assert!(ts >= t0 && ts <= t0 + dur, "{ts} outside {t0}+{dur}");
+        let token = ev
+            .iter()
+            .filter(|e| e["name"] == "token" && e["tid"] == query["tid"])
+            .find(|e| e["args"]["index"] == key.1)
+            .unwrap();
+        assert_eq!(token["ts"], a["ts"]);
+    }
 }
