@@ -133,6 +133,27 @@ fn heartbeat_lines_and_sensor_warnings_appear_when_stderr_is_not_a_terminal() {
 }
 
 #[test]
+fn a_bad_heartbeat_interval_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for (scenario, bad) in [("single-stream", "0"), ("dialogue", "ten")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+            .args(["run", "--scenario", scenario, "--out"])
+            .arg(&out)
+            .env("POCKETPERF_HEARTBEAT_MS", bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("POCKETPERF_HEARTBEAT_MS") && err.contains(bad),
+            "{err}"
+        );
+        assert!(!out.exists(), "{scenario}: a result directory was created");
+    }
+}
+
+#[test]
 fn out_refuses_a_non_empty_directory_and_force_replaces_its_contents() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

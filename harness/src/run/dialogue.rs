@@ -594,6 +594,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     let cap: Option<u32> = env_number(ENV_TURN_TOKENS)?;
     let set = dialogue_set(a.preset, limit, cap);
+    crate::progress::heartbeat_interval()?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;

@@ -127,6 +127,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
     }
     let settings = resolve_settings(a)?;
+    crate::progress::heartbeat_interval()?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
