@@ -10,8 +10,7 @@ bin=./target/release/pocketperf
 mkdir -p results
 status=0
 for scenario in single-stream offline; do
-  rm -rf "results/$scenario"
-  "$bin" run --scenario "$scenario" --preset quick --out "results/$scenario" || status=$?
+  "$bin" run --scenario "$scenario" --preset quick --out "results/$scenario" --force || status=$?
   "$bin" report "results/$scenario" --print none
 done
 "$bin" bench --threads 1,2 --reps 3 --output json --out results/bench.json

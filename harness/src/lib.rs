@@ -8,6 +8,7 @@
 //! - [`sut`] — systems under test: [`sut::prompts`] (the one text-to-tokens route, prompt
 //!   libraries), [`sut::in_process`] (decoders), [`sut::process`] (`serve` as a child);
 //! - [`outputs`] — result.json assembly, percentiles, tokens.csv, provenance, log header;
+//! - [`trace`] — `trace.json`, the run as a Chrome/Perfetto trace;
 //! - [`mmlu`] — MMLU-576 accuracy runs and their comparison;
 //! - [`serve`] — `pocketperf serve`: protocol and line framing, server, client, faults;
 //! - [`http`] — `serve --http` (OpenAI-compatible server) and the HTTP SUT's client;
@@ -19,8 +20,10 @@
 //! - [`interleave`] — `gate --interleave`: two binaries' runs alternated into replicates;
 //! - [`tools`] — the work of the model commands (`model`, `tokenize`, `generate`, `logits`,
 //!   `perplexity`, `bench` with its roofline probe);
-//! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress;
-//! - [`dir_lock`] — one writer per result directory; [`fuzz_bodies`] — the parsers' fuzz
+//! - [`meta`], [`model_store`], [`progress`] — provenance, the model cache, terminal progress
+//!   and a run's heartbeat;
+//! - [`dir_lock`] — one writer per result directory, `--out` claimed or refused (`--force`);
+//!   [`fuzz_bodies`] — the parsers' fuzz
 //!   bodies.
 
 pub mod cmd;
@@ -42,3 +45,4 @@ pub mod soak;
 pub mod sut;
 pub mod telemetry;
 pub mod tools;
+pub mod trace;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::progress::{NoProgress, Phase, Progress};
 use crate::results::{AccuracyEntry, AccuracyPass, EndReason, PassRecords, TestResult};
 use crate::sampling::{
     ArrivalSchedule, SamplePlan, SampleSeq, accuracy_order, accuracy_sets, offline_sample_count,
@@ -32,6 +33,8 @@ pub const OFFLINE_ISSUE_CHUNK: usize = 16_384;
 struct Waiter<'c> {
     clock: &'c dyn Clock,
     timeout_ns: Option<u64>,
+    /// The observer of the pass this waiter serves.
+    progress: &'c dyn Progress,
 }
 
 enum WaitOutcome {
@@ -57,6 +60,7 @@ impl Waiter<'_> {
             sut.poll(&mut Responder {
                 clock: self.clock,
                 rec,
+                progress: self.progress,
             });
             if done(rec) {
                 return WaitOutcome::Done;
@@ -138,6 +142,19 @@ pub fn run_test_with_warmup(
     clock: &dyn Clock,
     warmup: u64,
 ) -> Result<TestResult> {
+    run_test_observed(sut, qsl, settings, clock, warmup, &NoProgress)
+}
+
+/// [`run_test_with_warmup`] with an observer ([`crate::progress`]) told when the warm-up and
+/// the timed pass start, and of every token and ended query of the timed pass.
+pub fn run_test_observed(
+    sut: &mut dyn SystemUnderTest,
+    qsl: &mut dyn QuerySampleLibrary,
+    settings: &TestSettings,
+    clock: &dyn Clock,
+    warmup: u64,
+    progress: &dyn Progress,
+) -> Result<TestResult> {
     settings.validate()?;
     let total = qsl.total_sample_count();
     let perf_count = if settings.performance_sample_count_override > 0 {
@@ -166,7 +183,16 @@ pub fn run_test_with_warmup(
     };
     let timeout_ns = (settings.query_timeout_ms > 0)
         .then(|| settings.query_timeout_ms.saturating_mul(1_000_000));
-    let waiter = Waiter { clock, timeout_ns };
+    let waiter = Waiter {
+        clock,
+        timeout_ns,
+        progress,
+    };
+    let quiet = Waiter {
+        clock,
+        timeout_ns,
+        progress: &NoProgress,
+    };
 
     let plan = SamplePlan::new(settings, qsl.performance_sample_count());
     let accuracy_count = match settings.accuracy_sample_count_override {
@@ -181,7 +207,7 @@ pub fn run_test_with_warmup(
             settings,
             perf_count,
             accuracy_count,
-            &waiter,
+            &quiet,
             &qsl_err,
         )?);
     }
@@ -192,7 +218,10 @@ pub fn run_test_with_warmup(
         loaded = performance_set(total, perf_count, settings.qsl_rng_seed);
         qsl.load_samples(&loaded)
             .map_err(|e| qsl_err("load_samples", e))?;
-        warm = run_warmup(sut, &loaded, warmup, &waiter)?;
+        if warmup > 0 {
+            progress.pass_started(Phase::Warmup, Some(warmup), clock.now_ns());
+        }
+        warm = run_warmup(sut, &loaded, warmup, &quiet)?;
         let p = match settings.scenario {
             Scenario::SingleStream => run_single_stream(sut, settings, &loaded, &plan, &waiter),
             Scenario::Server => run_server(sut, settings, &loaded, &plan, &waiter),
@@ -257,6 +286,7 @@ fn run_accuracy(
         let mut r = Responder {
             clock: waiter.clock,
             rec: &mut rec,
+            progress: waiter.progress,
         };
         for chunk in queries.chunks(OFFLINE_ISSUE_CHUNK) {
             sut.issue_queries(chunk, &mut r);
@@ -309,6 +339,7 @@ fn run_warmup(
         let mut r = Responder {
             clock,
             rec: &mut rec,
+            progress: waiter.progress,
         };
         sut.issue_queries(std::slice::from_ref(&q), &mut r);
         sut.flush_queries(&mut r);
@@ -359,6 +390,7 @@ fn run_single_stream(
     let mut seq = SampleSeq::new(loaded, plan);
     let mut rec = Records::default();
     let start = clock.now_ns();
+    waiter.progress.pass_started(Phase::Timed, None, start);
     let mut last_rel = None;
     let mut oldest = 0usize;
     let k = loaded.len() as u64;
@@ -379,6 +411,7 @@ fn run_single_stream(
             &mut Responder {
                 clock,
                 rec: &mut rec,
+                progress: waiter.progress,
             },
         );
         let i = id as usize;
@@ -409,6 +442,7 @@ fn run_server(
     let mut arrivals = ArrivalSchedule::new(s.server_target_qps, s.schedule_rng_seed);
     let mut rec = Records::default();
     let start = clock.now_ns();
+    waiter.progress.pass_started(Phase::Timed, None, start);
     let mut last_rel = None;
     let mut oldest = 0usize;
     let k = loaded.len() as u64;
@@ -434,6 +468,7 @@ fn run_server(
             sut.poll(&mut Responder {
                 clock,
                 rec: &mut rec,
+                progress: waiter.progress,
             });
             if clock.is_virtual() || t - now < 100_000 {
                 clock.wait_until(t);
@@ -461,12 +496,14 @@ fn run_server(
             &mut Responder {
                 clock,
                 rec: &mut rec,
+                progress: waiter.progress,
             },
         );
     };
     sut.flush_queries(&mut Responder {
         clock,
         rec: &mut rec,
+        progress: waiter.progress,
     });
     let n = rec.issued();
     if let WaitOutcome::TimedOut(t) =
@@ -488,6 +525,7 @@ fn run_offline(
     let n = offline_sample_count(s, loaded.len() as u64);
     let mut seq = SampleSeq::new(loaded, plan);
     let start = clock.now_ns();
+    waiter.progress.pass_started(Phase::Timed, Some(n), start);
     let mut rec = Records {
         single_issue: Some(start),
         ..Records::default()
@@ -510,6 +548,7 @@ fn run_offline(
             &mut Responder {
                 clock,
                 rec: &mut rec,
+                progress: waiter.progress,
             },
         );
         id = end;
@@ -517,6 +556,7 @@ fn run_offline(
     sut.flush_queries(&mut Responder {
         clock,
         rec: &mut rec,
+        progress: waiter.progress,
     });
     let mut oldest = 0usize;
     if let WaitOutcome::TimedOut(t) =

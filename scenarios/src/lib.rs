@@ -9,7 +9,7 @@
 //! Map: [`settings`] (TestSettings, config files) → [`engine`] (issue loops, stop rules) over
 //! a [`sut`] on a [`clock`], drawing samples from [`sampling`] → [`results`] (records,
 //! statistics from [`stats`], validity, [`early_stopping`]) → [`logs`]; [`warmup`] runs
-//! untimed queries before the timed pass; [`null`] is the
+//! untimed queries before the timed pass; [`progress`] lets a caller watch a run; [`null`] is the
 //! engine's own overhead; [`error`]. `results` never reaches back into `engine`.
 
 pub mod clock;
@@ -18,6 +18,7 @@ pub mod engine;
 pub mod error;
 pub mod logs;
 pub mod null;
+pub mod progress;
 pub mod results;
 pub mod sampling;
 pub mod settings;
@@ -30,10 +31,11 @@ pub use early_stopping::{
     EarlyStoppingOutcome, EarlyStoppingPlan, EsRank, MinPassingFinder, min_passing_queries,
     min_queries_for_over_bound, min_queries_for_percentile, single_stream_rank,
 };
-pub use engine::{OFFLINE_ISSUE_CHUNK, run_test, run_test_with_warmup};
+pub use engine::{OFFLINE_ISSUE_CHUNK, run_test, run_test_observed, run_test_with_warmup};
 pub use error::{Error, Result};
 pub use logs::{LogMeta, parse_summary};
 pub use null::{NullQsl, NullSut};
+pub use progress::{NoProgress, Phase, Progress};
 pub use results::{
     AccuracyEntry, EndReason, InvalidCause, PerformanceResult, QueryRecord, TestResult,
 };

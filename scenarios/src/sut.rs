@@ -4,6 +4,7 @@
 //! [`Responder`] through which an SUT reports first token, each token and completion.
 
 use crate::clock::Clock;
+use crate::progress::Progress;
 
 /// One query: a run-unique id and the QSL sample it asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -149,6 +150,8 @@ impl Records {
 pub struct Responder<'a> {
     pub(crate) clock: &'a dyn Clock,
     pub(crate) rec: &'a mut Records,
+    /// Told of each token and each ended query (the timed pass's observer, else a no-op).
+    pub(crate) progress: &'a dyn Progress,
 }
 
 impl Responder<'_> {
@@ -191,6 +194,7 @@ impl Responder<'_> {
                 self.rec.token_times = vec![Vec::new(); self.rec.complete.len()];
             }
             self.rec.token_times[i].push(t_ns);
+            self.progress.token();
         }
     }
 
@@ -222,6 +226,7 @@ impl Responder<'_> {
         }
         self.rec.complete[i] = t_ns.min(FAILED - 1);
         self.rec.completed += 1;
+        self.progress.query_done(n, stamped);
     }
 
     /// Query `id` failed (the SUT could not produce it: a runtime error, a crashed worker).
@@ -237,5 +242,7 @@ impl Responder<'_> {
         }
         self.rec.complete[i] = FAILED;
         self.rec.completed += 1;
+        let stamped = self.rec.token_times_of(i).len() as u64;
+        self.progress.query_done(stamped, stamped);
     }
 }

@@ -97,9 +97,13 @@ pub struct MmluRunArgs {
     /// reuse, and stop (no model run, no files).
     #[arg(long)]
     pub dry_run: bool,
-    /// Result directory (created).
+    /// Result directory (created). One that holds anything is refused unless --force.
     #[arg(long, required_unless_present = "dry_run")]
     pub out: Option<PathBuf>,
+    /// Replace the contents of a non-empty --out (an earlier pocketperf result: every file in
+    /// it is removed first).
+    #[arg(long, requires = "out", conflicts_with = "dry_run")]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

@@ -176,9 +176,13 @@ pub struct RunArgs {
     pub preset: PresetArg,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Result directory (created).
+    /// Result directory (created). One that holds anything is refused unless --force.
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace the contents of a non-empty --out (an earlier pocketperf result: every file in
+    /// it is removed first, so none of the earlier run stays beside the new one).
+    #[arg(long)]
+    pub force: bool,
     /// Server scenario: target queries per second (overrides the preset and `--config`).
     #[arg(long)]
     pub server_qps: Option<f64>,

@@ -34,9 +34,14 @@ pub struct SoakArgs {
     /// Probe-round period (a bare number is minutes).
     #[arg(long, default_value = "10m")]
     pub probe_every: String,
-    /// Soak directory (created; must not hold a journal yet).
+    /// Soak directory (created). One that holds anything is refused unless --force; to
+    /// continue a soak, give --resume.
     #[arg(long, required_unless_present = "resume")]
     pub out: Option<PathBuf>,
+    /// Replace the contents of a non-empty --out (an earlier pocketperf result or soak: every
+    /// file in it, journal included, is removed first).
+    #[arg(long, requires = "out", conflicts_with = "resume")]
+    pub force: bool,
     /// Continue the soak in this directory after the harness was stopped or killed; the
     /// settings come from its journal.
     #[arg(long, conflicts_with = "out")]
@@ -381,7 +386,8 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
             let cfg = new_config(a)?;
             // Fail on a bad probe set before anything is written.
             probe_set(cfg.probe_prompts, cfg.probe_mmlu, cfg.mmlu_dir.as_deref())?;
-            let lock = DirLock::create_and_lock(dir)?;
+            let lock = DirLock::claim(dir, a.force)
+                .context("a new soak needs a fresh --out (continue a soak with --resume DIR)")?;
             let mut journal = Journal::create(dir)?;
             let sha = meta::model_sha256(&cfg.model);
             let mut header = meta::OutputHeader::new(

@@ -115,7 +115,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
     }
     // One writer per result directory, before anything is read or written.
     let _lock = match (&a.out, a.dry_run) {
-        (Some(d), false) => Some(crate::dir_lock::DirLock::create_and_lock(d)?),
+        (Some(d), false) => Some(crate::dir_lock::DirLock::claim(d, a.force)?),
         _ => None,
     };
     let dir = ds_mmlu::resolve_mmlu_dir(a.mmlu_dir.as_deref())?;

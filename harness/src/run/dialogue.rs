@@ -24,10 +24,14 @@ use pocketperf_scenarios::{Clock, RealClock};
 use crate::cmd::run::{PresetArg, RunArgs};
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
+use crate::progress::{RunPlan, RunProgress};
 use crate::sim::model::Activity;
 use crate::sut::prompts::{encode_rendered, render_chat};
+use crate::telemetry::faults::{SutPid, fault_gauges};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
+use crate::trace::{TraceInput, TraceQuery};
+use pocketperf_scenarios::{Phase, Progress};
 
 /// Environment variable limiting the number of dialogues (quick checks, tests).
 pub const ENV_DIALOGUES: &str = "POCKETPERF_DIALOGUES";
@@ -121,13 +125,14 @@ impl DialogueRecord {
 }
 
 /// Runs `set` in order through `sut`, timestamping on `clock` (a dialogue starts after
-/// `sut.begin()`); `between` runs after each dialogue (progress). A failing turn ends its dialogue (recorded as incomplete, with
-/// the error in the returned list); the others still run.
+/// `sut.begin()`); `between` runs after each dialogue with its record (progress). A failing
+/// turn ends its dialogue (recorded as incomplete, with the error in the returned list); the
+/// others still run.
 pub fn run_dialogues(
     sut: &mut dyn DialogueSut,
     set: &[Dialogue],
     clock: &dyn Fn() -> u64,
-    mut between: impl FnMut(usize),
+    mut between: impl FnMut(&DialogueRecord),
 ) -> (Vec<DialogueRecord>, Vec<String>) {
     let mut records = Vec::with_capacity(set.len());
     let mut errors = Vec::new();
@@ -179,7 +184,9 @@ pub fn run_dialogues(
             turns,
             complete,
         });
-        between(index);
+        if let Some(r) = records.last() {
+            between(r);
+        }
     }
     (records, errors)
 }
@@ -587,7 +594,8 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     let cap: Option<u32> = env_number(ENV_TURN_TOKENS)?;
     let set = dialogue_set(a.preset, limit, cap);
-    let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
+    crate::progress::heartbeat_interval()?;
+    let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
     let model_sha = meta::model_sha256(&model_path);
@@ -634,7 +642,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         mono.clone(),
         engine.threads(),
         provenance,
-        Vec::new(),
+        fault_gauges(&SutPid::new(std::process::id())),
     )?;
     let idle_ns = if idle.is_zero() {
         None
@@ -644,9 +652,17 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         spinner.finish_and_clear();
         Some(w)
     };
-    let bar = crate::progress::bar(set.len() as u64, "dialogues");
-    let (records, errors) = run_dialogues(&mut sut, &set, &|| mono(), |_| bar.inc(1));
-    bar.finish_and_clear();
+    let progress = RunProgress::start(RunPlan {
+        label: "dialogue".into(),
+        unit: "dialogues",
+        min_count: set.len() as u64,
+        min_duration: Duration::ZERO,
+        max_duration: None,
+    })?;
+    progress.pass_started(Phase::Timed, Some(set.len() as u64), mono());
+    let done = |r: &DialogueRecord| progress.query_done(r.tokens, 0);
+    let (records, errors) = run_dialogues(&mut sut, &set, &|| mono(), done);
+    progress.finish();
     let rec = telemetry.stop()?;
     let finished = chrono::Utc::now();
 
@@ -691,6 +707,30 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     pocketperf_reports::schema::write_result(&a.out, &file)?;
     write_tokens_csv(&a.out, &records, &file)?;
+    let turns = records
+        .iter()
+        .flat_map(|d| d.turns.iter().map(move |t| (d, t)));
+    let queries = turns.enumerate().map(|(i, (d, t))| TraceQuery {
+        id: i as u64,
+        issue_ns: t.start_ns,
+        first_token_ns: t.first_token_ns,
+        complete_ns: Some(t.end_ns),
+        tokens: t.generated as u64,
+        token_ns: &t.token_ns,
+        args: serde_json::json!({ "dialogue": d.index, "dialogue_id": d.id, "turn": t.turn,
+            "prefilled": t.prefilled, "reused": t.reused })
+        .as_object()
+        .cloned()
+        .unwrap_or_default(),
+    });
+    let trace = TraceInput {
+        provenance: serde_json::to_value(&file.meta)?,
+        query_label: "turn",
+        queries: queries.collect(),
+        telemetry: Some(&rec.report.output),
+        ..TraceInput::default()
+    };
+    crate::trace::write(&a.out, &trace)?;
     println!("{}", summary_line(&file));
     if let Some(t) = truth {
         println!(

@@ -15,7 +15,8 @@ use anyhow::Result;
 use crate::cmd::run::{RunArgs, ScenarioArg};
 
 /// `pocketperf run`: one run into `--out`, or with `--repeat N` (N ≥ 2) N runs into
-/// `--out`/run-1 … run-N, one after the other. The exit code is the worst of the runs (0 ok,
+/// `--out`/run-1 … run-N, one after the other (`--out` refused when it holds anything, unless
+/// `--force`). The exit code is the worst of the runs (0 ok,
 /// 1 INVALID); an error stops the series, keeping the runs already written.
 pub fn run(a: &mut RunArgs) -> Result<i32> {
     let once = |a: &RunArgs| match a.scenario {
@@ -26,6 +27,9 @@ pub fn run(a: &mut RunArgs) -> Result<i32> {
         return once(a);
     }
     let root = a.out.clone();
+    // The series' directory is claimed as a whole (refused when it holds anything, cleared
+    // with --force), so no run-N of an earlier, longer series stays beside the new ones.
+    let _lock = crate::dir_lock::DirLock::claim(&root, a.force)?;
     let mut worst = 0;
     for i in 1..=a.repeat {
         a.out = root.join(format!("run-{i}"));

@@ -14,7 +14,7 @@ use pocketperf_datasets::perf::perf_prompts;
 use pocketperf_reports::schema::ResultFile;
 use pocketperf_scenarios::{
     Clock, QuerySampleLibrary, RealClock, Responder, SystemUnderTest, TestResult, TestSettings,
-    run_test_with_warmup,
+    run_test_observed,
 };
 
 use crate::cmd::governor::GovernorKind;
@@ -26,12 +26,13 @@ use crate::sut::http::{HttpPrompt, HttpRecord, HttpSut};
 use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
-use crate::telemetry::faults::{FaultCounts, process_faults, self_faults};
+use crate::telemetry::faults::{FaultCounts, SutPid, fault_gauges, process_faults, self_faults};
 use crate::tools::cold_start;
 use pocketperf_reports::schema::{ColdStart, PageFaults};
 use pocketperf_scenarios::Query;
 
-/// Runs the scenario engine after `warmup` untimed queries, with a spinner on a TTY.
+/// Runs the scenario engine after `warmup` untimed queries, showing its progress
+/// ([`crate::progress::RunProgress`]: a bar on a terminal, heartbeat lines elsewhere).
 pub fn run_scenario(
     sut: &mut dyn SystemUnderTest,
     qsl: &mut dyn QuerySampleLibrary,
@@ -39,9 +40,16 @@ pub fn run_scenario(
     clock: &dyn Clock,
     warmup: u64,
 ) -> Result<TestResult> {
-    let progress = crate::progress::spinner(&format!("{} run", settings.scenario.as_str()));
-    let result = run_test_with_warmup(sut, qsl, settings, clock, warmup);
-    progress.finish_and_clear();
+    let ms = |ms: u64| std::time::Duration::from_millis(ms);
+    let progress = crate::progress::RunProgress::start(crate::progress::RunPlan {
+        label: settings.scenario.as_str().to_string(),
+        unit: "queries",
+        min_count: settings.min_query_count,
+        min_duration: ms(settings.min_duration_ms),
+        max_duration: (settings.max_duration_ms > 0).then(|| ms(settings.max_duration_ms)),
+    })?;
+    let result = run_test_observed(sut, qsl, settings, clock, warmup, &progress);
+    progress.finish();
     Ok(result?)
 }
 
@@ -119,7 +127,8 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
     }
     let settings = resolve_settings(a)?;
-    let _lock = crate::dir_lock::DirLock::create_and_lock(&a.out)?;
+    crate::progress::heartbeat_interval()?;
+    let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
@@ -182,6 +191,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             RunSut::Http(Box::new(h))
         }
     };
+    // The SUT's page faults as telemetry columns (`faults.*`), following its process.
+    let sut_pid = SutPid::default();
+    let mut gauges = gauges;
+    if let Some((pid, _)) = sut.faults_now() {
+        sut_pid.set(pid);
+        gauges.extend(fault_gauges(&sut_pid));
+    }
     let clock = RealClock::new();
     let telemetry = crate::telemetry::recorder::ScenarioTelemetry::start(
         &a.device,
@@ -203,7 +219,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let after_first = std::cell::Cell::new(None);
     let started = chrono::Utc::now();
     let process = sut.process();
-    let mut meter = FaultMeter::new(&mut sut);
+    let mut meter = FaultMeter::new(&mut sut).publish_pid(sut_pid);
     if eviction.is_some() {
         meter = meter.after_first_query(|| {
             after_first.set(cold_start::file_fraction(&model_path).ok());
@@ -318,6 +334,14 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if let Some(p) = &file.performance {
         crate::outputs::append_fault_lines(&a.out, p)?;
     }
+    let trace = crate::trace::scenario_input(
+        &result,
+        &faults,
+        Some(&telemetry.recording.report.output),
+        governor.as_deref(),
+        serde_json::to_value(&file.meta)?,
+    );
+    crate::trace::write(&a.out, &trace)?;
     println!("{}", summary_line(&file));
     println!("results in {}", a.out.display());
     // A verdict needs evidence: whatever the scenario's own rules say, a run in which no

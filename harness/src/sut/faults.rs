@@ -9,7 +9,7 @@
 use pocketperf_scenarios::{Query, Responder, SystemUnderTest};
 use serde::Serialize;
 
-use crate::telemetry::faults::FaultCounts;
+use crate::telemetry::faults::{FaultCounts, SutPid};
 
 /// The process whose faults a SUT's work raises, and its counters now.
 pub trait FaultSource {
@@ -43,6 +43,8 @@ pub struct FaultMeter<'s, S: SystemUnderTest + FaultSource + ?Sized> {
     start: Option<(u32, FaultCounts)>,
     /// Called once, after the first call that completed work (the first query).
     after_first: Option<Box<dyn FnMut() + 's>>,
+    /// Told the pid of every reading (the telemetry's `faults.*` columns follow it).
+    pid: Option<SutPid>,
 }
 
 impl<'s, S: SystemUnderTest + FaultSource + ?Sized> FaultMeter<'s, S> {
@@ -54,7 +56,24 @@ impl<'s, S: SystemUnderTest + FaultSource + ?Sized> FaultMeter<'s, S> {
             issued: 0,
             start,
             after_first: None,
+            pid: None,
         }
+    }
+
+    /// Keeps `pid` set to the process of the latest reading (0 when a reading found none),
+    /// starting with the first.
+    pub fn publish_pid(mut self, pid: SutPid) -> Self {
+        pid.set(self.start.map_or(0, |(p, _)| p));
+        self.pid = Some(pid);
+        self
+    }
+
+    fn read(&mut self) -> Option<(u32, FaultCounts)> {
+        let r = self.sut.faults_now();
+        if let Some(p) = &self.pid {
+            p.set(r.map_or(0, |(pid, _)| pid));
+        }
+        r
     }
 
     /// Runs `f` once, after the first query's work: after the first `flush_queries`, before
@@ -66,9 +85,9 @@ impl<'s, S: SystemUnderTest + FaultSource + ?Sized> FaultMeter<'s, S> {
     }
 
     fn measured<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> (R, Option<FaultCounts>) {
-        let before = self.sut.faults_now();
+        let before = self.read();
         let r = f(self.sut);
-        let after = self.sut.faults_now();
+        let after = self.read();
         let delta = match (before, after) {
             // The same process before and after (a restarted child's counters start over).
             (Some((p0, a)), Some((p1, b))) if p0 == p1 => Some(b.since(&a)),

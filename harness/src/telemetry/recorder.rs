@@ -170,6 +170,10 @@ impl RunTelemetry {
             ..SamplerConfig::default()
         };
         let session = TelemetrySession::start(config, clock.clone(), gauges)?;
+        // What the device cannot measure is said now, not only in the result's warnings.
+        for w in &session.probe().warnings {
+            eprintln!("telemetry: warning: {w}");
+        }
         Ok(Self {
             device: spec,
             session,
