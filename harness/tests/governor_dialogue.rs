@@ -1,0 +1,224 @@
+//! Acceptance: the governor wherever it is offered. `run --scenario dialogue --device
+//! sim:PROFILE --governor pid` closes the loop of the real runtime and the simulated handset:
+//! the governor reads the simulated phone's skin and its duty cycle throttles the real decode
+//! once the phone is hot; a governor flag that cannot apply is refused by name (exit 2); the
+//! commands without a governor (`mmlu run`, `serve`, `soak`) have no `--governor` flag.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn model_path() -> PathBuf {
+    pocketperf_testkit::reference_model(|| {
+        pocketperf::model_store::reference_model_path().expect("model cache directory")
+    })
+}
+
+fn pocketperf(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pocketperf"));
+    c.args(args);
+    c
+}
+
+fn text(o: &Output) -> String {
+    pocketperf_testkit::output_text(o)
+}
+
+/// `tokens.csv` without its `#` provenance lines: header and rows.
+fn tokens_csv(dir: &Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let raw = std::fs::read_to_string(dir.join("tokens.csv")).unwrap();
+    let body: String = raw
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut r = csv::Reader::from_reader(body.as_bytes());
+    let header = r.headers().unwrap().iter().map(str::to_string).collect();
+    let rows = r
+        .records()
+        .map(|rec| rec.unwrap().iter().map(str::to_string).collect())
+        .collect();
+    (header, rows)
+}
+
+fn column(header: &[String], rows: &[Vec<String>], name: &str) -> Vec<String> {
+    let i = header
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    rows.iter().map(|r| r[i].clone()).collect()
+}
+
+#[test]
+fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_is_hot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("res");
+    // A handset 300 times lighter than the snapdragon profile (skin time constant 2.6 s) and
+    // a target of 36 °C, which its idle power alone (28.2 °C) does not reach but a few
+    // seconds of decoding does: the governor must throttle within the run.
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "dialogue",
+        "--device",
+        "sim:snapdragon-8gen3,thermal-speedup=300",
+        "--governor",
+        "pid",
+        "--target-temp",
+        "36",
+        "--governor-period-ms",
+        "20",
+        "--threads",
+        "1",
+    ])
+    .arg("--model")
+    .arg(model_path())
+    .arg("--out")
+    .arg(&dir)
+    .env("POCKETPERF_DIALOGUES", "1")
+    .env("POCKETPERF_IDLE_S", "0")
+    .env("POCKETPERF_TURN_TOKENS", "40")
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    let (header, rows) = tokens_csv(&dir);
+    assert!(rows.len() >= 40, "{} token rows", rows.len());
+    let busy: Vec<f64> = column(&header, &rows, "gov_busy")
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let temps: Vec<f64> = column(&header, &rows, "gov_temp_c")
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let pauses: Vec<f64> = column(&header, &rows, "gov_pause_ms")
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    // The actuator starts unthrottled and moves once the simulated skin nears the target.
+    assert_eq!(busy[0], 1.0, "{busy:?}");
+    let least = busy.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(least < 0.9, "duty never moved: {busy:?}\n{temps:?}");
+    assert!(pauses.iter().sum::<f64>() > 0.0, "no idle was inserted");
+    // The sensor is the simulated phone's skin (ambient 25 °C, heated by the real decode),
+    // not the host's: the readings start at the ambient and rise.
+    let first = temps[0];
+    let hottest = temps.iter().copied().fold(f64::MIN, f64::max);
+    assert!((24.9..27.0).contains(&first), "{temps:?}");
+    assert!(hottest > 33.0 && hottest < 60.0, "{temps:?}");
+
+    let file = pocketperf_reports::schema::load_result(&dir).unwrap();
+    assert_eq!(file.meta.device.id, "sim:snapdragon-8gen3,thermal-speedup=300");
+    let g = file.governor.expect("governor section");
+    assert_eq!(g["policy"], "pid");
+    let zones: Vec<&str> = g["sensor_zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| z["name"].as_str().unwrap())
+        .collect();
+    assert!(zones.contains(&"skin-msm-therm"), "{zones:?}");
+    assert!(g["level_changes"].as_u64().unwrap() >= 1, "{g}");
+    assert!(g["idle_inserted_s"].as_f64().unwrap() > 0.0, "{g}");
+    // The simulated phone saw the throttled work: the telemetry of its tree carries the
+    // governor's gauge, and the skin it recorded is the one the governor read.
+    let t = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
+    let skin = t.column("temp.skin.c").expect("skin column");
+    let peak = skin.iter().flatten().copied().fold(f64::MIN, f64::max);
+    assert!((peak - hottest).abs() < 3.0, "telemetry {peak}, governor {hottest}");
+    assert!(t.column("governor.busy").is_some());
+}
+
+#[test]
+fn governor_flags_that_cannot_apply_on_a_simulated_handset_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    for scenario in ["dialogue", "single-stream"] {
+        let o = pocketperf(&[
+            "run",
+            "--scenario",
+            scenario,
+            "--device",
+            "sim:snapdragon-8gen3",
+            "--governor",
+            "pid",
+            "--governor-actuator",
+            "caps-duty",
+            "--allow-sysfs-caps",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(
+                "--governor-actuator caps-duty, --allow-sysfs-caps not supported with \
+                 --device sim:snapdragon-8gen3"
+            ),
+            "{}",
+            text(&o)
+        );
+        assert!(!out.exists(), "nothing is written before the refusal");
+    }
+    // The dialogue scenario runs in process: a governor cannot act on another process.
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "dialogue",
+        "--sut",
+        "process",
+        "--governor",
+        "pid",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--sut process not supported by the dialogue scenario"),
+        "{}",
+        text(&o)
+    );
+    // A malformed simulated-device option is an error naming the option.
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "dialogue",
+        "--device",
+        "sim:snapdragon-8gen3,thermal-speedup=0",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("thermal-speedup=K"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn commands_without_a_governor_have_no_governor_flag() {
+    for args in [
+        &["mmlu", "run", "--governor", "pid"][..],
+        &["serve", "--governor", "pid"],
+        &["serve", "--http", "127.0.0.1:0", "--governor", "pid"],
+        &["soak", "--governor", "pid"],
+    ] {
+        let o = pocketperf(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("unexpected argument '--governor'"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+}
