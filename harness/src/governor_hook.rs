@@ -30,8 +30,8 @@ use crate::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
 use crate::sim::governor::{SimActuator, SimSensor, status_name};
 use crate::sim::model::{HandsetProfile, profile};
 use crate::sim::pace::{SimFreqCap, SimPace};
-use crate::telemetry::{DeviceSpec, Gauge};
 use crate::telemetry::probe::{ZoneRole, probe};
+use crate::telemetry::{DeviceSpec, Gauge};
 
 /// The run's governor hook, shared between the decoder and the code that writes the outputs.
 pub type SharedGovernor = std::rc::Rc<std::cell::RefCell<GovernorHook>>;
@@ -637,10 +637,12 @@ pub fn check_args(a: &GovernorArgs, device: &DeviceSpec, paced: bool) -> Result<
     }
     if device.handset().is_some() {
         let mut given = Vec::new();
-        if !paced && matches!(
-            a.governor_actuator,
-            ActuatorArg::Caps | ActuatorArg::CapsDuty
-        ) {
+        if !paced
+            && matches!(
+                a.governor_actuator,
+                ActuatorArg::Caps | ActuatorArg::CapsDuty
+            )
+        {
             given.push(format!(
                 "--governor-actuator {}",
                 a.governor_actuator.name()

@@ -111,7 +111,10 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     assert!(hottest > 33.0 && hottest < 60.0, "{temps:?}");
 
     let file = pocketperf_reports::schema::load_result(&dir).unwrap();
-    assert_eq!(file.meta.device.id, "sim:snapdragon-8gen3,thermal-speedup=300");
+    assert_eq!(
+        file.meta.device.id,
+        "sim:snapdragon-8gen3,thermal-speedup=300"
+    );
     let g = file.governor.expect("governor section");
     assert_eq!(g["policy"], "pid");
     let zones: Vec<&str> = g["sensor_zones"]
@@ -128,7 +131,10 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     let t = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
     let skin = t.column("temp.skin.c").expect("skin column");
     let peak = skin.iter().flatten().copied().fold(f64::MIN, f64::max);
-    assert!((peak - hottest).abs() < 3.0, "telemetry {peak}, governor {hottest}");
+    assert!(
+        (peak - hottest).abs() < 3.0,
+        "telemetry {peak}, governor {hottest}"
+    );
     assert!(t.column("governor.busy").is_some());
 }
 
@@ -172,7 +178,7 @@ fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode()
     // and the governor lowers it once the simulated skin nears the target.
     assert_eq!(caps[0], 3_302_400, "{caps:?}");
     let lowest = *caps.iter().min().unwrap();
-    assert!(lowest < 3_302_400 && lowest >= 441_600, "{caps:?}");
+    assert!((441_600..3_302_400).contains(&lowest), "{caps:?}");
     // The real decode followed the simulated OPP: it was stretched.
     let stdout = String::from_utf8_lossy(&o.stdout);
     let line = stdout
@@ -188,7 +194,10 @@ fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode()
         .unwrap();
     assert!(s > 0.0, "{line}");
     // No duty cycle in this actuator: no idle inserted by the governor.
-    let g = pocketperf_reports::schema::load_result(&dir).unwrap().governor.unwrap();
+    let g = pocketperf_reports::schema::load_result(&dir)
+        .unwrap()
+        .governor
+        .unwrap();
     assert_eq!(g["idle_inserted_s"].as_f64(), Some(0.0), "{g}");
 }
 

@@ -25,9 +25,9 @@ use pocketperf_scenarios::{Clock, RealClock};
 
 use crate::cmd::run::{PresetArg, RunArgs};
 use crate::governor_hook::{GovernorHook, SharedGovernor};
-use crate::sim::pace::Pacer;
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
+use crate::sim::pace::Pacer;
 use crate::sut::prompts::{encode_rendered, render_chat};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
 use crate::telemetry::{DialogueSpan, MonotonicClock};

@@ -199,10 +199,12 @@ impl RunTelemetry {
         let (root, sim, pace) = match &spec {
             DeviceSpec::Local => (PathBuf::from(LOCAL_SYSFS_ROOT), None, None),
             DeviceSpec::Sim { profile, .. } => {
-                let prof = spec.handset().ok_or_else(|| crate::sim::SimError::UnknownProfile {
-                    name: profile.clone(),
-                    known: crate::sim::model::profile_names().join(", "),
-                })?;
+                let prof = spec
+                    .handset()
+                    .ok_or_else(|| crate::sim::SimError::UnknownProfile {
+                        name: profile.clone(),
+                        known: crate::sim::model::profile_names().join(", "),
+                    })?;
                 let pace = SimPace::new(&prof);
                 let dev = SimDevice::with_profile(prof)?;
                 let root = dev.root().to_path_buf();
