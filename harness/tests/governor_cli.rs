@@ -139,6 +139,66 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
 }
 
 #[test]
+fn a_loadgen_scenario_on_a_simulated_handset_governs_by_the_handsets_skin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("user.conf");
+    std::fs::write(
+        &cfg,
+        "llm.*.min_query_count = 3\nllm.*.max_query_count = 3\n*.*.min_duration = 0\n",
+    )
+    .unwrap();
+    let dir = tmp.path().join("res");
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "single-stream",
+        "--device",
+        "sim:snapdragon-8gen3,thermal-speedup=300",
+        "--governor",
+        "pid",
+        "--target-temp",
+        "36",
+        "--governor-period-ms",
+        "20",
+        "--threads",
+        "1",
+        "--warmup",
+        "0",
+    ])
+    .arg("--config")
+    .arg(&cfg)
+    .arg("--model")
+    .arg(model_path())
+    .arg("--out")
+    .arg(&dir)
+    .output()
+    .unwrap();
+    // Three queries cannot satisfy early stopping: the verdict may be INVALID (exit 1); the
+    // run itself must complete.
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let g = pocketperf_reports::schema::load_result(&dir)
+        .unwrap()
+        .governor
+        .expect("governor section");
+    let zones: Vec<&str> = g["sensor_zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| z["name"].as_str().unwrap())
+        .collect();
+    assert!(zones.contains(&"skin-msm-therm"), "{zones:?}");
+    let (header, rows) = tokens_csv(&dir);
+    let temps: Vec<f64> = column(&header, &rows, "gov_temp_c")
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert!(!temps.is_empty());
+    // The simulated phone's skin: from its 25 °C ambient up, never a host reading.
+    assert!(temps.iter().all(|t| (24.9..60.0).contains(t)), "{temps:?}");
+}
+
+#[test]
 fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("res");
