@@ -54,8 +54,8 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("res");
     // A handset 300 times lighter than the snapdragon profile (skin time constant 2.6 s) and
-    // a target of 36 °C, which its idle power alone (28.2 °C) does not reach but a few
-    // seconds of decoding does: the governor must throttle within the run.
+    // a target of 30 °C, which its idle power alone (28.2 °C) does not reach but a few
+    // seconds of decoding does, even on a loaded host: the governor must throttle.
     let o = pocketperf(&[
         "run",
         "--scenario",
@@ -65,7 +65,7 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
         "--governor",
         "pid",
         "--target-temp",
-        "36",
+        "30",
         "--governor-period-ms",
         "20",
         "--threads",
@@ -108,7 +108,7 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     let first = temps[0];
     let hottest = temps.iter().copied().fold(f64::MIN, f64::max);
     assert!((24.9..30.0).contains(&first), "{temps:?}");
-    assert!(hottest > 33.0 && hottest < 60.0, "{temps:?}");
+    assert!(hottest > 29.0 && hottest < 60.0, "{temps:?}");
 
     let file = pocketperf_reports::schema::load_result(&dir).unwrap();
     assert_eq!(
@@ -213,7 +213,7 @@ fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode()
         "--governor-actuator",
         "caps",
         "--target-temp",
-        "36",
+        "30",
         "--governor-period-ms",
         "20",
         "--threads",
