@@ -359,3 +359,74 @@ fn commands_without_a_governor_have_no_governor_flag() {
         );
     }
 }
+
+#[test]
+fn a_thermal_speedup_shortens_the_handsets_time_constants_and_keeps_its_steady_state() {
+    use pocketperf::sim::model::{Activity, HandsetModel, profile};
+    use pocketperf::telemetry::DeviceSpec;
+
+    let spec = DeviceSpec::parse("sim:snapdragon-8gen3,thermal-speedup=20").unwrap();
+    assert_eq!(spec.id(), "sim:snapdragon-8gen3,thermal-speedup=20");
+    assert_eq!(
+        DeviceSpec::parse("sim:snapdragon-8gen3").unwrap().id(),
+        "sim:snapdragon-8gen3"
+    );
+    for bad in [
+        "sim:snapdragon-8gen3,thermal-speedup=1001",
+        "sim:snapdragon-8gen3,thermal-speedup=2.5",
+        "sim:snapdragon-8gen3,speedup=2",
+    ] {
+        assert!(DeviceSpec::parse(bad).is_err(), "{bad}");
+    }
+    let base = profile("snapdragon-8gen3").unwrap();
+    let fast = spec.handset().unwrap();
+    // The eigenvalues of the RC network scale with 1/C: both time constants divide by K.
+    let (s0, f0) = pocketperf::sim::governor::time_constants(&base);
+    let (s1, f1) = pocketperf::sim::governor::time_constants(&fast);
+    assert!((s0 / s1 - 20.0).abs() < 1e-9 && (f0 / f1 - 20.0).abs() < 1e-9);
+    // Same power for K times shorter: the same temperatures at the same scaled instants, and
+    // the same steady skin T_a + R_sa·P; energy per second of wall time is unchanged.
+    let act = Activity {
+        busy: 0.5,
+        freq_level: 9,
+    };
+    let (mut a, mut b) = (HandsetModel::new(base.clone()), HandsetModel::new(fast));
+    for _ in 0..200 {
+        a.step(20.0, act);
+        b.step(1.0, act);
+    }
+    assert!(
+        (a.skin_c() - b.skin_c()).abs() < 1e-6,
+        "{} {}",
+        a.skin_c(),
+        b.skin_c()
+    );
+    let steady = base.ambient_c + base.r_skin_amb_k_per_w * base.power_w(9, 0.5);
+    let mut c = HandsetModel::new(spec.handset().unwrap());
+    c.step(20.0 * s1, act);
+    assert!(
+        (c.skin_c() - steady).abs() < 0.01,
+        "{} {steady}",
+        c.skin_c()
+    );
+    assert!((b.energy_j() * 20.0 - a.energy_j()).abs() < 1e-6 * a.energy_j());
+}
+
+#[test]
+fn the_pace_of_a_simulated_handset_is_its_frequency_ratio() {
+    use pocketperf::sim::model::profile;
+    use pocketperf::sim::pace::SimPace;
+
+    let p = profile("snapdragon-8gen3").unwrap();
+    let pace = SimPace::new(&p);
+    assert_eq!(pace.slowdown(), 1.0);
+    pace.set_in_force(0);
+    let top = f64::from(p.opps[p.max_level()].freq_khz);
+    let low = f64::from(p.opps[0].freq_khz);
+    assert!((pace.slowdown() - top / low).abs() < 1e-12);
+    pace.request(99);
+    assert_eq!(
+        pace.requested().load(std::sync::atomic::Ordering::Relaxed),
+        p.max_level()
+    );
+}
