@@ -7,14 +7,16 @@
 //! `result.json`. Frequency caps are written back on exit, on error (drop) and on Ctrl-C /
 //! SIGTERM ([`CapsSignalGuard`]).
 
+mod caps_signal;
+
+pub use caps_signal::CapsSignalGuard;
+
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use pocketperf_runtime::governor::{
     Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, Governor, GovernorRecord,
     PidConfig, PlantModel, Policy, StepStatus, StepWiseConfig, SysfsFreqCap, ThreadCount,
@@ -27,8 +29,9 @@ use crate::cmd::governor::sim_profile;
 use crate::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
 use crate::sim::governor::{SimActuator, SimSensor, status_name};
 use crate::sim::model::{HandsetProfile, profile};
-use crate::telemetry::Gauge;
+use crate::sim::pace::{SimFreqCap, SimPace};
 use crate::telemetry::probe::{ZoneRole, probe};
+use crate::telemetry::{DeviceSpec, Gauge};
 
 /// The run's governor hook, shared between the decoder and the code that writes the outputs.
 pub type SharedGovernor = std::rc::Rc<std::cell::RefCell<GovernorHook>>;
@@ -97,7 +100,15 @@ fn load(a: &AtomicU64) -> Option<f64> {
 pub struct GovernorHook {
     kind: GovernorKind,
     gov: Governor,
-    sensor: ZoneSensor,
+    /// None until [`GovernorHook::attach_sim`] on a simulated handset.
+    sensor: Option<ZoneSensor>,
+    /// `--governor-sensor`, kept for binding the sensor later on a simulated handset.
+    sensor_choice: String,
+    /// On a simulated handset with a caps actuator: the OPP the actuator wants, handed to
+    /// the handset ([`SimPace::request`]) after every tick.
+    sim_cap: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// The simulated handset's OPP link, once attached.
+    pace: Option<Arc<SimPace>>,
     actuator: Box<dyn Actuator>,
     duty: Option<DutyCycleHandle>,
     threads_wanted: bool,
@@ -170,27 +181,42 @@ impl GovernorHook {
     /// Builds the hook, or `None` for `--governor off`. `max_threads` is the engine's pool
     /// size (the thread actuator's top level).
     pub fn new(a: &GovernorArgs, max_threads: usize) -> Result<Option<Self>> {
+        Self::new_on(a, max_threads, &DeviceSpec::Local)
+    }
+
+    /// Builds the hook for a run on `device`. On a simulated handset (`sim:PROFILE`) the
+    /// governor is that handset's: its gains and level table come from the handset's model
+    /// (thermal speed-up included), and its sensor is the handset's own sysfs tree, bound by
+    /// [`GovernorHook::attach_sim`] once the handset runs (until then no tick reads
+    /// anything). Flags that address the host's sysfs are refused by name there: the
+    /// simulated handset has no frequency caps the real runtime's speed could follow.
+    pub fn new_on(
+        a: &GovernorArgs,
+        max_threads: usize,
+        device: &DeviceSpec,
+    ) -> Result<Option<Self>> {
+        let handset = device.handset();
         if a.governor == GovernorKind::Off {
             return Ok(None);
         }
-        if !(a.target_temp.is_finite() && (0.0..=120.0).contains(&a.target_temp)) {
-            bail!("--target-temp {}: must be in [0, 120] °C", a.target_temp);
-        }
-        if !(10..=60_000).contains(&a.governor_period_ms) {
-            bail!(
-                "--governor-period-ms {}: must be in [10, 60000]",
-                a.governor_period_ms
-            );
-        }
-        let model = a.governor_model.as_deref().map(sim_profile).transpose()?;
+        check_args(a, device, true)?;
+        let model = match handset {
+            Some(h) => Some(h),
+            None => a.governor_model.as_deref().map(sim_profile).transpose()?,
+        };
         let root = &a.governor_sysfs_root;
-        let zones = sensor_zones(root, &a.governor_sensor)?;
-        let sensor = ZoneSensor::new(zones)?;
+        let sensor = if device.handset().is_some() {
+            check_sensor_choice(&a.governor_sensor)?;
+            None
+        } else {
+            Some(ZoneSensor::new(sensor_zones(root, &a.governor_sensor)?)?)
+        };
         let uses_caps = matches!(
             a.governor_actuator,
             ActuatorArg::Caps | ActuatorArg::CapsDuty
         );
-        if uses_caps && !a.allow_sysfs_caps {
+        let on_sim = device.handset().is_some();
+        if uses_caps && !a.allow_sysfs_caps && !on_sim {
             bail!(
                 "--governor-actuator {:?} writes frequency caps: pass --allow-sysfs-caps to allow it (needs root), or use duty / threads",
                 a.governor_actuator
@@ -207,10 +233,19 @@ impl GovernorHook {
         if threads_wanted {
             parts.push(Box::new(ThreadCount::new(max_threads.max(1))?));
         }
-        if uses_caps {
-            let caps = SysfsFreqCap::discover(root, true, cap_levels)?;
-            signals = Some(CapsSignalGuard::install(&caps.restore_plan())?);
-            parts.push(Box::new(caps));
+        let mut sim_cap = None;
+        match (&model, uses_caps && on_sim) {
+            (Some(m), true) => {
+                let caps = SimFreqCap::new(m);
+                sim_cap = Some(caps.wanted());
+                parts.push(Box::new(caps));
+            }
+            _ if uses_caps => {
+                let caps = SysfsFreqCap::discover(root, true, cap_levels)?;
+                signals = Some(CapsSignalGuard::install(&caps.restore_plan())?);
+                parts.push(Box::new(caps));
+            }
+            _ => {}
         }
         let duty_levels = match a.governor_actuator {
             ActuatorArg::Duty => Some(DUTY_LEVELS),
@@ -244,21 +279,7 @@ impl GovernorHook {
             GovernorKind::Off => Policy::Off,
         };
         let gov = Governor::with_level_outputs(policy, table)?;
-        let describe = format!(
-            "{} at {:.1} °C, sensor {} ({}), actuator {:?} ({} levels), period {} ms",
-            a.governor.name(),
-            a.target_temp,
-            a.governor_sensor,
-            sensor
-                .zones()
-                .iter()
-                .map(|z| z.name.as_str())
-                .collect::<Vec<_>>()
-                .join("+"),
-            a.governor_actuator,
-            levels,
-            a.governor_period_ms
-        );
+        let describe = describe(a, sensor.as_ref(), levels, device);
         let shared = Arc::new(Shared::default());
         for g in [
             &shared.temp,
@@ -274,6 +295,9 @@ impl GovernorHook {
             kind: a.governor,
             gov,
             sensor,
+            sensor_choice: a.governor_sensor.clone(),
+            sim_cap,
+            pace: None,
             actuator,
             duty: duty_handle,
             threads_wanted,
@@ -293,6 +317,29 @@ impl GovernorHook {
             describe,
             failed: false,
         }))
+    }
+
+    /// Binds the sensor to a simulated handset's sysfs tree (`root`: the running handset's,
+    /// [`crate::telemetry::RunTelemetry::sim_root`]) and restarts the governor's clock.
+    /// `pace` is the handset's OPP link ([`crate::telemetry::RunTelemetry::sim_pace`]): a caps
+    /// actuator asks its OPP through it; a caps actuator without one is an error (the decode
+    /// loop would not follow the cap).
+    pub fn attach_sim(&mut self, root: &std::path::Path, pace: Option<Arc<SimPace>>) -> Result<()> {
+        if self.sim_cap.is_some() && pace.is_none() {
+            bail!("the simulated caps actuator needs the handset's OPP link");
+        }
+        self.pace = pace;
+        let zones = sensor_zones(root, &self.sensor_choice)?;
+        let names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
+        self.describe = format!(
+            "{} (simulated handset zones {})",
+            self.describe,
+            names.join("+")
+        );
+        self.sensor = Some(ZoneSensor::new(zones)?);
+        self.start = Instant::now();
+        self.last_tick = None;
+        Ok(())
     }
 
     /// One line saying what runs.
@@ -345,11 +392,21 @@ impl GovernorHook {
 
     fn tick(&mut self, now: Instant, threads: &dyn ThreadControl) {
         let t_s = now.saturating_duration_since(self.start).as_secs_f64();
-        match self.gov.tick(t_s, &mut self.sensor, &mut *self.actuator) {
+        let Some(sensor) = self.sensor.as_mut() else {
+            const MSG: &str = "governor sensor not bound to the simulated handset yet: no tick";
+            if !self.warnings.iter().any(|w| w == MSG) {
+                self.warnings.push(MSG.into());
+            }
+            return;
+        };
+        match self.gov.tick(t_s, sensor, &mut *self.actuator) {
             Ok(rec) => {
                 self.note_sensor(&rec);
                 if let Some(t) = rec.temp_c {
                     self.last_temp = Some(t);
+                }
+                if let (Some(w), Some(p)) = (&self.sim_cap, &self.pace) {
+                    p.request(w.load(Ordering::Relaxed));
                 }
                 let st = self.actuator.state();
                 if self.threads_wanted
@@ -379,7 +436,12 @@ impl GovernorHook {
     }
 
     fn note_sensor(&mut self, rec: &GovernorRecord) {
-        for z in self.sensor.failed() {
+        let failed: Vec<String> = self
+            .sensor
+            .as_ref()
+            .map(|s| s.failed().to_vec())
+            .unwrap_or_default();
+        for z in &failed {
             if !self.warned_zones.contains(z) {
                 self.warned_zones.push(z.clone());
                 self.warnings.push(format!(
@@ -548,7 +610,7 @@ impl GovernorHook {
             "config": self.gov.pid().map(|p| p.config().clone()),
             "level_outputs": self.gov.pid().map(|p| p.level_outputs().to_vec()),
             "levels": self.gov.levels(),
-            "sensor_zones": self.sensor.zones(),
+            "sensor_zones": self.sensor.as_ref().map(ZoneSensor::zones),
             "ticks": self.ticks.len(),
             "tokens": self.tokens.len(),
             "max_temp_c": max_temp,
@@ -563,9 +625,103 @@ impl GovernorHook {
     }
 }
 
+/// Checks the governor flags for a run on `device` (the target and period ranges) and
+/// refuses, by name, those that cannot apply there. On a simulated handset:
+/// `--allow-sysfs-caps`, `--governor-sysfs-root`, `--governor-model` (the handset is the
+/// model), and the caps actuators unless the run's decode is `paced` to the handset's OPP
+/// ([`crate::sim::pace::Pacer`]; without it a cap would lower the simulated power but not the
+/// real speed). Runs call it before they create anything.
+pub fn check_args(a: &GovernorArgs, device: &DeviceSpec, paced: bool) -> Result<()> {
+    if a.governor == GovernorKind::Off {
+        return Ok(());
+    }
+    if device.handset().is_some() {
+        let mut given = Vec::new();
+        if !paced
+            && matches!(
+                a.governor_actuator,
+                ActuatorArg::Caps | ActuatorArg::CapsDuty
+            )
+        {
+            given.push(format!(
+                "--governor-actuator {}",
+                a.governor_actuator.name()
+            ));
+        }
+        if a.allow_sysfs_caps {
+            given.push("--allow-sysfs-caps".into());
+        }
+        if a.governor_sysfs_root != std::path::Path::new(DEFAULT_SYSFS_ROOT) {
+            given.push("--governor-sysfs-root".into());
+        }
+        if a.governor_model.is_some() {
+            given.push("--governor-model".into());
+        }
+        if !given.is_empty() {
+            bail!(
+                "{} not supported with --device {}: on a simulated handset the governor \
+                 reads the handset's own tree and takes its gains from the handset's model, \
+                 and its actuators are those that change the real runtime's work (duty, \
+                 threads, threads-duty; caps and caps-duty only in the dialogue scenario, \
+                 whose decode follows the handset's clock)",
+                given.join(", "),
+                device.id()
+            );
+        }
+    }
+    if !(a.target_temp.is_finite() && (0.0..=120.0).contains(&a.target_temp)) {
+        bail!("--target-temp {}: must be in [0, 120] °C", a.target_temp);
+    }
+    if !(10..=60_000).contains(&a.governor_period_ms) {
+        bail!(
+            "--governor-period-ms {}: must be in [10, 60000]",
+            a.governor_period_ms
+        );
+    }
+    Ok(())
+}
+
+/// The default of `--governor-sysfs-root`.
+pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
+
+fn check_sensor_choice(choice: &str) -> Result<()> {
+    if !matches!(choice, "skin" | "soc") && !choice.starts_with("zone:") {
+        bail!("--governor-sensor {choice}: expected skin, soc or zone:NAME");
+    }
+    Ok(())
+}
+
+fn describe(
+    a: &GovernorArgs,
+    sensor: Option<&ZoneSensor>,
+    levels: usize,
+    device: &DeviceSpec,
+) -> String {
+    let zones = sensor.map_or_else(
+        || format!("on {}", device.id()),
+        |s| {
+            s.zones()
+                .iter()
+                .map(|z| z.name.as_str())
+                .collect::<Vec<_>>()
+                .join("+")
+        },
+    );
+    format!(
+        "{} at {:.1} °C, sensor {} ({zones}), actuator {} ({levels} levels), period {} ms",
+        a.governor.name(),
+        a.target_temp,
+        a.governor_sensor,
+        a.governor_actuator.name(),
+        a.governor_period_ms
+    )
+}
+
 /// Level table and plant for a real decode loop. With a handset model: the model's platform
-/// power at each level (W) and its RC plant; without: an even normalized table (1 → 0) with
-/// a generic plant (half the range sustainable, the snapdragon profile's time constants).
+/// power at each level (W) and its RC plant; otherwise (or for the thread actuator, which has
+/// no power table) an even normalized table (1 → 0) with a generic plant: half the range
+/// sustainable, the time constants of the model when there is one, else the snapdragon
+/// profile's.
 fn level_table(
     kind: ActuatorArg,
     levels: usize,
@@ -594,7 +750,9 @@ fn level_table(
             .map(|k| 1.0 - k as f64 / (levels - 1) as f64)
             .collect()
     };
-    let (slow, fast) = profile("snapdragon-8gen3")
+    let (slow, fast) = model
+        .cloned()
+        .or_else(|| profile("snapdragon-8gen3"))
         .map(|p| crate::sim::governor::time_constants(&p))
         .unwrap_or((760.0, 18.0));
     (
@@ -605,95 +763,4 @@ fn level_table(
             tau_fast_s: fast,
         },
     )
-}
-
-/// What the signal handler writes back: (path, original value) pairs, prepared before the
-/// handler is installed so that the handler only makes async-signal-safe system calls.
-struct RestoreList {
-    files: Vec<(CString, Vec<u8>)>,
-}
-
-static RESTORE: AtomicPtr<RestoreList> = AtomicPtr::new(std::ptr::null_mut());
-
-extern "C" fn restore_and_reraise(sig: libc::c_int) {
-    let list = RESTORE.load(Ordering::SeqCst);
-    if !list.is_null() {
-        // SAFETY: the pointer came from `Box::into_raw` in `install` and is never freed (a
-        // handler may still be reading it after `uninstall`), so it is valid here.
-        let list = unsafe { &*list };
-        for (path, value) in &list.files {
-            // SAFETY: open/write/close are async-signal-safe; `path` is NUL-terminated and
-            // `value` is a live buffer of the given length.
-            unsafe {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_TRUNC);
-                if fd >= 0 {
-                    let _ = libc::write(fd, value.as_ptr().cast(), value.len());
-                    libc::close(fd);
-                }
-            }
-        }
-    }
-    // SAFETY: signal/raise are async-signal-safe; the default action then ends the process
-    // with the signal, as if no handler had been installed.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-}
-
-/// While alive, SIGINT and SIGTERM first write the original frequency caps back, then end the
-/// process as the signal would have. Normal exit and errors restore through
-/// `SysfsFreqCap`'s drop; this covers Ctrl-C.
-pub struct CapsSignalGuard {
-    old: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-impl CapsSignalGuard {
-    /// Installs the handler for `plan` (from [`SysfsFreqCap::restore_plan`]).
-    pub fn install(plan: &[(PathBuf, String)]) -> Result<Self> {
-        use std::os::unix::ffi::OsStrExt;
-        let files = plan
-            .iter()
-            .map(|(p, v)| {
-                CString::new(p.as_os_str().as_bytes())
-                    .map(|c| (c, v.as_bytes().to_vec()))
-                    .with_context(|| format!("{}: path contains a NUL byte", p.display()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let list = Box::into_raw(Box::new(RestoreList { files }));
-        // Older lists are leaked on purpose (see `restore_and_reraise`).
-        RESTORE.store(list, Ordering::SeqCst);
-        let mut old = Vec::new();
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler
-            // is an `extern "C" fn(c_int)` as `sa_sigaction` expects without SA_SIGINFO.
-            unsafe {
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction =
-                    restore_and_reraise as extern "C" fn(libc::c_int) as *const () as usize;
-                libc::sigemptyset(&mut act.sa_mask);
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &act, &mut prev) != 0 {
-                    bail!(
-                        "cannot install the signal handler that restores frequency caps: {}",
-                        std::io::Error::last_os_error()
-                    );
-                }
-                old.push((sig, prev));
-            }
-        }
-        Ok(Self { old })
-    }
-}
-
-impl Drop for CapsSignalGuard {
-    fn drop(&mut self) {
-        RESTORE.store(std::ptr::null_mut(), Ordering::SeqCst);
-        for (sig, prev) in &self.old {
-            // SAFETY: `prev` is the action `sigaction` returned for this signal.
-            unsafe {
-                libc::sigaction(*sig, prev, std::ptr::null_mut());
-            }
-        }
-    }
 }

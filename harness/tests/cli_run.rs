@@ -337,8 +337,6 @@ fn the_dialogue_scenario_refuses_flags_it_does_not_implement() {
         "dialogue",
         "--out",
         out.to_str().unwrap(),
-        "--governor",
-        "pid",
         "--warmup",
         "2",
         "--cold-start",
@@ -346,7 +344,7 @@ fn the_dialogue_scenario_refuses_flags_it_does_not_implement() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("--governor, --warmup, --cold-start not supported by the dialogue scenario"),
+        err.contains("--warmup, --cold-start not supported by the dialogue scenario"),
         "{}",
         text(&o)
     );

@@ -99,6 +99,7 @@ fn simulated_handset_follows_the_process_cpu_use() {
         ActivitySource::ProcessCpu {
             threads: 1,
             freq_level: None,
+            paced: None,
         },
         Duration::from_millis(10),
         Some(clock.clone()),

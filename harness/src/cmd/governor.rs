@@ -282,3 +282,16 @@ pub enum ActuatorArg {
     /// sysfs frequency caps, then duty cycle at the lowest cap (opt-in, root).
     CapsDuty,
 }
+
+impl ActuatorArg {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActuatorArg::Duty => "duty",
+            ActuatorArg::Threads => "threads",
+            ActuatorArg::ThreadsDuty => "threads-duty",
+            ActuatorArg::Caps => "caps",
+            ActuatorArg::CapsDuty => "caps-duty",
+        }
+    }
+}

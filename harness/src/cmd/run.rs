@@ -187,7 +187,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub server_qps: Option<f64>,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
-    /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md).
+    /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md), optionally
+    /// `sim:PROFILE,thermal-speedup=K` (thermal time constants K times shorter).
     #[arg(long, default_value = "local")]
     pub device: String,
     #[command(flatten)]

@@ -9,7 +9,9 @@
 //! simulated handset's own, in virtual time (tests, fast checks). Telemetry rules are in
 //! `docs/TELEMETRY.md`.
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,16 +24,21 @@ use pocketperf_runtime::tokenizer::ChatMessage;
 use pocketperf_scenarios::{Clock, RealClock};
 
 use crate::cmd::run::{PresetArg, RunArgs};
+use crate::governor_hook::{GovernorHook, SharedGovernor};
 use crate::meta;
 use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
 use crate::progress::{RunPlan, RunProgress};
-use crate::sim::model::Activity;
+use crate::sim::pace::Pacer;
 use crate::sut::prompts::{encode_rendered, render_chat};
 use crate::telemetry::faults::{SutPid, fault_gauges};
 use crate::telemetry::recorder::{LabeledInterval, RunTelemetry, energy_section, energy_warnings};
-use crate::telemetry::{DialogueSpan, MonotonicClock, VirtualRig};
+use crate::telemetry::{DialogueSpan, MonotonicClock};
 use crate::trace::{TraceInput, TraceQuery};
 use pocketperf_scenarios::{Phase, Progress};
+
+mod simulated;
+
+pub use simulated::SimulatedSut;
 
 /// Environment variable limiting the number of dialogues (quick checks, tests).
 pub const ENV_DIALOGUES: &str = "POCKETPERF_DIALOGUES";
@@ -196,6 +203,13 @@ pub fn run_dialogues(
 pub struct RuntimeSut<'e> {
     engine: &'e Engine,
     session: Session<'e>,
+    /// The thermal governor called after every token (`--governor`).
+    governor: Option<SharedGovernor>,
+    /// On a simulated handset: each token stretched to the handset's OPP in force.
+    pacer: Option<Pacer>,
+    /// Turns completed so far: the `query` number of the next turn's tokens (as in
+    /// `tokens.csv` and `performance.per_query`).
+    turns_done: u64,
     /// The conversation text whose tokens the KV cache holds.
     rendered: String,
     /// The token ids the KV cache holds, in order.
@@ -211,10 +225,31 @@ impl<'e> RuntimeSut<'e> {
         Self {
             engine,
             session,
+            governor: None,
+            pacer: None,
+            turns_done: 0,
             rendered: String::new(),
             context: Vec::new(),
             last_reply: Vec::new(),
         }
+    }
+
+    /// Applies `governor` after every generated token: it ticks at its period, sets the
+    /// kernels' thread count and sleeps the duty-cycle pause between tokens; its per-token
+    /// state is keyed by (turn number over the run, token).
+    pub fn with_governor(mut self, governor: Option<SharedGovernor>) -> Self {
+        self.governor = governor;
+        self
+    }
+
+    /// Paces every token to a simulated handset's OPP (`None`: full speed).
+    pub fn set_pacer(&mut self, pacer: Option<Pacer>) {
+        self.pacer = pacer;
+    }
+
+    /// Time the pacer stretched the decode by so far.
+    pub fn stretched(&self) -> Duration {
+        self.pacer.as_ref().map_or(Duration::ZERO, Pacer::stretched)
     }
 
     /// The token ids in the KV cache (prompts and replies of this dialogue so far; the last
@@ -285,10 +320,33 @@ impl DialogueSut for RuntimeSut<'_> {
             sampling: SamplingParams::default(),
         };
         let mut out_ids = Vec::with_capacity(max_new_tokens as usize);
-        let stats = self.session.generate(&ids, &opts, |_, id| {
+        let engine = self.engine;
+        let query = self.turns_done;
+        let mut gov = self.governor.as_ref().map(|g| g.borrow_mut());
+        if let Some(g) = gov.as_mut() {
+            g.begin();
+        }
+        let pacer = &mut self.pacer;
+        if let Some(p) = pacer.as_mut() {
+            p.mark();
+        }
+        let stats = self.session.generate(&ids, &opts, |k, id| {
+            // The stretch belongs to the token's work (its time, the governor's compute).
+            if let Some(p) = pacer.as_mut() {
+                p.after_token();
+            }
             out_ids.push(id);
             on_token();
-        })?;
+            if let Some(g) = gov.as_mut() {
+                g.on_token(query, k, engine);
+            }
+            if let Some(p) = pacer.as_mut() {
+                p.mark();
+            }
+        });
+        drop(gov);
+        let stats = stats?;
+        self.turns_done += 1;
         let reply = self.engine.tokenizer.decode(&out_ids);
         self.rendered = full.clone();
         self.rendered.push_str(&reply);
@@ -301,107 +359,6 @@ impl DialogueSut for RuntimeSut<'_> {
             prefilled: ids.len(),
             reused,
             generated: stats.generated,
-            reply,
-        })
-    }
-}
-
-/// A decoder that runs at a simulated handset's own speed in virtual time: prefill at
-/// [`SimulatedSut::PREFILL_SPEEDUP`] × the decode rate, decode at the model's tokens/s for
-/// the frequency level the vendor allows, the CPU 100 % busy while it works. Prompt lengths
-/// are estimated at 4 characters a token (no tokenizer: the handset's energy, not the text,
-/// is what this SUT exists for). The rig's clock advances as it works.
-pub struct SimulatedSut<'r> {
-    rig: &'r mut VirtualRig,
-    in_kv: usize,
-    rendered_chars: usize,
-    gap_ns: u64,
-}
-
-impl<'r> SimulatedSut<'r> {
-    /// Prefill throughput relative to decode (batched prefill amortizes the weight reads).
-    pub const PREFILL_SPEEDUP: f64 = 8.0;
-
-    /// A SUT driving `rig`; each dialogue is preceded by `gap_ns` of idle (the handset
-    /// cools a little between dialogues, and dialogue boundaries fall between samples).
-    pub fn new(rig: &'r mut VirtualRig, gap_ns: u64) -> Self {
-        Self {
-            rig,
-            in_kv: 0,
-            rendered_chars: 0,
-            gap_ns,
-        }
-    }
-
-    /// The rig.
-    pub fn rig(&mut self) -> &mut VirtualRig {
-        self.rig
-    }
-
-    fn work(&mut self, tokens: f64, speedup: f64) -> Result<()> {
-        let top = self.rig.model().profile().max_level();
-        let level = top.min(self.rig.model().vendor_cap_level());
-        let tps = self.rig.model().profile().tokens_per_s(level, 1.0) * speedup;
-        if !tps.is_finite() || tps <= 0.0 {
-            bail!("simulated handset decodes at {tps} tokens/s");
-        }
-        let dt_ns = (tokens / tps * 1e9).round() as u64;
-        self.rig.advance(
-            dt_ns,
-            Activity {
-                busy: 1.0,
-                freq_level: top,
-            },
-        )?;
-        Ok(())
-    }
-}
-
-impl DialogueSut for SimulatedSut<'_> {
-    fn name(&self) -> &str {
-        "simulated decoder (virtual time)"
-    }
-
-    fn kv_reuse(&self) -> bool {
-        true
-    }
-
-    fn begin(&mut self) -> Result<()> {
-        self.in_kv = 0;
-        self.rendered_chars = 0;
-        self.rig.advance(
-            self.gap_ns,
-            Activity {
-                busy: 0.0,
-                freq_level: 0,
-            },
-        )?;
-        Ok(())
-    }
-
-    fn turn(
-        &mut self,
-        history: &[ChatMessage],
-        max_new_tokens: u32,
-        on_token: &mut dyn FnMut(),
-    ) -> Result<TurnOutput> {
-        let full = pocketperf_runtime::tokenizer::chat_prompt(history, true, None);
-        let new_chars = full.len().saturating_sub(self.rendered_chars);
-        let prefilled = new_chars.div_ceil(4).max(1);
-        self.work(prefilled as f64, Self::PREFILL_SPEEDUP)?;
-        for _ in 0..max_new_tokens {
-            self.work(1.0, 1.0)?;
-            on_token();
-        }
-        let reused = self.in_kv;
-        self.in_kv += prefilled + max_new_tokens as usize;
-        // The reply stands in as `max_new_tokens` four-character pieces.
-        let reply = "word".repeat(max_new_tokens as usize);
-        self.rendered_chars = full.len() + reply.len();
-        Ok(TurnOutput {
-            prefilled,
-            reused,
-            generated: max_new_tokens as usize,
             reply,
         })
     }
@@ -530,18 +487,32 @@ pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
 
 /// Writes `tokens.csv` (one row per generated token, ms from the first dialogue's start;
 /// `query` numbers the turns as in `performance.per_query`).
-pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFile) -> Result<()> {
+/// With a governor, its per-token columns follow (`gov_temp_c` … `gov_pause_ms`, as in the
+/// other scenarios' `tokens.csv`).
+pub fn write_tokens_csv(
+    dir: &Path,
+    records: &[DialogueRecord],
+    file: &ResultFile,
+    governor: Option<&GovernorHook>,
+) -> Result<()> {
     let (path, mut w) = tokens_csv(dir, &file_header(file))?;
     let cant = || format!("{}: cannot write", path.display());
-    w.write_record(["query", "token", "t_ms"])
-        .with_context(cant)?;
+    let mut columns = vec!["query", "token", "t_ms"];
+    if let Some(g) = governor {
+        columns.extend(g.csv_columns());
+    }
+    w.write_record(&columns).with_context(cant)?;
+    let index = governor.map(GovernorHook::token_index).unwrap_or_default();
     let start = records.first().map_or(0, |r| r.start_ns);
     let turns = records.iter().flat_map(|d| d.turns.iter());
     for (q, t) in turns.enumerate() {
         for (k, ns) in t.token_ns.iter().enumerate() {
             let t_ms = format!("{:.3}", ms(ns.saturating_sub(start)));
-            w.write_record([q.to_string(), k.to_string(), t_ms])
-                .with_context(cant)?;
+            let mut cells = vec![q.to_string(), k.to_string(), t_ms];
+            if let Some(g) = governor {
+                cells.extend(g.csv_cells(&index, q as u64, k));
+            }
+            w.write_record(&cells).with_context(cant)?;
         }
     }
     finish_csv(&path, w)
@@ -551,9 +522,6 @@ pub fn write_tokens_csv(dir: &Path, records: &[DialogueRecord], file: &ResultFil
 /// accepted and then ignored.
 fn refuse_unsupported(a: &RunArgs) -> Result<()> {
     let mut given = Vec::new();
-    if a.governor.governor != crate::cmd::governor::GovernorKind::Off {
-        given.push("--governor");
-    }
     match a.sut {
         crate::cmd::run::SutArg::InProcess => {}
         crate::cmd::run::SutArg::Process => given.push("--sut process"),
@@ -568,8 +536,8 @@ fn refuse_unsupported(a: &RunArgs) -> Result<()> {
     given.extend(a.http.given());
     if !given.is_empty() {
         bail!(
-            "{} not supported by the dialogue scenario (it runs in process, without warm-up, \
-             cold start or governor)",
+            "{} not supported by the dialogue scenario (it runs in process, without warm-up \
+             or cold start)",
             given.join(", ")
         );
     }
@@ -583,6 +551,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("--config and --server-qps do not apply to the dialogue scenario");
     }
     refuse_unsupported(a)?;
+    crate::governor_hook::check_args(&a.governor, &device, true)?;
     let limit: Option<usize> = env_number(ENV_DIALOGUES)?;
     if limit == Some(0) {
         bail!("{ENV_DIALOGUES}=0: must be at least 1 (a run of no dialogue measures nothing)");
@@ -607,7 +576,14 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         max_seq_len: needed + 16,
         ..Default::default()
     })?;
-    let mut sut = RuntimeSut::new(&engine, session);
+    let governor = GovernorHook::new_on(&a.governor, engine.threads(), &device)?;
+    let mut gauges = governor
+        .as_ref()
+        .map(GovernorHook::gauges)
+        .unwrap_or_default();
+    gauges.extend(fault_gauges(&SutPid::new(std::process::id())));
+    let governor: Option<SharedGovernor> = governor.map(|g| Rc::new(RefCell::new(g)));
+    let mut sut = RuntimeSut::new(&engine, session).with_governor(governor.clone());
 
     let started = chrono::Utc::now();
     let settings = serde_json::json!({
@@ -618,6 +594,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         "kv_reuse": sut.kv_reuse(),
         "chat_template": "chatml",
         "telemetry_period_ms": 100,
+        "decode_paced_to_simulated_opp": device.handset().is_some(),
     });
     let clock = RealClock::new();
     let mono: MonotonicClock = Arc::new(move || clock.now_ns());
@@ -642,8 +619,16 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         mono.clone(),
         engine.threads(),
         provenance,
-        fault_gauges(&SutPid::new(std::process::id())),
+        gauges,
     )?;
+    if let Some(g) = &governor {
+        if let Some(root) = telemetry.sim_root() {
+            g.borrow_mut().attach_sim(root, telemetry.sim_pace())?;
+        }
+        eprintln!("governor: {}", g.borrow().describe());
+    }
+    // On a simulated handset the decode follows the handset's clock: slower at a capped OPP.
+    sut.set_pacer(telemetry.sim_pace().map(Pacer::new));
     let idle_ns = if idle.is_zero() {
         None
     } else {
@@ -663,6 +648,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let done = |r: &DialogueRecord| progress.query_done(r.tokens, 0);
     let (records, errors) = run_dialogues(&mut sut, &set, &|| mono(), done);
     progress.finish();
+    let stretched = sut.stretched();
     let rec = telemetry.stop()?;
     let finished = chrono::Utc::now();
 
@@ -679,10 +665,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
 
     let mut meta = run_meta(&engine, &model_path, &device.id(), settings, started);
     meta.finished_utc = finished;
-    if let crate::telemetry::DeviceSpec::Sim(p) = &device {
-        meta.device.name = format!("simulated {p} (host {})", meta.device.name);
+    if let crate::telemetry::DeviceSpec::Sim { .. } = &device {
+        meta.device.name = format!("simulated {} (host {})", device.id(), meta.device.name);
     }
+    let governor = governor.as_ref().map(|g| g.borrow());
     let mut warnings: Vec<String> = errors.iter().take(20).cloned().collect();
+    warnings.extend(governor.iter().flat_map(|g| g.warnings().iter().cloned()));
     warnings.extend(rec.report.summary.warnings.iter().cloned());
     warnings.extend(energy_warnings(&rec.report, &summary));
     if idle_ns.is_none() {
@@ -700,13 +688,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         accuracy: None,
         energy,
         thermal: rec.thermal(),
-        governor: None,
+        governor: governor.as_deref().map(GovernorHook::summary_json),
         robustness: None,
         warnings,
         memory: Some(crate::outputs::memory_section(&a.engine.residency)),
     };
     pocketperf_reports::schema::write_result(&a.out, &file)?;
-    write_tokens_csv(&a.out, &records, &file)?;
+    write_tokens_csv(&a.out, &records, &file, governor.as_deref())?;
     let turns = records
         .iter()
         .flat_map(|d| d.turns.iter().map(move |t| (d, t)));
@@ -723,15 +711,35 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         .cloned()
         .unwrap_or_default(),
     });
+    // The governor's record names turns by their index over all dialogues, as above.
+    let turn_ns: Vec<&[u64]> = records
+        .iter()
+        .flat_map(|d| d.turns.iter().map(|t| t.token_ns.as_slice()))
+        .collect();
+    let actions = governor.as_deref().map_or_else(Vec::new, |g| {
+        crate::trace::governor_actions(g.tokens(), 0, |q, k| {
+            turn_ns.get(q as usize).and_then(|t| t.get(k)).copied()
+        })
+    });
     let trace = TraceInput {
         provenance: serde_json::to_value(&file.meta)?,
         query_label: "turn",
         queries: queries.collect(),
         telemetry: Some(&rec.report.output),
+        actions,
         ..TraceInput::default()
     };
     crate::trace::write(&a.out, &trace)?;
     println!("{}", summary_line(&file));
+    if let Some(g) = &governor {
+        println!("governor: {}", g.summary_line());
+    }
+    if device.handset().is_some() {
+        println!(
+            "simulated handset clock: decode stretched by {:.2} s in all (OPP below the top)",
+            stretched.as_secs_f64()
+        );
+    }
     if let Some(t) = truth {
         println!(
             "simulated handset ground truth: {:.3} mWh per dialogue gross, measured {:.3} \

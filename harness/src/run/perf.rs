@@ -115,7 +115,7 @@ impl FaultSource for RunSut<'_, '_> {
 
 /// `pocketperf run --scenario single-stream|offline|server`.
 pub fn run(a: &RunArgs) -> Result<i32> {
-    crate::telemetry::DeviceSpec::parse(&a.device)?;
+    let device = crate::telemetry::DeviceSpec::parse(&a.device)?;
     if a.scenario == ScenarioArg::Dialogue {
         bail!("--scenario dialogue runs through crate::run::dialogue");
     }
@@ -128,15 +128,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     }
     let settings = resolve_settings(a)?;
     crate::progress::heartbeat_interval()?;
+    crate::governor_hook::check_args(&a.governor, &device, false)?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
     let mut qsl = PromptQsl::new(&library);
-    let governor = GovernorHook::new(&a.governor, engine.threads())?;
-    if let Some(g) = &governor {
-        eprintln!("governor: {}", g.describe());
-    }
+    let governor = GovernorHook::new_on(&a.governor, engine.threads(), &device)?;
     let gauges = governor
         .as_ref()
         .map(GovernorHook::gauges)
@@ -208,6 +206,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         serde_json::json!({ "cli": a }),
         gauges,
     )?;
+    if let Some(g) = &governor {
+        if let Some(root) = telemetry.sim_root() {
+            g.borrow_mut().attach_sim(root, None)?;
+        }
+        eprintln!("governor: {}", g.borrow().describe());
+    }
     // `--cold-start`: the file leaves the page cache once everything before the first query
     // (load, tokenizing, the model's checksum) is done. Pages the SUT has mapped stay: all
     // of them after --prefault or --mlock, which is what those options are for.

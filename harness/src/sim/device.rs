@@ -275,11 +275,21 @@ impl SimDevice {
     /// `sim:` prefix), idle and at ambient temperature.
     pub fn new(name: &str) -> Result<Self, SimError> {
         let name = name.strip_prefix("sim:").unwrap_or(name);
+        let prof = profile(name).ok_or_else(|| SimError::UnknownProfile {
+            name: name.to_string(),
+            known: profile_names().join(", "),
+        })?;
+        Self::with_profile(prof)
+    }
+
+    /// Builds the tree of the handset `prof` describes (a built-in profile, perhaps changed:
+    /// [`super::model::HandsetProfile::with_thermal_speedup`]); its name picks the layout.
+    pub fn with_profile(prof: super::model::HandsetProfile) -> Result<Self, SimError> {
+        let name = prof.name;
         let unknown = || SimError::UnknownProfile {
             name: name.to_string(),
             known: profile_names().join(", "),
         };
-        let prof = profile(name).ok_or_else(unknown)?;
         let layout: &'static Layout = match name {
             "snapdragon-8gen3" => &SNAPDRAGON,
             "pixel-8-pro" => &PIXEL,
@@ -655,6 +665,9 @@ pub enum ActivitySource {
         threads: usize,
         /// Requested OPP level.
         freq_level: Option<Arc<AtomicUsize>>,
+        /// The link to a decode loop paced to the handset's OPP: its stretches count as busy
+        /// CPU time, and the OPP in force is published to it after every step.
+        paced: Option<Arc<super::pace::SimPace>>,
     },
     /// A closure called each tick with the elapsed seconds.
     Closure(Box<dyn FnMut(f64) -> Activity + Send>),
@@ -753,9 +766,17 @@ impl SimDriver {
                 let mut trace = Vec::new();
                 let top = device.model().profile().max_level();
                 let mut last = Instant::now();
+                let pace = match &source {
+                    ActivitySource::ProcessCpu { paced, .. } => paced.clone(),
+                    _ => None,
+                };
+                let busy_cpu_ns = || {
+                    process_cpu_less_this_thread()
+                        .saturating_add(pace.as_ref().map_or(0, |p| p.stretched_cpu_ns()))
+                };
                 let mut last_busy = match &source {
                     ActivitySource::BusyCounter { busy_ns, .. } => busy_ns.load(Ordering::Relaxed),
-                    ActivitySource::ProcessCpu { .. } => process_cpu_less_this_thread(),
+                    ActivitySource::ProcessCpu { .. } => busy_cpu_ns(),
                     ActivitySource::Closure(_) => 0,
                 };
                 if let Some(c) = &clock {
@@ -790,8 +811,9 @@ impl SimDriver {
                         ActivitySource::ProcessCpu {
                             threads,
                             freq_level,
+                            ..
                         } => {
-                            let b = process_cpu_less_this_thread();
+                            let b = busy_cpu_ns();
                             let delta = b.saturating_sub(last_busy);
                             last_busy = b;
                             let cap = (*threads).max(1) as f64;
@@ -806,6 +828,10 @@ impl SimDriver {
                         && error.is_none()
                     {
                         error = Some(e);
+                    }
+                    if let Some(p) = &pace {
+                        let m = device.model();
+                        p.set_in_force(m.freq_level().min(m.vendor_cap_level()));
                     }
                     if let Some(c) = &clock {
                         trace.push(TruthPoint {

@@ -1,7 +1,8 @@
 //! Simulated handsets (`--device sim:<profile>`): the thermal/power model ([`model`]) and the
 //! sysfs tree a simulated handset exposes ([`device`]), so the probe, the sampler, the energy
 //! meters and the thermal governor run in CI exactly as on a phone; [`governor`] closes the
-//! governor's loop on a handset model in virtual time (`pocketperf governor sim`).
+//! governor's loop on a handset model in virtual time (`pocketperf governor sim`); [`pace`]
+//! imposes the handset's OPP on the real decode loop.
 //!
 //! The tree mirrors the layout of the shared fixture snapshots of the same handsets (Linux
 //! thermal, power_supply, cpufreq ABIs; Adreno kgsl / Mali; Pixel ODPM). See
@@ -10,6 +11,7 @@
 pub mod device;
 pub mod governor;
 pub mod model;
+pub mod pace;
 
 pub use device::{
     ActivitySource, DriverClock, SimDevice, SimDriver, TruthPoint, cpu_clock_ns, truth_energy_at,

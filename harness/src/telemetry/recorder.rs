@@ -18,6 +18,8 @@ use super::attribution::{DialogueSpan, DialogueSummary, IntervalEnergy, MWH_PER_
 use super::probe::MeterKind;
 use super::sampler::{MonotonicClock, SamplerConfig};
 use super::{LOCAL_SYSFS_ROOT, SessionConfig, TelemetryError, TelemetryReport, TelemetrySession};
+use crate::sim::model::HandsetProfile;
+use crate::sim::pace::SimPace;
 use crate::sim::{ActivitySource, DriverClock, SimDevice, SimDriver, TruthPoint, truth_energy_at};
 
 /// File name of the telemetry side file in a result directory.
@@ -33,37 +35,88 @@ pub enum DeviceSpec {
     /// This machine: sysfs at `/sys`.
     Local,
     /// A simulated handset profile.
-    Sim(String),
+    Sim {
+        /// Profile name (`snapdragon-8gen3`, `pixel-8-pro`).
+        profile: String,
+        /// Thermal time constants divided by this (1: the profile as built;
+        /// [`HandsetProfile::with_thermal_speedup`]).
+        thermal_speedup: u32,
+    },
 }
 
+/// Largest `thermal-speedup` a simulated device accepts.
+pub const MAX_THERMAL_SPEEDUP: u32 = 1000;
+
 impl DeviceSpec {
-    /// Parses `local` or `sim:<profile>`, checking the profile exists.
+    /// Parses `local`, `sim:<profile>` or `sim:<profile>,thermal-speedup=<K>`, checking the
+    /// profile exists and K is a whole number in 1..=1000.
     pub fn parse(device: &str) -> Result<Self, TelemetryError> {
         if device == "local" {
             return Ok(Self::Local);
         }
-        if let Some(p) = device.strip_prefix("sim:") {
-            if crate::sim::model::profile(p).is_some() {
-                return Ok(Self::Sim(p.to_string()));
+        if let Some(rest) = device.strip_prefix("sim:") {
+            let (p, option) = match rest.split_once(',') {
+                Some((p, o)) => (p, Some(o)),
+                None => (rest, None),
+            };
+            if crate::sim::model::profile(p).is_none() {
+                return Err(crate::sim::SimError::UnknownProfile {
+                    name: p.to_string(),
+                    known: crate::sim::model::profile_names().join(", "),
+                }
+                .into());
             }
-            return Err(crate::sim::SimError::UnknownProfile {
-                name: p.to_string(),
-                known: crate::sim::model::profile_names().join(", "),
-            }
-            .into());
+            let thermal_speedup = match option {
+                None => 1,
+                Some(o) => o
+                    .strip_prefix("thermal-speedup=")
+                    .and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=MAX_THERMAL_SPEEDUP).contains(k))
+                    .ok_or_else(|| TelemetryError::Config {
+                        field: "device",
+                        value: device.to_string(),
+                        reason: "the only option of a simulated device is \
+                                 `thermal-speedup=K`, K a whole number in 1..=1000",
+                    })?,
+            };
+            return Ok(Self::Sim {
+                profile: p.to_string(),
+                thermal_speedup,
+            });
         }
         Err(TelemetryError::Config {
             field: "device",
             value: device.to_string(),
-            reason: "expected `local` or `sim:<profile>` (sim:snapdragon-8gen3, sim:pixel-8-pro)",
+            reason: "expected `local` or `sim:<profile>[,thermal-speedup=K]` \
+                     (sim:snapdragon-8gen3, sim:pixel-8-pro)",
         })
     }
 
-    /// The id written into result files.
+    /// The id written into result files (the speed-up included, when not 1: a run on a
+    /// lighter handset is not the same workload).
     pub fn id(&self) -> String {
         match self {
             Self::Local => "local".into(),
-            Self::Sim(p) => format!("sim:{p}"),
+            Self::Sim {
+                profile,
+                thermal_speedup: 1,
+            } => format!("sim:{profile}"),
+            Self::Sim {
+                profile,
+                thermal_speedup,
+            } => format!("sim:{profile},thermal-speedup={thermal_speedup}"),
+        }
+    }
+
+    /// The simulated handset's parameters (speed-up applied); None for `local`.
+    pub fn handset(&self) -> Option<HandsetProfile> {
+        match self {
+            Self::Local => None,
+            Self::Sim {
+                profile,
+                thermal_speedup,
+            } => crate::sim::model::profile(profile)
+                .map(|p| p.with_thermal_speedup(f64::from(*thermal_speedup))),
         }
     }
 }
@@ -74,6 +127,7 @@ pub struct RunTelemetry {
     session: TelemetrySession,
     sim: Option<SimDriver>,
     freq_level: Option<Arc<AtomicUsize>>,
+    pace: Option<Arc<SimPace>>,
     clock: MonotonicClock,
     out_dir: PathBuf,
     provenance: Vec<(String, String)>,
@@ -142,27 +196,34 @@ impl RunTelemetry {
             path: out_dir.to_path_buf(),
             source,
         })?;
-        let (root, sim, freq_level) = match &spec {
+        let (root, sim, pace) = match &spec {
             DeviceSpec::Local => (PathBuf::from(LOCAL_SYSFS_ROOT), None, None),
-            DeviceSpec::Sim(p) => {
-                let dev = SimDevice::new(p)?;
+            DeviceSpec::Sim { profile, .. } => {
+                let prof = spec
+                    .handset()
+                    .ok_or_else(|| crate::sim::SimError::UnknownProfile {
+                        name: profile.clone(),
+                        known: crate::sim::model::profile_names().join(", "),
+                    })?;
+                let pace = SimPace::new(&prof);
+                let dev = SimDevice::with_profile(prof)?;
                 let root = dev.root().to_path_buf();
-                let top = dev.model().profile().max_level();
-                let level = Arc::new(AtomicUsize::new(top));
                 let c = clock.clone();
                 let driver_clock: DriverClock = Arc::new(move || c());
                 let driver = SimDriver::spawn_clocked(
                     dev,
                     ActivitySource::ProcessCpu {
                         threads: threads.max(1),
-                        freq_level: Some(level.clone()),
+                        freq_level: Some(pace.requested()),
+                        paced: Some(pace.clone()),
                     },
                     SIM_STEP_PERIOD,
                     Some(driver_clock),
                 )?;
-                (root, Some(driver), Some(level))
+                (root, Some(driver), Some(pace))
             }
         };
+        let freq_level = pace.as_ref().map(|p| p.requested());
         let mut config = SessionConfig::new(root);
         config.sampler = SamplerConfig {
             metadata: provenance.clone(),
@@ -179,6 +240,7 @@ impl RunTelemetry {
             session,
             sim,
             freq_level,
+            pace,
             clock,
             out_dir: out_dir.to_path_buf(),
             provenance,
@@ -188,6 +250,12 @@ impl RunTelemetry {
     /// The device.
     pub fn device(&self) -> &DeviceSpec {
         &self.device
+    }
+
+    /// The sysfs root of the simulated handset (None on a real device): what a governor in
+    /// the decode loop reads when the device is simulated.
+    pub fn sim_root(&self) -> Option<&Path> {
+        self.sim.as_ref().map(SimDriver::root)
     }
 
     /// The run clock.
@@ -206,6 +274,12 @@ impl RunTelemetry {
         self.freq_level.clone()
     }
 
+    /// On a simulated handset, the OPP link a decode loop paces itself by
+    /// ([`crate::sim::pace::Pacer`]) and asks its frequency caps through.
+    pub fn sim_pace(&self) -> Option<Arc<SimPace>> {
+        self.pace.clone()
+    }
+
     /// Whether an energy meter exists (an idle baseline is worth measuring).
     pub fn has_meter(&self) -> bool {
         self.session.probe().meter.is_some()
@@ -220,9 +294,9 @@ impl RunTelemetry {
     pub fn stop(self) -> Result<RunRecording, TelemetryError> {
         let report = self.session.stop()?;
         let truth = match (self.sim, &self.device) {
-            (Some(driver), DeviceSpec::Sim(p)) => {
+            (Some(driver), DeviceSpec::Sim { profile, .. }) => {
                 let (_dev, trace) = driver.stop_with_trace()?;
-                Some(SimTruth::from_trace(p, trace))
+                Some(SimTruth::from_trace(profile, trace))
             }
             _ => None,
         };
@@ -623,6 +697,11 @@ impl ScenarioTelemetry {
             inner.measure_idle(SCENARIO_IDLE_BASELINE);
         }
         Ok(Self { inner })
+    }
+
+    /// The simulated handset's sysfs root (None on a real device).
+    pub fn sim_root(&self) -> Option<&Path> {
+        self.inner.sim_root()
     }
 
     /// Stops, attributes every completed query, writes `telemetry.json`.
