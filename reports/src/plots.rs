@@ -421,7 +421,11 @@ pub fn timeline_chart(title: &str, x_label: &str, panels: &[Panel]) -> Result<Op
         return Ok(None);
     }
     let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
-    for p in panels.iter().flat_map(|p| &p.series).flat_map(|s| &s.points) {
+    for p in panels
+        .iter()
+        .flat_map(|p| &p.series)
+        .flat_map(|s| &s.points)
+    {
         if keep(p) {
             x0 = x0.min(p.0);
             x1 = x1.max(p.0);
@@ -441,7 +445,13 @@ pub fn timeline_chart(title: &str, x_label: &str, panels: &[Panel]) -> Result<Op
         for (i, (panel, area)) in panels.iter().zip(&areas).enumerate() {
             let last = i + 1 == panels.len();
             let (plot_area, legend) = area.split_horizontally(SIZE.0 - LEGEND_WIDTH);
-            let pts = || panel.series.iter().flat_map(|s| &s.points).filter(|p| keep(p));
+            let pts = || {
+                panel
+                    .series
+                    .iter()
+                    .flat_map(|s| &s.points)
+                    .filter(|p| keep(p))
+            };
             let y0 = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
             let y1 = pts().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
             let mut chart = ChartBuilder::on(&plot_area)

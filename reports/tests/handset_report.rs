@@ -112,7 +112,10 @@ fn telemetry_columns_get_readable_names() {
 #[test]
 fn timeline_puts_tokens_temperatures_and_frequencies_on_one_axis() {
     let page = html(&handset_run());
-    let svg = figure_svg(&page, "Tokens/s, temperatures and frequencies over run time");
+    let svg = figure_svg(
+        &page,
+        "Tokens/s, temperatures and frequencies over run time",
+    );
     for name in [
         "tokens/s (1 s windows)",
         "SoC temperature (°C)",
@@ -137,20 +140,30 @@ fn timeline_puts_tokens_temperatures_and_frequencies_on_one_axis() {
         })
         .collect();
     assert_eq!(strokes.len(), 6, "{strokes:?}");
-    assert_eq!(strokes.iter().collect::<BTreeSet<_>>().len(), 6, "{strokes:?}");
+    assert_eq!(
+        strokes.iter().collect::<BTreeSet<_>>().len(),
+        6,
+        "{strokes:?}"
+    );
     // The per-sensor charts name their lines the same way.
     assert!(figure_svg(&page, "Temperatures (°C)").contains("SoC temperature (°C)"));
 }
 
 #[test]
 fn token_times_are_moved_onto_the_telemetry_clock() {
-    let (tok, tel) = (tokens("2026-01-01T10:00:02.5Z"), telemetry("2026-01-01T10:00:00Z"));
+    let (tok, tel) = (
+        tokens("2026-01-01T10:00:02.5Z"),
+        telemetry("2026-01-01T10:00:00Z"),
+    );
     assert_eq!(token_offset_s(&tok, &tel), Some(2.5));
     assert_eq!(token_offset_s(&tok, &telemetry("not a time")), None);
     // With a 2 s offset the tokens/s line (windows centred at 0.5 … 3.5 s) starts at 2.5 s:
     // in the shared x axis it begins right of the telemetry lines, which start at 0 s.
     let page = html(&handset_run());
-    let svg = figure_svg(&page, "Tokens/s, temperatures and frequencies over run time");
+    let svg = figure_svg(
+        &page,
+        "Tokens/s, temperatures and frequencies over run time",
+    );
     let lines: Vec<_> = polylines(svg)
         .into_iter()
         .filter(|(_, p)| p.len() > 2)
@@ -232,9 +245,18 @@ fn report_marks_the_recorded_percentiles_on_each_cdf() {
     let page = html(&handset_run());
     // Hand run: latency p50/p90/p99 = 364/420/434, TTFT 130/150/155, TPOT 26/30/31 ms.
     for (caption, labels) in [
-        ("Query latency CDF", ["p50 364.0 ms", "p90 420.0 ms", "p99 434.0 ms"]),
-        ("Time to first token CDF", ["p50 130.0 ms", "p90 150.0 ms", "p99 155.0 ms"]),
-        ("Time per output token CDF", ["p50 26.0 ms", "p90 30.0 ms", "p99 31.0 ms"]),
+        (
+            "Query latency CDF",
+            ["p50 364.0 ms", "p90 420.0 ms", "p99 434.0 ms"],
+        ),
+        (
+            "Time to first token CDF",
+            ["p50 130.0 ms", "p90 150.0 ms", "p99 155.0 ms"],
+        ),
+        (
+            "Time per output token CDF",
+            ["p50 26.0 ms", "p90 30.0 ms", "p99 31.0 ms"],
+        ),
     ] {
         let svg = figure_svg(&page, caption);
         for l in labels {
@@ -259,8 +281,14 @@ fn integers_and_flags_print_as_such() {
         .render(&handset_run(), &common::fixed_ctx())
         .unwrap();
     assert!(md.contains("| performance | valid | true | bool |"), "{md}");
-    assert!(md.contains("| performance | queries | 12 | count |"), "{md}");
-    assert!(md.contains("| performance | latency_outliers | 0 | count |"), "{md}");
+    assert!(
+        md.contains("| performance | queries | 12 | count |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| performance | latency_outliers | 0 | count |"),
+        "{md}"
+    );
     let page = html(&handset_run());
     assert!(page.contains("<td>valid</td><td class=\"n\">true</td>"));
     assert!(page.contains("<td>queries</td><td class=\"n\">12</td>"));

@@ -298,9 +298,27 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
         let ttft: Vec<f64> = p.per_query.iter().filter_map(|q| q.ttft_ms).collect();
         let tpot: Vec<f64> = p.per_query.iter().filter_map(|q| q.tpot_ms).collect();
         for (caption, title, axis, values, pct) in [
-            ("Query latency CDF", "Latency CDF", "latency (ms)", &lat, Some(&p.latency_ms)),
-            ("Time to first token CDF", "TTFT CDF", "TTFT (ms)", &ttft, p.ttft_ms.as_ref()),
-            ("Time per output token CDF", "TPOT CDF", "TPOT (ms)", &tpot, p.tpot_ms.as_ref()),
+            (
+                "Query latency CDF",
+                "Latency CDF",
+                "latency (ms)",
+                &lat,
+                Some(&p.latency_ms),
+            ),
+            (
+                "Time to first token CDF",
+                "TTFT CDF",
+                "TTFT (ms)",
+                &ttft,
+                p.ttft_ms.as_ref(),
+            ),
+            (
+                "Time per output token CDF",
+                "TPOT CDF",
+                "TPOT (ms)",
+                &tpot,
+                p.tpot_ms.as_ref(),
+            ),
         ] {
             s += &figure(
                 caption,

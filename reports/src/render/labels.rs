@@ -2,7 +2,6 @@
 //! not `temp.soc.c`, and a table prints a count as `64` and a flag as `true`, not `64.000`
 //! and `1.000`.
 
-
 /// The legend name of a `telemetry.csv` column (names as in `docs/TELEMETRY.md`), with the
 /// unit the reports plot it in: temperatures in °C, frequencies in MHz, power in mW, memory
 /// in MiB. Columns of no known family keep their own name.

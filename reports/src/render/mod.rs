@@ -197,7 +197,6 @@ pub fn csv_after_comments(
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-
 /// A run's result plus the optional CSV members of its directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunData {

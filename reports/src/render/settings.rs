@@ -41,11 +41,9 @@ pub fn parse(settings_json: &str) -> Value {
 pub fn settings_markdown(settings_json: &str) -> String {
     let pretty = serde_json::to_string_pretty(&parse(settings_json))
         .unwrap_or_else(|_| settings_json.to_string());
-    let longest = pretty
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = pretty.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
-    format!("<details><summary>Settings</summary>\n\n{fence}json\n{pretty}\n{fence}\n\n</details>\n")
+    format!(
+        "<details><summary>Settings</summary>\n\n{fence}json\n{pretty}\n{fence}\n\n</details>\n"
+    )
 }

@@ -31,7 +31,11 @@ fn columns(t: &Telemetry, names: &[&str], scale: f64) -> Vec<Series> {
             let col = t.column(name)?;
             Some(Series {
                 name: column_label(name),
-                points: t.points(col).into_iter().map(|(x, y)| (x, y * scale)).collect(),
+                points: t
+                    .points(col)
+                    .into_iter()
+                    .map(|(x, y)| (x, y * scale))
+                    .collect(),
             })
         })
         .collect()
