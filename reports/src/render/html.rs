@@ -1,7 +1,8 @@
 //! The self-contained HTML report of one run: provenance, headline table with intervals,
-//! inline SVG plots (latency CDF, TTFT/TPOT histograms, tokens/s over time, temperatures,
-//! frequencies, power and cumulative energy, RSS), accuracy per category and subject,
-//! energy per dialogue, warnings. Every string that comes from a file is escaped; the page
+//! inline SVG plots (the run timeline of tokens/s, temperatures and frequencies on one time
+//! axis, step CDFs of latency/TTFT/TPOT with p50/p90/p99 markers, TTFT/TPOT histograms,
+//! tokens/s over time, temperatures, frequencies, power and cumulative energy, RSS),
+//! accuracy per category and subject, energy per dialogue, warnings. Every string that comes from a file is escaped; the page
 //! loads nothing from the network.
 
 use std::fmt::Write as _;
