@@ -2,8 +2,8 @@
 //! inline SVG plots (the run timeline of tokens/s, temperatures and frequencies on one time
 //! axis, step CDFs of latency/TTFT/TPOT with p50/p90/p99 markers, TTFT/TPOT histograms,
 //! tokens/s over time, temperatures, frequencies, power and cumulative energy, RSS),
-//! accuracy per category and subject, energy per dialogue, warnings. Every string that comes from a file is escaped; the page
-//! loads nothing from the network.
+//! accuracy per category and subject, energy per dialogue, warnings. Every string that comes
+//! from a file is escaped; the page loads nothing from the network.
 
 use std::fmt::Write as _;
 
