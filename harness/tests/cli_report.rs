@@ -210,7 +210,10 @@ fn report_of_a_real_run_plots_exactly_the_data_it_has() {
     ] {
         assert!(!html.contains(absent), "unexpected {absent}");
     }
-    assert_eq!(html.matches("<svg").count(), 4);
+    // Three step CDFs (latency, TTFT, TPOT), two histograms, tokens/s; no run timeline
+    // without telemetry to put beside tokens/s.
+    assert!(!html.contains("Run timeline"));
+    assert_eq!(html.matches("<svg").count(), 6);
     // The table carries intervals and the recorded provenance.
     let r = load_result(&dir).unwrap();
     let p50 = r.performance.as_ref().unwrap().latency_ms.p50;
@@ -222,7 +225,7 @@ fn report_of_a_real_run_plots_exactly_the_data_it_has() {
     std::fs::remove_file(dir.join("tokens.csv")).unwrap();
     let (html, _) = report(&dir);
     assert!(!html.contains("Tokens per second over time"));
-    assert_eq!(html.matches("<svg").count(), 3);
+    assert_eq!(html.matches("<svg").count(), 5);
 
     // With a simulated handset's telemetry the sensor plots appear.
     copy_dir(&run_a(), &dir);
@@ -236,10 +239,13 @@ fn report_of_a_real_run_plots_exactly_the_data_it_has() {
         "Cumulative energy (J)",
         "Resident memory (MiB)",
         "max_soc",
+        "Run timeline",
+        "SoC temperature (°C)",
     ] {
         assert!(html.contains(present), "missing {present}");
     }
-    assert_eq!(html.matches("<svg").count(), 9);
+    // Five sensor charts and the run timeline join the six above.
+    assert_eq!(html.matches("<svg").count(), 12);
 
     // --out writes elsewhere and leaves the result directory alone.
     let elsewhere = tmp.path().join("rendered");
@@ -342,7 +348,8 @@ fn every_string_from_files_is_escaped() {
     assert!(html.contains("&lt;script&gt;alert(&#39;model&#39;)&lt;/script&gt;"));
     assert!(html.contains("&lt;svg onload=alert(4)&gt;"));
     // Legend text from the hostile telemetry column is escaped by the SVG writer.
-    assert!(html.contains("temp.&lt;script&gt;alert(8)&lt;/script&gt;"));
+    // (Legend names past 30 characters end in an ellipsis.)
+    assert!(html.contains("&lt;script&gt;alert(8)&lt;/script&gt; temp…"));
     assert!(md.contains("Pixel \\<b\\>8\\</b\\> \\| \\&"), "{md}");
 
     let other = tmp.path().join("plain");

@@ -8,6 +8,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::{ReportError, Result};
 
@@ -165,7 +166,7 @@ pub fn line_chart(
                 .map_err(|e| plot_err(title, e))?;
         }
         if let Some(legend) = legend_area {
-            draw_legend(&legend, title, series)?;
+            draw_legend(&legend, title, series, 0)?;
         }
         root.present().map_err(|e| plot_err(title, e))?;
     }
@@ -177,10 +178,12 @@ const LEGEND_WIDTH: u32 = 210;
 /// Legend rows that fit beside a chart.
 const LEGEND_ROWS: usize = 21;
 
+/// Draws the legend of `series`, whose colours start at `PALETTE[first_colour]`.
 fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     title: &str,
     series: &[Series],
+    first_colour: usize,
 ) -> Result<()> {
     let row = |i: usize| 36 + 14 * i as i32;
     let style = ("sans-serif", 11).into_font().color(&BLACK);
@@ -190,7 +193,7 @@ fn draw_legend(
         series.len()
     };
     for (i, s) in series.iter().take(shown).enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
+        let color = PALETTE[(first_colour + i) % PALETTE.len()];
         let y = row(i);
         area.draw(&PathElement::new(
             vec![(4, y), (22, y)],
@@ -293,6 +296,193 @@ pub fn ecdf(values: &[f64]) -> Vec<(f64, f64)> {
         .enumerate()
         .map(|(i, &x)| (x, (i + 1) as f64 / n))
         .collect()
+}
+
+/// Vertices of the empirical CDF of the [`plottable`] values drawn as a step function: from
+/// `(x₁, 0)` each distinct value `x` adds a vertical rise `(x, F(x⁻)) → (x, F(x))`, and the
+/// level holds until the next value, so consecutive vertices always share their x (a rise) or
+/// their y (a tread) — never a sloped line between samples.
+pub fn ecdf_steps(values: &[f64]) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    let mut level = 0.0;
+    for (x, f) in ecdf(values) {
+        match out.last_mut() {
+            // A tie: the rise at this x just goes higher.
+            Some(last) if last.0 == x => last.1 = f,
+            _ => {
+                out.push((x, level));
+                out.push((x, f));
+            }
+        }
+        level = f;
+    }
+    out
+}
+
+/// A vertical marker on a chart: a line at `x` with a label beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// Label, e.g. `p50 364.0 ms`.
+    pub label: String,
+    /// Position on the x axis.
+    pub x: f64,
+}
+
+/// Colours of successive markers: distinct from the curve's (`PALETTE[0]`).
+const MARKER_COLOURS: [RGBColor; 3] = [PALETTE[2], PALETTE[4], PALETTE[1]];
+
+/// The empirical CDF of `values` as a step function ([`ecdf_steps`]) with vertical markers
+/// (percentiles, say) from 0 to 1, each labelled. `None` when no value is [`plottable`].
+pub fn step_cdf_chart(
+    title: &str,
+    x_label: &str,
+    values: &[f64],
+    markers: &[Marker],
+) -> Result<Option<String>> {
+    let steps = ecdf_steps(values);
+    let markers: Vec<&Marker> = markers.iter().filter(|m| plottable(m.x)).collect();
+    let xs = steps.iter().map(|p| p.0).chain(markers.iter().map(|m| m.x));
+    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    if steps.is_empty() {
+        return Ok(None);
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let mut chart = frame(
+            &root,
+            title,
+            x_label,
+            "fraction ≤ x",
+            padded(x0, x1),
+            (0.0, 1.08),
+        )?;
+        chart
+            .draw_series(LineSeries::new(steps, PALETTE[0].stroke_width(2)))
+            .map_err(|e| plot_err(title, e))?;
+        for (i, m) in markers.iter().enumerate() {
+            let color = MARKER_COLOURS[i % MARKER_COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(m.x, 0.0), (m.x, 1.0)],
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| plot_err(title, e))?;
+            // Labels stack downwards from the top so close percentiles do not overprint, and
+            // sit left of a marker in the right half so they stay inside the chart.
+            let right_half = m.x > (x0 + x1) / 2.0;
+            let (anchor, label) = if right_half {
+                (HPos::Right, format!("{} ", m.label))
+            } else {
+                (HPos::Left, format!(" {}", m.label))
+            };
+            let style = ("sans-serif", 12)
+                .into_font()
+                .color(&color)
+                .pos(Pos::new(anchor, VPos::Center));
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (m.x, 1.04 - 0.07 * i as f64),
+                    style,
+                )))
+                .map_err(|e| plot_err(title, e))?;
+        }
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
+}
+
+/// One panel of a [`timeline_chart`]: its own y axis, its series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    /// Y axis label, e.g. `°C`.
+    pub y_label: String,
+    /// Named series of the panel.
+    pub series: Vec<Series>,
+}
+
+/// Height of one panel of a timeline chart, pixels.
+const PANEL_HEIGHT: u32 = 200;
+
+/// Stacked panels sharing one x axis (the same range in every panel, its label under the
+/// last), each with its own y axis and a legend column. Colours run on across panels, so no
+/// two series of the chart share one (up to the palette's twelve). Panels with no
+/// [`plottable`] point are left out; `None` when none remains.
+pub fn timeline_chart(title: &str, x_label: &str, panels: &[Panel]) -> Result<Option<String>> {
+    let keep = |p: &(f64, f64)| plottable(p.0) && plottable(p.1);
+    let panels: Vec<&Panel> = panels
+        .iter()
+        .filter(|p| p.series.iter().flat_map(|s| &s.points).any(keep))
+        .collect();
+    if panels.is_empty() {
+        return Ok(None);
+    }
+    let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
+    for p in panels
+        .iter()
+        .flat_map(|p| &p.series)
+        .flat_map(|s| &s.points)
+    {
+        if keep(p) {
+            x0 = x0.min(p.0);
+            x1 = x1.max(p.0);
+        }
+    }
+    let x = padded(x0, x1);
+    let height = 40 + PANEL_HEIGHT * panels.len() as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(title, e))?;
+        let body = root
+            .titled(title, ("sans-serif", 18))
+            .map_err(|e| plot_err(title, e))?;
+        let areas = body.split_evenly((panels.len(), 1));
+        let mut colour = 0;
+        for (i, (panel, area)) in panels.iter().zip(&areas).enumerate() {
+            let last = i + 1 == panels.len();
+            let (plot_area, legend) = area.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+            let pts = || {
+                panel
+                    .series
+                    .iter()
+                    .flat_map(|s| &s.points)
+                    .filter(|p| keep(p))
+            };
+            let y0 = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
+            let y1 = pts().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+            let mut chart = ChartBuilder::on(&plot_area)
+                .margin(8)
+                .x_label_area_size(if last { 40 } else { 20 })
+                .y_label_area_size(64)
+                .build_cartesian_2d(x.0..x.1, {
+                    let (lo, hi) = padded(y0, y1);
+                    lo..hi
+                })
+                .map_err(|e| plot_err(title, e))?;
+            let mut mesh = chart.configure_mesh();
+            mesh.y_desc(panel.y_label.as_str())
+                .light_line_style(RGBColor(235, 235, 235));
+            if last {
+                mesh.x_desc(x_label);
+            }
+            mesh.draw().map_err(|e| plot_err(title, e))?;
+            for (j, s) in panel.series.iter().enumerate() {
+                let color = PALETTE[(colour + j) % PALETTE.len()];
+                let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(keep).collect();
+                chart
+                    .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+                    .map_err(|e| plot_err(title, e))?;
+            }
+            draw_legend(&legend, title, &panel.series, colour)?;
+            colour += panel.series.len();
+        }
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
 }
 
 /// One bar of a bar chart, with an optional interval drawn as an error bar.

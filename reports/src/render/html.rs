@@ -1,15 +1,19 @@
 //! The self-contained HTML report of one run: provenance, headline table with intervals,
-//! inline SVG plots (latency CDF, TTFT/TPOT histograms, tokens/s over time, temperatures,
-//! frequencies, power and cumulative energy, RSS), accuracy per category and subject,
-//! energy per dialogue, warnings. Every string that comes from a file is escaped; the page
-//! loads nothing from the network.
+//! inline SVG plots (the run timeline of tokens/s, temperatures and frequencies on one time
+//! axis, step CDFs of latency/TTFT/TPOT with p50/p90/p99 markers, TTFT/TPOT histograms,
+//! tokens/s over time, temperatures, frequencies, power and cumulative energy, RSS),
+//! accuracy per category and subject, energy per dialogue, warnings. Every string that comes
+//! from a file is escaped; the page loads nothing from the network.
 
 use std::fmt::Write as _;
 
+use super::labels::{column_label, value_text};
+use super::settings::{parse as parse_settings, settings_pairs};
+use super::timeline::{timeline_panels, token_offset_s};
 use super::{Provenance, RenderContext, RunData, escape_html, interval_text, metric_rows, num};
 use crate::datafiles::{Telemetry, TokenLog};
 use crate::error::Result;
-use crate::plots::{self, Series};
+use crate::plots::{self, Marker, Series};
 use crate::stats;
 
 /// Inline stylesheet shared by the run, compare and gate pages.
@@ -42,13 +46,32 @@ pub fn page_end() -> &'static str {
     "</body>\n</html>\n"
 }
 
-/// Provenance as an HTML table.
+/// Provenance as an HTML table, the settings in a collapsed block under it.
 pub(crate) fn provenance_table(p: &Provenance) -> String {
     let mut s = String::from("<table class=\"provenance\">\n");
-    for (k, v) in p.pairs() {
+    for (k, v) in p.pairs().into_iter().filter(|(k, _)| *k != "settings") {
         let _ = writeln!(s, "<tr><th>{k}</th><td>{}</td></tr>", escape_html(&v));
     }
     s.push_str("</table>\n");
+    s += &settings_html(&p.settings);
+    s
+}
+
+/// The collapsed settings block of a provenance's compact settings JSON: one table row per
+/// setting.
+pub(crate) fn settings_html(settings_json: &str) -> String {
+    let mut s = String::from(
+        "<details class=\"settings\"><summary>Settings</summary>\n<table class=\"settings\">\n",
+    );
+    for (k, v) in settings_pairs(&parse_settings(settings_json)) {
+        let _ = writeln!(
+            s,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape_html(&k),
+            escape_html(&v)
+        );
+    }
+    s.push_str("</table>\n</details>\n");
     s
 }
 
@@ -106,7 +129,7 @@ pub fn cumulative_energy_j(t_s: &[f64], power_mw: &[Option<f64>]) -> Vec<(f64, f
 fn telemetry_series(t: &Telemetry, prefix: &str, suffix: &str, scale: f64) -> Vec<Series> {
     t.columns_matching(prefix, suffix)
         .map(|(name, col)| Series {
-            name: name.to_string(),
+            name: column_label(name),
             points: t
                 .points(col)
                 .into_iter()
@@ -162,6 +185,55 @@ fn telemetry_plots(t: &Telemetry) -> Result<String> {
     Ok(s)
 }
 
+/// Markers at the p50, p90 and p99 of a percentile summary (LoadGen's definition, the
+/// figures of the summary table), labelled `p50 364.0 ms`.
+pub(crate) fn percentile_markers(p: Option<&stats::Percentiles>) -> Vec<Marker> {
+    let Some(p) = p else {
+        return Vec::new();
+    };
+    [("p50", p.p50), ("p90", p.p90), ("p99", p.p99)]
+        .into_iter()
+        .map(|(name, x)| Marker {
+            label: format!("{name} {x:.1} ms"),
+            x,
+        })
+        .collect()
+}
+
+/// The tokens/s line chart and the combined timeline (tokens/s, temperatures, frequencies on
+/// one time axis).
+fn run_timeline(run: &RunData) -> Result<String> {
+    let mut s = String::new();
+    let (mut tps, mut window_s, mut offset_s) = (Vec::new(), 1.0, 0.0);
+    if let Some(tokens) = &run.tokens {
+        // About a hundred windows over the run, none shorter than a second.
+        let end_s = tokens.events.iter().map(|e| e.t_ms).fold(0.0f64, f64::max) / 1000.0;
+        window_s = (end_s / 100.0).max(1.0).round();
+        tps = tokens_per_s_over_time(tokens, window_s);
+        let series = vec![Series {
+            name: String::new(),
+            points: tps.clone(),
+        }];
+        s += &figure(
+            &format!("Tokens per second over time ({window_s} s windows)"),
+            plots::line_chart("Tokens/s", "time (s)", "tokens/s", &series)?,
+        );
+        if let Some(t) = &run.telemetry {
+            offset_s = token_offset_s(tokens, t).unwrap_or(0.0);
+        }
+    }
+    let panels = timeline_panels(&tps, window_s, offset_s, run.telemetry.as_ref());
+    // One panel alone is the chart above or below; the timeline is for seeing them together.
+    if panels.len() > 1 {
+        let timeline = figure(
+            "Tokens/s, temperatures and frequencies over run time",
+            plots::timeline_chart("Run timeline", "run time (s)", &panels)?,
+        );
+        s = format!("<h2>Run timeline</h2>\n{timeline}{s}");
+    }
+    Ok(s)
+}
+
 /// Renders the HTML report of one run.
 pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
     let r = &run.result;
@@ -212,7 +284,7 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
             m.section,
             escape_html(&m.metric),
-            num(m.value),
+            value_text(m.unit, m.value),
             m.unit,
             interval_text(&m),
             m.n.map(|n| n.to_string()).unwrap_or_default()
@@ -220,23 +292,44 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
     }
     s.push_str("</table>\n<p>Percentiles follow LoadGen (sorted[floor(n·p)]); intervals of medians are seeded percentile bootstraps; accuracy intervals are Wilson score intervals. Outliers (Tukey fences) are counted, never removed.</p>\n");
 
+    s += &run_timeline(run)?;
     if let Some(p) = r.performance.as_ref().filter(|p| !p.per_query.is_empty()) {
         s.push_str("<h2>Latency</h2>\n");
         let lat: Vec<f64> = p.per_query.iter().map(|q| q.latency_ms).collect();
-        let cdf = vec![Series {
-            name: String::new(),
-            points: plots::ecdf(&lat),
-        }];
-        s += &figure(
-            "Query latency CDF",
-            plots::line_chart("Latency CDF", "latency (ms)", "fraction ≤ x", &cdf)?,
-        );
         let ttft: Vec<f64> = p.per_query.iter().filter_map(|q| q.ttft_ms).collect();
+        let tpot: Vec<f64> = p.per_query.iter().filter_map(|q| q.tpot_ms).collect();
+        for (caption, title, axis, values, pct) in [
+            (
+                "Query latency CDF",
+                "Latency CDF",
+                "latency (ms)",
+                &lat,
+                Some(&p.latency_ms),
+            ),
+            (
+                "Time to first token CDF",
+                "TTFT CDF",
+                "TTFT (ms)",
+                &ttft,
+                p.ttft_ms.as_ref(),
+            ),
+            (
+                "Time per output token CDF",
+                "TPOT CDF",
+                "TPOT (ms)",
+                &tpot,
+                p.tpot_ms.as_ref(),
+            ),
+        ] {
+            s += &figure(
+                caption,
+                plots::step_cdf_chart(title, axis, values, &percentile_markers(pct))?,
+            );
+        }
         s += &figure(
             "Time to first token",
             plots::histogram("TTFT", "TTFT (ms)", &ttft, 30)?,
         );
-        let tpot: Vec<f64> = p.per_query.iter().filter_map(|q| q.tpot_ms).collect();
         s += &figure(
             "Time per output token",
             plots::histogram("TPOT", "TPOT (ms)", &tpot, 30)?,
@@ -256,20 +349,6 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
                 num(f.high_severe)
             );
         }
-    }
-    if let Some(tokens) = &run.tokens {
-        // About a hundred windows over the run, none shorter than a second.
-        let end_s = tokens.events.iter().map(|e| e.t_ms).fold(0.0f64, f64::max) / 1000.0;
-        let window_s = (end_s / 100.0).max(1.0).round();
-        let pts = tokens_per_s_over_time(tokens, window_s);
-        let series = vec![Series {
-            name: String::new(),
-            points: pts,
-        }];
-        s += &figure(
-            &format!("Tokens per second over time ({window_s} s windows)"),
-            plots::line_chart("Tokens/s", "time (s)", "tokens/s", &series)?,
-        );
     }
     if let Some(t) = &run.telemetry {
         let plots = telemetry_plots(t)?;
@@ -387,11 +466,6 @@ pub fn render_html(run: &RunData, ctx: &RenderContext) -> Result<String> {
     }
     s.push_str("<h2>Provenance</h2>\n");
     s += &provenance_table(&prov);
-    let _ = writeln!(
-        s,
-        "<h3>Settings</h3>\n<pre>{}</pre>",
-        escape_html(&serde_json::to_string_pretty(&r.meta.settings).unwrap_or_default())
-    );
     s.push_str(page_end());
     Ok(s)
 }

@@ -5,6 +5,9 @@
 
 mod html;
 pub(crate) mod html_parts;
+pub mod labels;
+pub mod settings;
+pub mod timeline;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -18,6 +21,7 @@ use crate::schema::{self, ResultFile, RunMeta};
 use crate::stats::{self, Statistic, TukeyFences};
 
 pub use html::render_html;
+pub use labels::num;
 
 pub mod html_helpers;
 
@@ -191,15 +195,6 @@ pub fn csv_after_comments(
     let _ = rows(&mut w);
     let bytes = w.into_inner().unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// Formats a number for tables: three decimals, `-` for non-finite.
-pub fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.3}")
-    } else {
-        "-".into()
-    }
 }
 
 /// A run's result plus the optional CSV members of its directory.
@@ -590,7 +585,7 @@ impl Exporter for TextExporter {
             let line = format!(
                 "  {:<width$}  {:>12} {:<5} {} {}",
                 one_line(&m.metric),
-                num(m.value),
+                labels::value_text(m.unit, m.value),
                 m.unit,
                 interval_text(m),
                 n
@@ -676,12 +671,14 @@ impl Exporter for CsvExporter {
     }
 }
 
-/// Markdown table of provenance pairs.
+/// Markdown table of provenance pairs, the settings in a collapsed block under it.
 pub fn provenance_markdown(p: &Provenance) -> String {
     let mut s = String::from("| | |\n|---|---|\n");
-    for (k, v) in p.pairs() {
+    for (k, v) in p.pairs().into_iter().filter(|(k, _)| *k != "settings") {
         let _ = writeln!(s, "| {k} | {} |", escape_md(&v));
     }
+    s.push('\n');
+    s += &settings::settings_markdown(&p.settings);
     s
 }
 
@@ -721,7 +718,7 @@ impl Exporter for MarkdownExporter {
                 "| {} | {} | {} | {} | {} | {} |",
                 m.section,
                 escape_md(&m.metric),
-                num(m.value),
+                labels::value_text(m.unit, m.value),
                 m.unit,
                 interval_text(&m),
                 m.n.map(|n| n.to_string()).unwrap_or_default()
