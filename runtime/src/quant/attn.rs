@@ -7,8 +7,10 @@
 //! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
 //! f16 values of the KV cache widened exactly. Scores and value sums are accumulated in f32
 //! (the SIMD tiers in a different order than the reference), softmax subtracts the row
-//! maximum before exponentiating. The AVX-512 `exp` is a degree-6 polynomial after range
-//! reduction with `vscalefps`, within 2 ulp of `f32::exp` over the softmax range.
+//! maximum before exponentiating. The scalar tier's exponential is [`exp`], the project's
+//! own (plain f32 operations, the same bits on every platform and in the OpenCL kernels);
+//! the AVX-512 `exp` is a degree-6 polynomial after range reduction with `vscalefps`,
+//! within 2 ulp of the exact value over the softmax range.
 
 use half::f16;
 
@@ -57,7 +59,7 @@ pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
 /// round alike (PoCL's `exp` and glibc's `expf` differ by an ulp on about one argument in ten).
 ///
 /// Steps: `k = rint(x · log₂e)`, `r = (x − k·ln2_hi) − k·ln2_lo` (Cody–Waite: `k·ln2_hi` is
-/// exact), `p = 1 + (r + r² · q(r))` with `q` the Taylor polynomial of `(eᵣ − 1 − r)/r²` to
+/// exact), `p = 1 + (r + r² · q(r))` with `q` the Taylor polynomial of `(eʳ − 1 − r)/r²` to
 /// degree 5 (Horner), then `p · 2ᵏ` (2ᵏ built from its exponent bits). Within 2 ulp of the
 /// exact value (tested). `x < −87` gives 0 (results below e⁻⁸⁷ ≈ 1.6·10⁻³⁸ would be
 /// subnormal, which GPUs may flush), `x > 88.8` gives +∞, NaN gives NaN.
