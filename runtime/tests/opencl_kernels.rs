@@ -371,3 +371,67 @@ fn a_kernel_writing_out_of_bounds_trips_the_canary() {
         }
     }
 }
+
+/// The kernels' `pp_exp` (built from the kernels' own source with the engine's options)
+/// returns the bits of the CPU's `attn::exp` — the softmax's and SwiGLU's exponential on the
+/// scalar tier — on every 211th float of its whole finite range and at the ends, where the
+/// device's `exp()` rounds differently on about one argument in ten.
+#[test]
+fn the_kernels_exponential_is_the_cpu_scalar_tiers_bit_for_bit() {
+    let _g = lock();
+    let m = llama_q4_0();
+    let cl = engine(&m, ClAttention::Exact);
+    let src = format!(
+        "{}\n__kernel void pexp(__global float *y, int n) {{ int i = get_global_id(0); \
+         if (i < n) y[i] = pp_exp(y[i]); }}",
+        include_str!("../src/backend/opencl/kernels/common.cl")
+    );
+    let prog = opencl3::program::Program::create_and_build_from_source(
+        cl.context(),
+        &src,
+        cl.build_options(),
+    )
+    .unwrap();
+    let k = opencl3::kernel::Kernel::create(&prog, "pexp").unwrap();
+    let mut xs: Vec<f32> = [(-0.0f32, -90.0f32), (0.0, 90.0)]
+        .iter()
+        .flat_map(|&(a, b)| (a.to_bits()..=b.to_bits()).step_by(211).map(f32::from_bits))
+        .collect();
+    xs.extend([f32::NEG_INFINITY, f32::INFINITY, -87.0, 88.8, 88.72, -86.99]);
+    let n = xs.len();
+    // SAFETY (test): a plain read-write buffer of n floats, written and read whole while the
+    // kernel (guarded by `i < n`) is the only user.
+    let mut buf = unsafe {
+        opencl3::memory::Buffer::<f32>::create(
+            cl.context(),
+            opencl3::memory::CL_MEM_READ_WRITE,
+            n,
+            std::ptr::null_mut(),
+        )
+        .unwrap()
+    };
+    let mut ys = vec![0.0f32; n];
+    unsafe {
+        cl.queue()
+            .enqueue_write_buffer(&mut buf, opencl3::types::CL_BLOCKING, 0, &xs, &[])
+            .unwrap();
+        opencl3::kernel::ExecuteKernel::new(&k)
+            .set_arg(&buf)
+            .set_arg(&(n as i32))
+            .set_global_work_size(n)
+            .enqueue_nd_range(cl.queue())
+            .unwrap();
+        cl.queue()
+            .enqueue_read_buffer(&buf, opencl3::types::CL_BLOCKING, 0, &mut ys, &[])
+            .unwrap();
+    }
+    let bad: Vec<_> = xs
+        .iter()
+        .zip(&ys)
+        .filter(|(x, y)| quant::attn::exp(**x).to_bits() != y.to_bits())
+        .take(5)
+        .map(|(x, y)| format!("exp({x:e}): cpu {:e}, device {y:e}", quant::attn::exp(*x)))
+        .collect();
+    assert!(bad.is_empty(), "{} arguments checked: {bad:?}", n);
+    assert!(n > 8_000_000, "{n}");
+}

@@ -307,3 +307,62 @@ fn no_kernel_writes_outside_its_buffers_on_the_reference_model() {
         assert_eq!(a.forward(&[t]).unwrap(), b.forward(&[t]).unwrap());
     }
 }
+
+/// The ring's capacity is not part of the computation, and OpenCL's exact attention is the
+/// CPU scalar tier's, bit for bit, on prompts of every length: a prompt prefilled into a ring
+/// of exactly its length (what `pocketperf logits` sizes) gives the bits of a larger ring on
+/// both backends, the two backends give the same bits, and so do two tokens decoded after the
+/// prompt. The lengths cross the places where the CPU's attention changes its tree of
+/// operations: one 128-slot block (the classic softmax), several blocks folded by the online
+/// softmax (200, 530) and two 512-slot chunks merged (530), prefilled in chunks of 64.
+#[test]
+fn logits_do_not_depend_on_the_ring_capacity() {
+    let _g = device_lock();
+    for n in [9usize, 10, 17, 40, 200, 530] {
+        let prompt: Vec<u32> = (0..n as u32).map(|i| 100 + i * 37 % 5000).collect();
+        let o = |ctx: usize| SessionOptions {
+            max_seq_len: ctx,
+            max_batch: n.min(64),
+            ..Default::default()
+        };
+        let c_small = cpu(o(n), Isa::Scalar)
+            .forward(model(), &prompt)
+            .unwrap()
+            .to_vec();
+        let g_small = cl()
+            .session(o(n))
+            .unwrap()
+            .forward(&prompt)
+            .unwrap()
+            .to_vec();
+        let big = (n + 2).max(256).next_power_of_two();
+        let (mut c, mut g) = (cpu(o(big), Isa::Scalar), cl().session(o(big)).unwrap());
+        let c_big = c.forward(model(), &prompt).unwrap().to_vec();
+        let g_big = g.forward(&prompt).unwrap().to_vec();
+        eprintln!(
+            "n {n}: cpu ring n vs {big} rms {:.4}; cl ring n vs {big} rms {:.4}; cpu vs cl {:.4}",
+            rms(&c_small, &c_big),
+            rms(&g_small, &g_big),
+            rms(&c_big, &g_big),
+        );
+        assert!(
+            c_small == c_big,
+            "n {n}: CPU logits depend on the ring size"
+        );
+        assert!(
+            g_small == g_big,
+            "n {n}: OpenCL logits depend on the ring size"
+        );
+        assert!(
+            c_big == g_big,
+            "n {n}: OpenCL exact differs from the CPU scalar tier"
+        );
+        for t in [4321u32, 17] {
+            let (a, b) = (c.forward(model(), &[t]).unwrap(), g.forward(&[t]).unwrap());
+            assert!(
+                a == b,
+                "n {n}: the token {t} decoded after the prompt differs"
+            );
+        }
+    }
+}

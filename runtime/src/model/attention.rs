@@ -32,7 +32,8 @@
 //! agree bit for bit, whether or not the chunks of a row were shared out.
 //!
 //! Scores and sums are f32 (kernels in [`crate::quant::attn`]); the rescaling factors use
-//! `f32::exp` on every tier. Nothing here allocates.
+//! the project's own [`attn::exp`] on every tier (the scalar tier's exponentials too, so the
+//! OpenCL kernels can reproduce them bit for bit). Nothing here allocates.
 
 use crate::quant::{Isa, attn};
 use half::f16;
@@ -188,7 +189,7 @@ pub fn chunk_state(
             } else if mn == m[j] {
                 l[j]
             } else {
-                l[j] * (m[j] - mn).exp()
+                l[j] * attn::exp(m[j] - mn)
             };
             let lnew = prev + attn::exp_shifted(isa, row, mn);
             let inv = 1.0 / lnew;
@@ -228,7 +229,7 @@ pub fn merge(nq: usize, hd: usize, acc: &mut [f32], part: &[f32]) {
             continue;
         }
         let mn = am[j].max(pm[j]);
-        let (wa, wb) = (al[j] * (am[j] - mn).exp(), pl[j] * (pm[j] - mn).exp());
+        let (wa, wb) = (al[j] * attn::exp(am[j] - mn), pl[j] * attn::exp(pm[j] - mn));
         let lnew = wa + wb;
         let (fa, fb) = (wa / lnew, wb / lnew);
         for (x, &y) in ro.iter_mut().zip(src) {

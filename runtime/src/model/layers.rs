@@ -175,9 +175,9 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize) {
     }
 }
 
-/// SiLU, x·σ(x).
+/// SiLU, x·σ(x) (with [`crate::quant::attn::exp`], as the scalar SwiGLU kernel).
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + crate::quant::attn::exp(-x))
 }
 
 /// Rotates one head vector in place with precomputed cos/sin of each frequency.

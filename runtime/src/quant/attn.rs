@@ -7,8 +7,10 @@
 //! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
 //! f16 values of the KV cache widened exactly. Scores and value sums are accumulated in f32
 //! (the SIMD tiers in a different order than the reference), softmax subtracts the row
-//! maximum before exponentiating. The AVX-512 `exp` is a degree-6 polynomial after range
-//! reduction with `vscalefps`, within 2 ulp of `f32::exp` over the softmax range.
+//! maximum before exponentiating. The scalar tier's exponential is [`exp`], the project's
+//! own (plain f32 operations, the same bits on every platform and in the OpenCL kernels);
+//! the AVX-512 `exp` is a degree-6 polynomial after range reduction with `vscalefps`,
+//! within 2 ulp of the exact value over the softmax range.
 
 use half::f16;
 
@@ -50,6 +52,49 @@ pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
     }
 }
 
+/// `e^x` in single precision by one fixed sequence of IEEE-754 additions, subtractions and
+/// multiplications (no fused multiply-add, no platform `libm`), so that the CPU's scalar tier
+/// and the OpenCL kernels (`pp_exp` in `kernels/common.cl`, the same steps and constants) get
+/// the same bits on every platform; a device's own `exp()` or the host's `expf` need not
+/// round alike (PoCL's `exp` and glibc's `expf` differ by an ulp on about one argument in ten).
+///
+/// Steps: `k = rint(x · log₂e)`, `r = (x − k·ln2_hi) − k·ln2_lo` (Cody–Waite: `k·ln2_hi` is
+/// exact), `p = 1 + (r + r² · q(r))` with `q` the Taylor polynomial of `(eʳ − 1 − r)/r²` to
+/// degree 5 (Horner), then `p · 2ᵏ` (2ᵏ built from its exponent bits). Within 2 ulp of the
+/// exact value (tested). `x < −87` gives 0 (results below e⁻⁸⁷ ≈ 1.6·10⁻³⁸ would be
+/// subnormal, which GPUs may flush), `x > 88.8` gives +∞, NaN gives NaN.
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = f32::from_bits(0x3fb8_aa3b);
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    const C2: f32 = f32::from_bits(0x3f00_0000);
+    const C3: f32 = f32::from_bits(0x3e2a_aaab);
+    const C4: f32 = f32::from_bits(0x3d2a_aaab);
+    const C5: f32 = f32::from_bits(0x3c08_8889);
+    const C6: f32 = f32::from_bits(0x3ab6_0b61);
+    const C7: f32 = f32::from_bits(0x3950_0d01);
+    if x.is_nan() {
+        return x;
+    }
+    if x < -87.0 {
+        return 0.0;
+    }
+    if x > 88.8 {
+        return f32::INFINITY;
+    }
+    let kf = (x * LOG2E).round_ties_even();
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    let q = C2 + r * (C3 + r * (C4 + r * (C5 + r * (C6 + r * C7))));
+    let p = 1.0 + (r + (r * r) * q);
+    // |x| ≤ 88.8: k in −126..=128.
+    let k = kf as i32;
+    if k > 127 {
+        p * f32::from_bits(254 << 23) * 2.0
+    } else {
+        p * f32::from_bits(((k + 127) as u32) << 23)
+    }
+}
+
 /// `x[i] = exp(x[i] - shift)`; returns the sum of the results.
 pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
     match resolve(isa) {
@@ -59,7 +104,7 @@ pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
         _ => {
             let mut sum = 0.0f32;
             for v in x.iter_mut() {
-                *v = (*v - shift).exp();
+                *v = exp(*v - shift);
                 sum += *v;
             }
             sum
@@ -109,7 +154,7 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
         Tier::Avx512 { .. } => unsafe { x86::silu_mul(g, u) },
         _ => {
             for (a, &b) in g.iter_mut().zip(u) {
-                *a = *a / (1.0 + (-*a).exp()) * b;
+                *a = *a / (1.0 + exp(-*a)) * b;
             }
         }
     }
@@ -552,6 +597,37 @@ mod tests {
                 (x % 2001) as f32 / 1000.0 - 1.0
             })
             .collect()
+    }
+
+    /// Units in the last place between `y` and the exact `t` (at `t`'s binade).
+    fn ulps(y: f32, t: f64) -> f64 {
+        let tf = t as f32;
+        let ulp = f64::from(f32::from_bits(tf.to_bits() + 1) - tf);
+        (f64::from(y) - t).abs() / ulp
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_and_handles_the_ends() {
+        let mut worst = 0.0f64;
+        // Every 97th float of [-87, 88.7] on both sides of zero.
+        for (a, b) in [(-0.0f32, -87.0f32), (0.0, 88.7)] {
+            for bits in (a.to_bits()..=b.to_bits()).step_by(97) {
+                let x = f32::from_bits(bits);
+                let e = ulps(exp(x), f64::from(x).exp());
+                assert!(e <= 2.0, "exp({x:e}) = {:e}: {e} ulp", exp(x));
+                worst = worst.max(e);
+            }
+        }
+        assert!(worst > 0.5, "not a rounding-free formula: worst {worst}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(-87.5), 0.0);
+        assert_eq!(exp(89.0), f32::INFINITY);
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert!(exp(f32::NAN).is_nan());
+        // The top of the range (2^128 built in two steps) stays finite below ln(f32::MAX).
+        assert!(exp(88.7).is_finite() && exp(88.7) > 3.0e38);
+        assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
     if dev.correctly_rounded_div_sqrt {
         o += " -cl-fp32-correctly-rounded-divide-sqrt";
     }
-    let defs: [(&str, usize); 17] = [
+    let defs: [(&str, usize); 19] = [
         ("N_EMBD", c.n_embd),
         ("N_FF", c.n_ff),
         ("Q_DIM", c.q_dim()),
@@ -144,6 +144,8 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
         ("STAGE_FFN", plan.stage_ffn),
         ("STAGE_DOWN", plan.stage_down),
         ("STAGE_HEAD", plan.stage_head),
+        ("ATT_BLOCK", crate::model::attention::BLOCK),
+        ("ATT_CHUNK", crate::model::attention::CHUNK),
     ];
     for (k, v) in defs {
         o += &format!(" -D{k}={v}");

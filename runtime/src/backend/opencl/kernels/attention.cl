@@ -46,8 +46,8 @@ attention(__global const float *q, __global const half *kc, __global const half 
         float mt = -INFINITY;
         for (int i = 0; i < HEAD_DIM; i++) mt = fmax(mt, sc[i]);
         float mn = fmax(m, mt);
-        float corr = (m == -INFINITY) ? 0.0f : exp(m - mn);
-        pr[lid] = (own == -INFINITY) ? 0.0f : exp(own - mn);
+        float corr = (m == -INFINITY) ? 0.0f : pp_exp(m - mn);
+        pr[lid] = (own == -INFINITY) ? 0.0f : pp_exp(own - mn);
         barrier(CLK_LOCAL_MEM_FENCE);
         float ts = 0.0f, tv = 0.0f;
         for (int i = 0; i < HEAD_DIM; i++) {
@@ -70,10 +70,15 @@ attention(__global const float *q, __global const half *kc, __global const half 
     }
 }
 
-// The same attention in the CPU backend's exact order of operations (one work-group per
-// (head, token)): scores in slot order, the maximum, exp(score - max) summed in slot order,
-// then each work-item (a dimension) accumulates weight * value over the slots in order. Its
-// result equals the CPU's up to the device's exp(); it is the conformance mode.
+// The same attention in the CPU backend's exact order of operations
+// (runtime/src/model/attention.rs), one work-group per (head, token), work-item = dimension:
+// the slots in chunks of ATT_CHUNK and blocks of ATT_BLOCK slots (both from slot 0); per
+// block the scores in slot order, their maximum m_b, and if the row sees any slot of the
+// block the online-softmax update m' = max(m, m_b), l' = l * e^(m - m') + sum of
+// e^(s - m') in slot order, o' = o * (l * e^(m - m') / l') + sum of (e^(s - m') / l') * v in
+// slot order; a chunk's blocks fold into a fresh state; the chunks' states merge in order
+// (each weighted by its share of the merged sum). A row that sees one block gets the classic
+// softmax. Exponentials are pp_exp, the CPU's. It is the conformance mode.
 // `scores` is scratch of [n][N_HEADS][cap] floats; the output goes to out[t][Q_DIM].
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
 attention_exact(__global const float *q, __global const half *kc, __global const half *vc,
@@ -97,33 +102,62 @@ attention_exact(__global const float *q, __global const half *kc, __global const
     ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
     __global float *sc = scores + ((ulong)t * N_HEADS + h) * cap;
 
-    float mx = -INFINITY;
-    for (int s = lid; s < used; s += HEAD_DIM) {
-        float v = -INFINITY;
-        if (slot_pos[s] <= p) {
-            float d = 0.0f;
-            for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
-            v = d * scale;
-            mx = fmax(mx, v);
+    // merged state of the chunks so far (am = -inf: none seen)
+    float am = -INFINITY, al = 0.0f, ao = 0.0f;
+    for (int c0 = 0; c0 < used; c0 += ATT_CHUNK) {
+        int c1 = min(used, c0 + ATT_CHUNK);
+        float m = -INFINITY, l = 0.0f, o = 0.0f;
+        for (int b0 = c0; b0 < c1; b0 += ATT_BLOCK) {
+            int b1 = min(c1, b0 + ATT_BLOCK);
+            float mx = -INFINITY;
+            for (int s = b0 + lid; s < b1; s += HEAD_DIM) {
+                float v = -INFINITY;
+                if (slot_pos[s] <= p) {
+                    float d = 0.0f;
+                    for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
+                    v = d * scale;
+                    mx = fmax(mx, v);
+                }
+                sc[s] = v;
+            }
+            red[lid] = mx;
+            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+            mx = -INFINITY;
+            for (int i = 0; i < HEAD_DIM; i++) mx = fmax(mx, red[i]);
+            // every work-item has read `red` before the next block writes it
+            barrier(CLK_LOCAL_MEM_FENCE);
+            // nothing of the block seen (the same for the whole group): state unchanged
+            if (mx == -INFINITY) continue;
+            float mn = fmax(mx, m);
+            float prev = (m == -INFINITY) ? 0.0f : ((mn == m) ? l : l * pp_exp(m - mn));
+            for (int s = b0 + lid; s < b1; s += HEAD_DIM) sc[s] = pp_exp(sc[s] - mn);
+            barrier(CLK_GLOBAL_MEM_FENCE);
+            float sum = 0.0f;
+            for (int s = b0; s < b1; s++) sum += sc[s];
+            float lnew = prev + sum;
+            float inv = 1.0f / lnew;
+            if (prev != 0.0f) o *= prev * inv;
+            for (int s = b0; s < b1; s++) {
+                float w = sc[s] * inv;
+                if (w != 0.0f) o += w * vload_half(hb + (ulong)s * HEAD_DIM + lid, vc);
+            }
+            m = mn;
+            l = lnew;
         }
-        sc[s] = v;
+        if (m == -INFINITY) continue;
+        if (am == -INFINITY) {
+            am = m;
+            al = l;
+            ao = o;
+        } else {
+            float mn = fmax(am, m);
+            float wa = al * pp_exp(am - mn), wb = l * pp_exp(m - mn);
+            float lnew = wa + wb;
+            float fa = wa / lnew, fb = wb / lnew;
+            ao = ao * fa + o * fb;
+            am = mn;
+            al = lnew;
+        }
     }
-    red[lid] = mx;
-    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-    mx = -INFINITY;
-    for (int i = 0; i < HEAD_DIM; i++) mx = fmax(mx, red[i]);
-    for (int s = lid; s < used; s += HEAD_DIM) {
-        float v = sc[s];
-        sc[s] = (v == -INFINITY) ? 0.0f : exp(v - mx);
-    }
-    barrier(CLK_GLOBAL_MEM_FENCE);
-    float sum = 0.0f;
-    for (int s = 0; s < used; s++) sum += sc[s];
-    float inv = (sum > 0.0f) ? 1.0f / sum : 0.0f;
-    float o = 0.0f;
-    for (int s = 0; s < used; s++) {
-        float w = sc[s] * inv;
-        if (w != 0.0f) o += w * vload_half(hb + (ulong)s * HEAD_DIM + lid, vc);
-    }
-    out[(ulong)t * Q_DIM + h * HEAD_DIM + lid] = o;
+    out[(ulong)t * Q_DIM + h * HEAD_DIM + lid] = ao;
 }

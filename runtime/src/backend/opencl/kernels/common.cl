@@ -4,6 +4,7 @@
 // Build-time constants (set by the host from the model and the device, see program.rs):
 //   N_EMBD, N_FF, Q_DIM, KV_DIM, HEAD_DIM, N_HEADS, N_KV_HEADS, ROPE_HALF, ROPE_NEOX,
 //   TT (tokens per tile), WG (rows per work-group), NSPLIT_MAX (attention splits),
+//   ATT_BLOCK, ATT_CHUNK (the CPU attention's block and chunk of slots),
 //   STAGE_* (floats of local staging per kernel).
 //
 // Numerics follow the CPU backend (runtime/src/quant): activations feeding a Q4_0/Q4_1/Q8_0
@@ -42,6 +43,25 @@ inline ulong row_bytes(int wtype, int cols) {
     case T_Q4_1: return (ulong)(cols / QK) * 20;
     default: return (ulong)(cols / QK) * 34; // T_Q8_0
     }
+}
+
+// e^x by the CPU backend's own steps (runtime/src/quant/attn.rs `exp`: the same IEEE
+// operations and constants, FP_CONTRACT OFF), not the device's exp(), whose rounding is the
+// device's (PoCL's differs from glibc's by an ulp on about one argument in ten).
+inline float pp_exp(float x) {
+    if (isnan(x)) return x;
+    if (x < -87.0f) return 0.0f;
+    if (x > 88.8f) return INFINITY;
+    float kf = rint(x * as_float(0x3fb8aa3bu));
+    float r = (x - kf * as_float(0x3f317200u)) - kf * as_float(0x35bfbe8eu);
+    float q = as_float(0x3f000000u) +
+              r * (as_float(0x3e2aaaabu) +
+                   r * (as_float(0x3d2aaaabu) +
+                        r * (as_float(0x3c088889u) + r * (as_float(0x3ab60b61u) + r * as_float(0x39500d01u)))));
+    float p = 1.0f + (r + (r * r) * q);
+    int k = (int)kf;
+    if (k > 127) return (p * as_float(254u << 23)) * 2.0f;
+    return p * as_float((uint)(k + 127) << 23);
 }
 
 // Rounds to the nearest f16 (ties to even) and widens back, without the fp16 extension.

@@ -126,7 +126,7 @@ attn_out(__global const float *part, int nsplit, __global const uchar *wo, int t
             for (int i = 0; i < nsplit; i++) {
                 float mi = p[i * rec];
                 if (mi == -INFINITY) continue;
-                float e = exp(mi - m);
+                float e = pp_exp(mi - m);
                 l += e * p[i * rec + 1];
                 for (int j = 0; j < QK; j++) v[j] += e * p[i * rec + 2 + d0 + j];
             }
@@ -163,7 +163,7 @@ ffn_gate_up(__global const float *x, __global const float *norm_w, __global cons
     row_dot_tile(wu, tu, row, N_EMBD, st, nt, ua);
     for (int t = 0; t < nt; t++) {
         float a = ga[t];
-        gout[(ulong)(t0 + t) * N_FF + row] = (a / (1.0f + exp(-a))) * ua[t];
+        gout[(ulong)(t0 + t) * N_FF + row] = (a / (1.0f + pp_exp(-a))) * ua[t];
     }
 }
 
