@@ -309,9 +309,9 @@ fn no_kernel_writes_outside_its_buffers_on_the_reference_model() {
 }
 
 /// The ring's capacity is not part of the computation, and OpenCL's exact attention is the
-/// CPU scalar tier's, bit for bit, on prompts of every length: a prompt prefilled into a ring
-/// of exactly its length (what `pocketperf logits` sizes) gives the bits of a larger ring on
-/// both backends, the two backends give the same bits, and so do two tokens decoded after the
+/// CPU scalar tier's, bit for bit, on prompts of every length: a short prompt prefilled into a
+/// ring of exactly its length (what `pocketperf logits` sizes) gives the bits of a larger ring
+/// on both backends, the two backends give the same bits at every length, and so do two tokens decoded after the
 /// prompt. The lengths cross the places where the CPU's attention changes its tree of
 /// operations: one 128-slot block (the classic softmax), several blocks folded by the online
 /// softmax (200, 530) and two 512-slot chunks merged (530), prefilled in chunks of 64.
@@ -325,34 +325,39 @@ fn logits_do_not_depend_on_the_ring_capacity() {
             max_batch: n.min(64),
             ..Default::default()
         };
-        let c_small = cpu(o(n), Isa::Scalar)
-            .forward(model(), &prompt)
-            .unwrap()
-            .to_vec();
-        let g_small = cl()
-            .session(o(n))
-            .unwrap()
-            .forward(&prompt)
-            .unwrap()
-            .to_vec();
         let big = (n + 2).max(256).next_power_of_two();
         let (mut c, mut g) = (cpu(o(big), Isa::Scalar), cl().session(o(big)).unwrap());
         let c_big = c.forward(model(), &prompt).unwrap().to_vec();
         let g_big = g.forward(&prompt).unwrap().to_vec();
-        eprintln!(
-            "n {n}: cpu ring n vs {big} rms {:.4}; cl ring n vs {big} rms {:.4}; cpu vs cl {:.4}",
-            rms(&c_small, &c_big),
-            rms(&g_small, &g_big),
-            rms(&c_big, &g_big),
-        );
-        assert!(
-            c_small == c_big,
-            "n {n}: CPU logits depend on the ring size"
-        );
-        assert!(
-            g_small == g_big,
-            "n {n}: OpenCL logits depend on the ring size"
-        );
+        // The ring of exactly n slots (what `pocketperf logits` sizes), for the short prompts
+        // (the long ones are the costly part of this test on PoCL, and what they add is
+        // several blocks and chunks, which the larger ring exercises as well).
+        if n <= 40 {
+            let c_small = cpu(o(n), Isa::Scalar)
+                .forward(model(), &prompt)
+                .unwrap()
+                .to_vec();
+            let g_small = cl()
+                .session(o(n))
+                .unwrap()
+                .forward(&prompt)
+                .unwrap()
+                .to_vec();
+            eprintln!(
+                "n {n}: cpu ring n vs {big} rms {:.4}; cl ring n vs {big} rms {:.4}",
+                rms(&c_small, &c_big),
+                rms(&g_small, &g_big),
+            );
+            assert!(
+                c_small == c_big,
+                "n {n}: CPU logits depend on the ring size"
+            );
+            assert!(
+                g_small == g_big,
+                "n {n}: OpenCL logits depend on the ring size"
+            );
+        }
+        eprintln!("n {n}: cpu vs cl rms {:.4}", rms(&c_big, &g_big));
         assert!(
             c_big == g_big,
             "n {n}: OpenCL exact differs from the CPU scalar tier"
