@@ -232,7 +232,19 @@ impl Transport for LocalTransport {
         timeout: Duration,
     ) -> Result<i32, FarmError> {
         let log_path = Path::new(log);
-        let f = File::create(log_path).map_err(|e| self.io("creating", log_path, e))?;
+        // A new file in place of whatever is there: a symlink at `log` is removed, not
+        // followed (`create_new` never opens through one).
+        match std::fs::remove_file(log_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(self.io("replacing", log_path, e));
+            }
+            _ => {}
+        }
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(log_path)
+            .map_err(|e| self.io("creating", log_path, e))?;
         let f2 = f.try_clone().map_err(|e| self.io("opening", log_path, e))?;
         let mut child = Command::new(program)
             .args(args)
