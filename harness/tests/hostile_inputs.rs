@@ -129,7 +129,7 @@ fn logits_raw_out_replaces_a_symlinked_output_instead_of_writing_through_it() {
     let plain = dir.path().join("plain.f32");
     raw(&plain);
     let expected = std::fs::read(&plain).unwrap();
-    assert!(!expected.is_empty() && expected.len() % 4 == 0);
+    assert!(!expected.is_empty() && expected.len().is_multiple_of(4));
 
     let victim = dir.path().join("notes.txt");
     std::fs::write(&victim, "keep me\n").unwrap();
