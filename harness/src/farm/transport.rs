@@ -469,3 +469,33 @@ impl Transport for AdbTransport {
         self.shell_ok(&shell::join(&["rm", "-rf", remote])?, "rm")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_step_log_replaces_a_symlink_instead_of_writing_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("notes.txt");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let log = dir.path().join("step.log");
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        let t = LocalTransport::new("local");
+        let cwd = dir.path().display().to_string();
+        let code = t
+            .run(
+                &cwd,
+                "/bin/sh",
+                &["-c".into(), "echo from-the-step".into()],
+                &log.display().to_string(),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(code, 0);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        let meta = std::fs::symlink_metadata(&log).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink was followed");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "from-the-step\n");
+    }
+}
