@@ -6,8 +6,8 @@
 //! a consumer is found too.
 //!
 //! `harness/tests/fuzz_parsers.rs` runs each body over mutated seeds, a bounded number of
-//! cases, in every CI run; the same functions suit a cargo-fuzz target body
-//! (`fuzz_target!(|data: &[u8]| pocketperf::fuzz_bodies::gate_rules(data))`).
+//! cases, in every CI run; each is also the body of the cargo-fuzz target of its name
+//! (`fuzz/fuzz_targets/<name>.rs`).
 
 use std::path::Path;
 

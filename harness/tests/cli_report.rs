@@ -815,3 +815,49 @@ fn reports_open_in_headless_chromium_without_console_errors() {
     let o = chromium_check(&[&bad], &shots).unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
 }
+
+#[test]
+fn compare_out_replaces_symlinked_outputs_instead_of_writing_through_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cmp");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut victims = Vec::new();
+    for name in ["compare.html", "compare.csv", "compare.md"] {
+        let victim = tmp.path().join(format!("victim-{name}"));
+        std::fs::write(&victim, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+        victims.push((name, victim));
+    }
+    let o = pocketperf(&[
+        os("compare"),
+        run_a().as_os_str(),
+        run_b().as_os_str(),
+        os("--out"),
+        out.as_os_str(),
+        os("--allow-diff"),
+        os("model,device,cli,settings,threads,backend,isa,sut,scenario"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for (name, victim) in &victims {
+        assert_eq!(
+            std::fs::read_to_string(victim).unwrap(),
+            "keep me\n",
+            "{name}"
+        );
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{name}: the symlink was followed"
+        );
+    }
+    // The Markdown written is the table the command printed.
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    assert_eq!(md, String::from_utf8_lossy(&o.stdout));
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -114,6 +114,123 @@ fn model_align_replaces_a_symlinked_output_instead_of_writing_through_it() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+#[test]
+fn logits_raw_out_replaces_a_symlinked_output_instead_of_writing_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in_a(dir.path());
+    let m_s = m.display().to_string();
+    let raw = |out: &Path| {
+        let out_s = out.display().to_string();
+        let args = ["logits", "--model", &m_s, "--prompt-ids", "72,105"];
+        let o = run(&[&args[..], &["--raw-out", &out_s]].concat(), &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    // The same logits written to a plain new file: what the symlinked output must hold.
+    let plain = dir.path().join("plain.f32");
+    raw(&plain);
+    let expected = std::fs::read(&plain).unwrap();
+    assert!(!expected.is_empty() && expected.len().is_multiple_of(4));
+
+    let victim = dir.path().join("notes.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let out = dir.path().join("logits.f32");
+    std::os::unix::fs::symlink(&victim, &out).unwrap();
+    raw(&out);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    let meta = std::fs::symlink_metadata(&out).unwrap();
+    assert!(meta.file_type().is_file(), "the symlink was followed");
+    assert_eq!(std::fs::read(&out).unwrap(), expected);
+    assert!(temporaries(dir.path()).is_empty());
+}
+
+#[test]
+fn logits_raw_out_refuses_the_model_file_by_another_path_and_the_model_is_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in_a(dir.path());
+    let before = sha256(&m);
+    let m_s = m.display().to_string();
+    let by_dots = dir.path().join("a/../a/m.gguf").display().to_string();
+    let link = dir.path().join("link.gguf");
+    std::os::unix::fs::symlink(&m, &link).unwrap();
+    let link_s = link.display().to_string();
+    for out in [&by_dots, &link_s] {
+        refused(
+            &[
+                "logits",
+                "--model",
+                &m_s,
+                "--prompt-ids",
+                "72",
+                "--raw-out",
+                out,
+            ],
+            &[],
+            &["--raw-out", "is the model file", "same device and inode"],
+        );
+        assert_eq!(sha256(&m), before, "--raw-out {out}: the model changed");
+    }
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(temporaries(&dir.path().join("a")).is_empty());
+}
+
+#[test]
+fn governor_sim_replaces_symlinked_outputs_instead_of_writing_through_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gov");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut victims = Vec::new();
+    for name in [
+        "governor_sim.json",
+        "governor_trace.csv",
+        "governor_sim.html",
+    ] {
+        let victim = dir.path().join(format!("victim-{name}"));
+        std::fs::write(&victim, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+        victims.push((name, victim));
+    }
+    let out_s = out.display().to_string();
+    let o = run(
+        &[
+            "governor",
+            "sim",
+            "--device",
+            "sim:pixel-8-pro",
+            "--minutes",
+            "30",
+            "--out",
+            &out_s,
+        ],
+        &[],
+    );
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    for (name, victim) in &victims {
+        assert_eq!(
+            std::fs::read_to_string(victim).unwrap(),
+            "keep me\n",
+            "{name}"
+        );
+        let p = out.join(name);
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{name}: the symlink was followed"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("governor_sim.json")).unwrap()).unwrap();
+    assert_eq!(json["device"], "sim:pixel-8-pro");
+    let csv = std::fs::read_to_string(out.join("governor_trace.csv")).unwrap();
+    assert!(csv.starts_with("# schema_version="), "{csv:.200}");
+    assert!(csv.contains("\ngovernor,t_s,skin_c,"), "no column header");
+    assert!(temporaries(&out).is_empty());
+}
+
 // ---- 2. Alignment is bounded ----
 
 #[test]

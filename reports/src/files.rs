@@ -3,7 +3,8 @@
 //! dashboard) never sees half a file, a crash mid-write leaves the old file whole, and a
 //! symlink at the destination is replaced rather than followed onto the file it points at.
 //! `result.json`, the data files, the HTML/Markdown reports, `mmlu.json`, the detail log's
-//! appended lines and the soak's `robustness.json`/`.html` all go through it (the GGUF
+//! appended lines, the soak's `robustness.json`/`.html`, `compare --out`, `farm run`'s files,
+//! `logits --raw-out` and the governor simulation's outputs all go through it (the GGUF
 //! writer has its own streaming twin, `pocketperf_runtime::gguf::replace_file`).
 
 use std::fs;

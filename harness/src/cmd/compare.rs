@@ -83,7 +83,8 @@ pub fn compare(a: &CompareArgs) -> Result<i32> {
         ("compare.md", md.clone()),
     ] {
         let p = a.out.join(name);
-        std::fs::write(&p, text).with_context(|| format!("{}: cannot write", p.display()))?;
+        pocketperf_reports::files::replace_file(&p, text.as_bytes())
+            .map_err(|(f, e)| anyhow::anyhow!("{}: cannot write: {e}", f.display()))?;
         eprintln!("wrote {}", p.display());
     }
     print!("{md}");

@@ -241,7 +241,8 @@ pub struct LogitsArgs {
     pub prompt_ids: Option<String>,
     #[arg(long, default_value_t = 10)]
     pub top_k: usize,
-    /// Write all logits at the last position as f32 little-endian.
+    /// Write all logits at the last position as f32 little-endian (through a temporary
+    /// renamed into place; the model file itself is refused).
     #[arg(long)]
     pub raw_out: Option<PathBuf>,
     #[arg(long)]
@@ -260,7 +261,17 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
 }
 
 pub fn logits(a: &LogitsArgs) -> Result<i32> {
-    let (engine, _) = a.engine.load()?;
+    let (engine, model) = a.engine.load()?;
+    if let Some(out) = &a.raw_out
+        && pocketperf_runtime::gguf::same_file(&model, out)
+            .with_context(|| format!("{}: cannot inspect", out.display()))?
+    {
+        bail!(
+            "--raw-out {} is the model file {} (same device and inode); write to another path",
+            out.display(),
+            model.display()
+        );
+    }
     let ids = match (&a.prompt, &a.prompt_ids) {
         (Some(p), _) => prompt_tokens(&engine, p, false)?,
         (None, Some(s)) => parse_ids(s)?,

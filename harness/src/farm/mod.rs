@@ -328,6 +328,12 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
+/// Writes one of the farm's own files through a temporary and a rename
+/// ([`pocketperf_reports::files::replace_file`]).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), FarmError> {
+    pocketperf_reports::files::replace_file(path, bytes).map_err(|(f, e)| io("writing", &f)(e))
+}
+
 /// Creates `out/<UTC stamp>` (suffixed `-01`, `-02`, … if it exists) and returns its name.
 pub fn create_run_dir(
     out: &Path,
@@ -487,9 +493,16 @@ fn attempt_device(
         steps[i].exit_code = Some(code);
         let log_name = format!("{}.log", step.name);
         let local_log = local_dir.join(&log_name);
-        let _ = std::fs::remove_file(&local_log);
-        let pulled_log = t.pull(&r_log, &local_log);
-        if pulled_log.is_ok() {
+        // Pulled beside the destination and renamed into place, like the step's directory:
+        // a symlink at `local_log` is replaced, never written through.
+        let log_staging = local_dir.join(format!(".{log_name}.partial"));
+        let _ = std::fs::remove_file(&log_staging);
+        let pulled_log = t.pull(&r_log, &log_staging).and_then(|()| {
+            std::fs::rename(&log_staging, &local_log).map_err(|e| io("renaming", &log_staging)(e))
+        });
+        if pulled_log.is_err() {
+            let _ = std::fs::remove_file(&log_staging);
+        } else {
             steps[i].log = Some(format!("{}/{log_name}", dev.name));
         }
         if code != 0 && code != 1 {
@@ -711,7 +724,8 @@ fn compare_step(
         ] {
             let name = format!("{step}.{ext}");
             let p = cmp_dir.join(&name);
-            std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+            pocketperf_reports::files::replace_file(&p, text.as_bytes())
+                .map_err(|(f, e)| format!("writing {}: {e}", f.display()))?;
             files.push(format!("compare/{name}"));
         }
         Ok(files)
@@ -805,9 +819,9 @@ fn gate_device_step(
         ("md", outcome.to_markdown(ctx)),
     ] {
         let name = format!("{step}.{ext}");
-        match std::fs::write(gate_dir.join(&name), text) {
+        match pocketperf_reports::files::replace_file(&gate_dir.join(&name), text.as_bytes()) {
             Ok(()) => g.files.push(format!("gate/{device}/{name}")),
-            Err(e) => g.detail.push_str(&format!(" ({name} not written: {e})")),
+            Err((_, e)) => g.detail.push_str(&format!(" ({name} not written: {e})")),
         }
     }
     g
@@ -913,9 +927,9 @@ pub fn run_farm(
     report.exit_code = report.compute_exit_code();
     let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
     let p = run_dir.join(FARM_FILE);
-    std::fs::write(&p, json).map_err(io("writing", &p))?;
+    write_file(&p, json.as_bytes())?;
     let p = run_dir.join("farm.md");
-    std::fs::write(&p, report.to_markdown()).map_err(io("writing", &p))?;
+    write_file(&p, report.to_markdown().as_bytes())?;
     Ok(report)
 }
 

@@ -232,7 +232,19 @@ impl Transport for LocalTransport {
         timeout: Duration,
     ) -> Result<i32, FarmError> {
         let log_path = Path::new(log);
-        let f = File::create(log_path).map_err(|e| self.io("creating", log_path, e))?;
+        // A new file in place of whatever is there: a symlink at `log` is removed, not
+        // followed (`create_new` never opens through one).
+        match std::fs::remove_file(log_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(self.io("replacing", log_path, e));
+            }
+            _ => {}
+        }
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(log_path)
+            .map_err(|e| self.io("creating", log_path, e))?;
         let f2 = f.try_clone().map_err(|e| self.io("opening", log_path, e))?;
         let mut child = Command::new(program)
             .args(args)
@@ -455,5 +467,35 @@ impl Transport for AdbTransport {
 
     fn remove(&self, remote: &str) -> Result<(), FarmError> {
         self.shell_ok(&shell::join(&["rm", "-rf", remote])?, "rm")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_step_log_replaces_a_symlink_instead_of_writing_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("notes.txt");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let log = dir.path().join("step.log");
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        let t = LocalTransport::new("local");
+        let cwd = dir.path().display().to_string();
+        let code = t
+            .run(
+                &cwd,
+                "/bin/sh",
+                &["-c".into(), "echo from-the-step".into()],
+                &log.display().to_string(),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(code, 0);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        let meta = std::fs::symlink_metadata(&log).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink was followed");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "from-the-step\n");
     }
 }

@@ -867,15 +867,20 @@ impl Comparison {
             move |source| GovSimError::Write { path, source }
         };
         std::fs::create_dir_all(dir).map_err(wr(dir))?;
+        // Each file through a temporary beside it, renamed into place: a symlink at a
+        // destination is replaced, never written through.
+        let put = |path: &Path, bytes: &[u8]| {
+            pocketperf_reports::files::replace_file(path, bytes)
+                .map_err(|(path, source)| GovSimError::Write { path, source })
+        };
         let mut written = Vec::new();
         let json_path = dir.join("governor_sim.json");
         let json = serde_json::to_string_pretty(report)?;
-        std::fs::write(&json_path, json + "\n").map_err(wr(&json_path))?;
+        put(&json_path, (json + "\n").as_bytes())?;
         written.push(json_path);
 
         let csv_path = dir.join("governor_trace.csv");
-        let mut f =
-            std::io::BufWriter::new(std::fs::File::create(&csv_path).map_err(wr(&csv_path))?);
+        let mut f: Vec<u8> = Vec::new();
         let h = &report.header;
         let mut text = String::new();
         text += &format!(
@@ -934,10 +939,10 @@ impl Comparison {
                 .map_err(bad)?;
             }
         }
-        let mut f = w
+        let f = w
             .into_inner()
             .map_err(|e| bad(csv::Error::from(std::io::Error::other(e.to_string()))))?;
-        f.flush().map_err(wr(&csv_path))?;
+        put(&csv_path, &f)?;
         written.push(csv_path);
 
         let plots = self.plots()?;
@@ -947,11 +952,11 @@ impl Comparison {
             ("governor_speed.svg", &plots.speed),
         ] {
             let path = dir.join(name);
-            std::fs::write(&path, svg).map_err(wr(&path))?;
+            put(&path, svg.as_bytes())?;
             written.push(path);
         }
         let html_path = dir.join("governor_sim.html");
-        std::fs::write(&html_path, self.html(report, &plots)).map_err(wr(&html_path))?;
+        put(&html_path, self.html(report, &plots).as_bytes())?;
         written.push(html_path);
         Ok(written)
     }

@@ -402,10 +402,8 @@ impl RunRecording {
             "truth_check": truth_check,
         });
         let text = serde_json::to_string_pretty(&doc)?;
-        std::fs::write(&path, text + "\n").map_err(|source| TelemetryError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        pocketperf_reports::files::replace_file(&path, (text + "\n").as_bytes())
+            .map_err(|(path, source)| TelemetryError::Write { path, source })?;
         Ok(path)
     }
 }

@@ -2,7 +2,7 @@
 //! their log-probabilities and pieces (text or JSON), and optionally every logit as f32
 //! little-endian to a file.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, log_prob};
 use std::path::Path;
@@ -36,7 +36,8 @@ pub fn logits(
         .collect();
     if let Some(p) = raw_out {
         let bytes: Vec<u8> = l.iter().flat_map(|x| x.to_le_bytes()).collect();
-        std::fs::write(p, bytes).with_context(|| format!("{}: cannot write", p.display()))?;
+        pocketperf_reports::files::replace_file(p, &bytes)
+            .map_err(|(f, e)| anyhow::anyhow!("{}: cannot write: {e}", f.display()))?;
     }
     if json {
         println!("{}", serde_json::json!({"prompt_ids": ids, "top": top}));

@@ -1,0 +1,8 @@
+//! `pocketperf::fuzz_bodies::result_json` as a cargo-fuzz target (body and what it checks:
+//! `harness/src/fuzz_bodies.rs`; CI runs the same body as a bounded property test,
+//! `harness/tests/fuzz_parsers.rs`). From `fuzz/`: `cargo +nightly fuzz run result_json`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    pocketperf::fuzz_bodies::result_json(data);
+});
