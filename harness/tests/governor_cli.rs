@@ -41,6 +41,40 @@ fn tokens_csv(dir: &Path) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
+/// One short dialogue (40 tokens a turn) on a simulated Snapdragon handset 300 times lighter
+/// than its profile, under the PID governor targeting 30 °C (20 ms period, 1 thread), with
+/// `extra` flags; it must succeed. Returns its output.
+fn governed_dialogue(dir: &std::path::Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--scenario",
+        "dialogue",
+        "--device",
+        "sim:snapdragon-8gen3,thermal-speedup=300",
+        "--governor",
+        "pid",
+        "--target-temp",
+        "30",
+        "--governor-period-ms",
+        "20",
+        "--threads",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let o = pocketperf(&args)
+        .arg("--model")
+        .arg(model_path())
+        .arg("--out")
+        .arg(dir)
+        .env("POCKETPERF_DIALOGUES", "1")
+        .env("POCKETPERF_IDLE_S", "0")
+        .env("POCKETPERF_TURN_TOKENS", "40")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    o
+}
+
 fn column(header: &[String], rows: &[Vec<String>], name: &str) -> Vec<String> {
     let i = header
         .iter()
@@ -56,31 +90,7 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     // A handset 300 times lighter than the snapdragon profile (skin time constant 2.6 s) and
     // a target of 30 °C, which its idle power alone (28.2 °C) does not reach but a few
     // seconds of decoding does, even on a loaded host: the governor must throttle.
-    let o = pocketperf(&[
-        "run",
-        "--scenario",
-        "dialogue",
-        "--device",
-        "sim:snapdragon-8gen3,thermal-speedup=300",
-        "--governor",
-        "pid",
-        "--target-temp",
-        "30",
-        "--governor-period-ms",
-        "20",
-        "--threads",
-        "1",
-    ])
-    .arg("--model")
-    .arg(model_path())
-    .arg("--out")
-    .arg(&dir)
-    .env("POCKETPERF_DIALOGUES", "1")
-    .env("POCKETPERF_IDLE_S", "0")
-    .env("POCKETPERF_TURN_TOKENS", "40")
-    .output()
-    .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    governed_dialogue(&dir, &[]);
 
     let (header, rows) = tokens_csv(&dir);
     assert!(rows.len() >= 40, "{} token rows", rows.len());
@@ -202,33 +212,7 @@ fn a_loadgen_scenario_on_a_simulated_handset_governs_by_the_handsets_skin() {
 fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("res");
-    let o = pocketperf(&[
-        "run",
-        "--scenario",
-        "dialogue",
-        "--device",
-        "sim:snapdragon-8gen3,thermal-speedup=300",
-        "--governor",
-        "pid",
-        "--governor-actuator",
-        "caps",
-        "--target-temp",
-        "30",
-        "--governor-period-ms",
-        "20",
-        "--threads",
-        "1",
-    ])
-    .arg("--model")
-    .arg(model_path())
-    .arg("--out")
-    .arg(&dir)
-    .env("POCKETPERF_DIALOGUES", "1")
-    .env("POCKETPERF_IDLE_S", "0")
-    .env("POCKETPERF_TURN_TOKENS", "40")
-    .output()
-    .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = governed_dialogue(&dir, &["--governor-actuator", "caps"]);
     let (header, rows) = tokens_csv(&dir);
     let caps: Vec<u64> = column(&header, &rows, "gov_caps")
         .iter()
