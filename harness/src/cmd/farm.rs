@@ -35,8 +35,8 @@ pub struct FarmHistoryArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Metrics to show, as the run reports name them (repeatable or comma-separated;
-    /// default: tpot_p50, ttft_p50, latency_p50, query_tokens_per_s_median, j_per_token).
-    /// A metric no night has is an error.
+    /// default: those of tpot_p50, ttft_p50, latency_p50, query_tokens_per_s_median and
+    /// j_per_token that the nights have). A named metric no night has is an error.
     #[arg(long = "metric", value_delimiter = ',')]
     pub metrics: Vec<String>,
 }
@@ -74,15 +74,10 @@ pub fn farm_cmd(cmd: &FarmCmd) -> Result<i32> {
 }
 
 fn farm_history(a: &FarmHistoryArgs) -> Result<i32> {
-    let metrics: Vec<String> = if a.metrics.is_empty() {
-        history::DEFAULT_METRICS
-            .iter()
-            .map(|m| m.to_string())
-            .collect()
-    } else {
-        a.metrics.clone()
-    };
-    let h = history::collect(&a.results, &metrics)?;
+    let h = history::collect(
+        &a.results,
+        (!a.metrics.is_empty()).then_some(a.metrics.as_slice()),
+    )?;
     let out = a.out.as_ref().unwrap_or(&a.results);
     let files = history::write(&h, &a.results, out)?;
     println!(

@@ -168,8 +168,15 @@ fn night_dirs(results: &Path) -> Result<Vec<String>> {
 }
 
 /// Reads every night of `results`. `metrics` names figures of the run reports (`tpot_p50`,
-/// `j_per_token`, …); a metric that no night has is an error, as is a root with no night.
-pub fn collect(results: &Path, metrics: &[String]) -> Result<History> {
+/// `j_per_token`, …); `None` is [`DEFAULT_METRICS`], of which those no night has are left
+/// out. A named metric that no night has is an error, as is a root with no night.
+pub fn collect(results: &Path, metrics: Option<&[String]>) -> Result<History> {
+    let named = metrics.is_some();
+    let metrics: Vec<String> = match metrics {
+        Some(m) => m.to_vec(),
+        None => DEFAULT_METRICS.iter().map(|m| m.to_string()).collect(),
+    };
+    let metrics = metrics.as_slice();
     let nights = night_dirs(results)?;
     if nights.is_empty() {
         bail!(
@@ -185,7 +192,10 @@ pub fn collect(results: &Path, metrics: &[String]) -> Result<History> {
     for night in &nights {
         read_night(results, night, metrics, &mut h);
     }
-    for m in metrics {
+    if !named {
+        h.metrics.retain(|m| h.rows.iter().any(|r| &r.metric == m));
+    }
+    for m in metrics.iter().filter(|_| named) {
         if !h.rows.iter().any(|r| &r.metric == m) {
             bail!(
                 "metric `{m}`: no step of any night in {} has it",
@@ -360,13 +370,14 @@ pub fn to_html(h: &History, results: &Path) -> String {
             points: rows.iter().map(|r| (x(r), r.value)).collect(),
         }];
         for (name, get) in [
-            ("95% low", (|r: &HistoryRow| r.lo) as fn(&HistoryRow) -> Option<f64>),
+            (
+                "95% low",
+                (|r: &HistoryRow| r.lo) as fn(&HistoryRow) -> Option<f64>,
+            ),
             ("95% high", |r: &HistoryRow| r.hi),
         ] {
-            let points: Vec<(f64, f64)> = rows
-                .iter()
-                .filter_map(|r| Some((x(r), get(r)?)))
-                .collect();
+            let points: Vec<(f64, f64)> =
+                rows.iter().filter_map(|r| Some((x(r), get(r)?))).collect();
             if !points.is_empty() {
                 series.push(Series {
                     name: name.into(),
@@ -391,7 +402,10 @@ pub fn to_html(h: &History, results: &Path) -> String {
                 _ => String::new(),
             };
             let mark = if r.failing() {
-                format!("<span class=\"bad\">FAIL {}</span>", escape_html(&r.verdict))
+                format!(
+                    "<span class=\"bad\">FAIL {}</span>",
+                    escape_html(&r.verdict)
+                )
             } else {
                 format!("<span class=\"good\">{}</span>", escape_html(&r.verdict))
             };
