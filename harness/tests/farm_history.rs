@@ -282,3 +282,113 @@ fn an_empty_results_root_or_an_unknown_metric_is_an_error() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("tpot_p77"));
     assert!(!tmp.path().join("history.csv").exists());
 }
+
+const STAND_IN: &str = r#"#!/bin/sh
+out=
+while [ $# -gt 0 ]; do
+  case "$1" in --out) out="$2"; shift ;; esac
+  shift
+done
+mkdir -p "$out" && cp "$FAKE_FIXTURE/result.json" "$out/"
+"#;
+
+/// Two real `farm run` nights (a stand-in binary on a `local` device that writes a recorded
+/// run: fixture a, then fixture b), then `farm history` over them: the rows name the nights
+/// the farm created, the second night's baseline is the first, its verdict is the one its
+/// `farm.json` gives, and the values are those of the recorded runs.
+#[test]
+fn history_reads_the_nights_a_farm_run_wrote() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let exe = root.join("stand-in");
+    std::fs::write(&exe, STAND_IN).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(root.join("m.gguf"), "model\n").unwrap();
+    std::fs::write(
+        root.join("devices.toml"),
+        "[[device]]\nname = \"host\"\ntransport = \"local\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("suite.toml"),
+        "name = \"t\"\n[[step]]\nname = \"s\"\nargs = [\"run\", \"--out\", \"{out}\"]\n",
+    )
+    .unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/tests/fixtures");
+    for f in ["real-singlestream-a", "real-singlestream-b"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
+            .current_dir(root)
+            .env("FAKE_FIXTURE", fixtures.join(f))
+            .args([
+                "farm",
+                "run",
+                "--devices",
+                "devices.toml",
+                "--suite",
+                "suite.toml",
+            ])
+            .args([
+                "--out", "results", "--binary", "stand-in", "--model", "m.gguf",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{}",
+            pocketperf_testkit::output_text(&o)
+        );
+    }
+    let results = root.join("results");
+    let mut nights: Vec<String> = std::fs::read_dir(&results)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("farm.json").is_file())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    nights.sort();
+    assert_eq!(nights.len(), 2);
+    let farm2: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(results.join(&nights[1]).join("farm.json")).unwrap(),
+    )
+    .unwrap();
+    let gate2 = farm2["gates"][0]["status"].as_str().unwrap().to_string();
+
+    let o = pocketperf(&[
+        "farm",
+        "history",
+        results.to_str().unwrap(),
+        "--metric",
+        "tpot_p50",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = records(&std::fs::read_to_string(results.join("history.csv")).unwrap());
+    assert_eq!(rows.len(), 2);
+    for (i, (night, f)) in nights
+        .iter()
+        .zip(["real-singlestream-a", "real-singlestream-b"])
+        .enumerate()
+    {
+        let r = &rows[i];
+        assert_eq!(&r["night"], night);
+        assert_eq!(r["device"], "host");
+        assert_eq!(r["step"], "s");
+        let want = load_result(fixtures.join(f))
+            .unwrap()
+            .performance
+            .unwrap()
+            .tpot_ms
+            .unwrap()
+            .p50;
+        assert_eq!(r["value"].parse::<f64>().unwrap(), want);
+    }
+    assert_eq!(rows[0]["verdict"], "skipped");
+    assert_eq!(rows[0]["baseline"], "");
+    assert_eq!(rows[1]["verdict"], gate2);
+    assert_eq!(rows[1]["baseline"], nights[0]);
+}
