@@ -2,6 +2,9 @@
 //! nightly device farm (see [`crate::farm`]). Exit 0 when every device completed and every
 //! gate passed; 1 when a gate found a regression or a run was INVALID; 2 when a device failed
 //! after its retries or nothing could start.
+//!
+//! `pocketperf farm history RESULTS/ [--out DIR] [--metric M]…`: the nights of a results root
+//! as `history.html` and `history.csv` (see [`crate::farm::history`]).
 
 use std::path::PathBuf;
 
@@ -9,6 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use pocketperf_reports::gate::GateRules;
 
+use crate::farm::history;
 use crate::farm::inventory::Inventory;
 use crate::farm::suite::{ModelChoice, Suite};
 use crate::farm::{FarmOptions, run_farm, validate};
@@ -18,6 +22,23 @@ use crate::model_store;
 pub enum FarmCmd {
     /// Run the suite on every device in parallel, pull the results, compare and gate them.
     Run(FarmRunArgs),
+    /// Write history.html and history.csv: per device, step and metric, every night's value
+    /// with its interval, verdict and baseline night.
+    History(FarmHistoryArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FarmHistoryArgs {
+    /// Results root of `farm run` (one dated directory per night).
+    pub results: PathBuf,
+    /// Directory for history.html and history.csv (default: the results root).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Metrics to show, as the run reports name them (repeatable or comma-separated;
+    /// default: those of tpot_p50, ttft_p50, latency_p50, query_tokens_per_s_median and
+    /// j_per_token that the nights have). A named metric no night has is an error.
+    #[arg(long = "metric", value_delimiter = ',')]
+    pub metrics: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -48,7 +69,30 @@ pub struct FarmRunArgs {
 pub fn farm_cmd(cmd: &FarmCmd) -> Result<i32> {
     match cmd {
         FarmCmd::Run(a) => farm_run(a),
+        FarmCmd::History(a) => farm_history(a),
     }
+}
+
+fn farm_history(a: &FarmHistoryArgs) -> Result<i32> {
+    let h = history::collect(
+        &a.results,
+        (!a.metrics.is_empty()).then_some(a.metrics.as_slice()),
+    )?;
+    let out = a.out.as_ref().unwrap_or(&a.results);
+    let files = history::write(&h, &a.results, out)?;
+    println!(
+        "{} nights, {} figures, {} not read",
+        h.nights.len(),
+        h.rows.len(),
+        h.unreadable.len()
+    );
+    for u in &h.unreadable {
+        println!("not read: {}: {}", u.path.display(), u.reason);
+    }
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
 }
 
 fn farm_run(a: &FarmRunArgs) -> Result<i32> {

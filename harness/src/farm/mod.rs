@@ -16,6 +16,7 @@
 //! Size: over 800 lines: the per-device thread (push, run, pull, retries) and the dated
 //! result tree with its compare/gate step. The result-tree step is the seam for a split.
 
+pub mod history;
 pub mod inventory;
 pub mod names;
 pub mod nights;
