@@ -395,3 +395,48 @@ args = ["run", "--scenario", "single-stream", "--preset", "quick", "--config", "
     let tokens = std::fs::read_to_string(night.join("phone/single-stream/tokens.csv")).unwrap();
     assert!(tokens.lines().count() > 2, "{tokens}");
 }
+
+/// `bench --depth` past Gemma 3's 512-token sliding window: the local layers' ring has
+/// wrapped, so the cache cannot be cut back to the depth between repetitions; each repetition
+/// must still start from the same depth (refilled) and be measured, not end in an error.
+#[test]
+fn gemma3_bench_at_a_depth_past_its_sliding_window_measures_every_repetition() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let o = pocketperf(
+        &[
+            "bench",
+            "--model",
+            "gemma3-270m",
+            "--threads",
+            "1",
+            "--pp",
+            "8",
+            "--tg",
+            "4",
+            "--depth",
+            "600",
+            "--reps",
+            "2",
+            "--batch",
+            "0",
+            "--probe-mib",
+            "0",
+            "--output",
+            "json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    ok(&o, &[0], "bench --depth 600 on gemma3-270m");
+    let b = read_json(&out);
+    let rows = b["rows"].as_array().expect("rows");
+    let tests: Vec<&str> = rows.iter().filter_map(|r| r["test"].as_str()).collect();
+    assert_eq!(tests, ["pp8@d600", "tg4@d600"], "{b}");
+    for r in rows {
+        assert_eq!(r["reps"].as_u64(), Some(2), "{r}");
+        let t = r["tokens_per_s_median"].as_f64().unwrap_or(0.0);
+        assert!(t.is_finite() && t > 0.0, "{r}");
+    }
+}

@@ -51,12 +51,15 @@ fn kv_read_per_token(c: &ModelConfig, start: usize, n: usize) -> u64 {
     total / n as u64
 }
 
-/// Rewinds a session to the `depth` tokens the tests start from.
-fn rewind(s: &mut Session<'_>, depth: usize) -> Result<()> {
+/// Brings a session back to the `depth` tokens `ctx` the tests start from: a rewind where the
+/// cache can be cut back, else (a sliding-window layer's ring has wrapped past the depth, as
+/// on Gemma 3 beyond its window) a fresh prefill of `ctx`, untimed either way.
+fn rewind(s: &mut Session<'_>, depth: usize, ctx: &[u32]) -> Result<()> {
     if depth == 0 {
         s.reset();
-    } else {
-        s.truncate(depth)?;
+    } else if s.truncate(depth).is_err() {
+        s.reset();
+        s.prefill(ctx)?;
     }
     Ok(())
 }
@@ -130,7 +133,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
                 for _ in 0..m.reps {
-                    rewind(&mut s, depth)?;
+                    rewind(&mut s, depth, &ctx)?;
                     let t0 = Instant::now();
                     s.prefill(&toks)?;
                     samples.push(pp as f64 / t0.elapsed().as_secs_f64());
@@ -153,7 +156,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
                 for _ in 0..m.reps {
-                    rewind(&mut s, depth)?;
+                    rewind(&mut s, depth, &ctx)?;
                     let t0 = Instant::now();
                     for &tok in &toks {
                         s.decode(tok)?;
@@ -209,7 +212,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                     let mut samples = Vec::with_capacity(m.reps);
                     for _ in 0..m.reps {
                         for x in sessions.iter_mut() {
-                            rewind(x, depth)?;
+                            rewind(x, depth, &ctx)?;
                         }
                         let mut refs: Vec<_> = sessions.iter_mut().collect();
                         let t0 = Instant::now();
