@@ -24,6 +24,18 @@ fn text(o: &Output) -> String {
     pocketperf_testkit::output_text(o)
 }
 
+/// Runs `args`, which must exit 2 with `needle` on stderr.
+#[track_caller]
+fn refused(args: &[&str], needle: &str) {
+    let o = pocketperf(args).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(needle),
+        "{args:?}: {}",
+        text(&o)
+    );
+}
+
 /// `tokens.csv` without its `#` provenance lines: header and rows.
 fn tokens_csv(dir: &Path) -> (Vec<String>, Vec<Vec<String>>) {
     let raw = std::fs::read_to_string(dir.join("tokens.csv")).unwrap();
@@ -265,7 +277,7 @@ fn governor_flags_that_cannot_apply_on_a_simulated_handset_are_refused_by_name()
              --device sim:snapdragon-8gen3",
         ),
     ] {
-        let o = pocketperf(&[
+        let mut args = vec![
             "run",
             "--scenario",
             scenario,
@@ -275,53 +287,38 @@ fn governor_flags_that_cannot_apply_on_a_simulated_handset_are_refused_by_name()
             "pid",
             "--out",
             out.to_str().unwrap(),
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
-        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains(named), "{}", text(&o));
+        ];
+        args.extend_from_slice(extra);
+        refused(&args, named);
         assert!(!out.exists(), "nothing is written before the refusal");
     }
     // The dialogue scenario runs in process: a governor cannot act on another process.
-    let o = pocketperf(&[
-        "run",
-        "--scenario",
-        "dialogue",
-        "--sut",
-        "process",
-        "--governor",
-        "pid",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr)
-            .contains("--sut process not supported by the dialogue scenario"),
-        "{}",
-        text(&o)
+    refused(
+        &[
+            "run",
+            "--scenario",
+            "dialogue",
+            "--sut",
+            "process",
+            "--governor",
+            "pid",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "--sut process not supported by the dialogue scenario",
     );
     // A malformed simulated-device option is an error naming the option.
-    let o = pocketperf(&[
-        "run",
-        "--scenario",
-        "dialogue",
-        "--device",
-        "sim:snapdragon-8gen3,thermal-speedup=0",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("thermal-speedup=K"),
-        "{}",
-        text(&o)
+    refused(
+        &[
+            "run",
+            "--scenario",
+            "dialogue",
+            "--device",
+            "sim:snapdragon-8gen3,thermal-speedup=0",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "thermal-speedup=K",
     );
     assert!(!out.exists());
 }

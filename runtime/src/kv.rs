@@ -55,6 +55,16 @@ impl std::str::FromStr for KvPolicy {
     }
 }
 
+/// The spelling [`KvPolicy::from_str`] reads back: `error` or `sliding:N`.
+impl std::fmt::Display for KvPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KvPolicy::Error => f.write_str("error"),
+            KvPolicy::Sliding { sinks } => write!(f, "sliding:{sinks}"),
+        }
+    }
+}
+
 /// Geometry of a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvShape {
@@ -312,6 +322,17 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_reads_back_what_it_prints() {
+        for p in [
+            KvPolicy::Error,
+            KvPolicy::Sliding { sinks: 0 },
+            KvPolicy::Sliding { sinks: 4 },
+        ] {
+            assert_eq!(p.to_string().parse::<KvPolicy>().unwrap(), p);
+        }
+    }
 
     fn shape(cap: usize) -> KvShape {
         KvShape {

@@ -62,14 +62,6 @@ pub fn parse_kv_policy(s: &str) -> std::result::Result<KvPolicy, String> {
     s.parse::<KvPolicy>().map_err(|e| e.to_string())
 }
 
-/// The protocol's spelling of a policy (what [`parse_kv_policy`] reads back).
-pub fn kv_policy_name(p: KvPolicy) -> String {
-    match p {
-        KvPolicy::Error => "error".into(),
-        KvPolicy::Sliding { sinks } => format!("sliding:{sinks}"),
-    }
-}
-
 /// Options shared by every command that runs the model.
 #[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct EngineArgs {

@@ -230,7 +230,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         prefault: a.engine.residency.prefault,
         isa: a.isa.clone(),
         ctx: a.ctx,
-        kv_policy: Some(crate::cmd::runtime::kv_policy_name(a.kv.kv_policy)),
+        kv_policy: Some(a.kv.kv_policy.to_string()),
         dialogues: a.dialogues,
         max_turn_tokens: a.max_turn_tokens,
         probe_prompts: a.probe_prompts,
