@@ -209,3 +209,36 @@ fn an_injected_stall_is_a_timeout_and_the_soak_goes_on() {
             .any(|q| q["t_s"].as_f64().unwrap() > t0)
     );
 }
+
+#[test]
+fn memory_samples_that_all_fail_fail_the_memory_checks_instead_of_skipping_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every `stats` request is refused: sampling was planned (every request after a 0 s
+    // warm-up) and gave no figure, so nothing was measured and the run cannot pass.
+    let (code, doc, j) = soak(dir.path(), &["--fault", "refuse_stats_after=0"]);
+    assert_eq!(code, Some(1));
+    for name in ["rss_growth", "major_faults"] {
+        let c = check(&doc, name);
+        assert_eq!(c["verdict"], "fail", "{c}");
+        assert!(
+            c["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("planned by this soak, but no figure"),
+            "{c}"
+        );
+    }
+    assert!(of_type(&j, "rss").is_empty());
+    let refused: Vec<&Value> = of_type(&j, "refused")
+        .into_iter()
+        .filter(|r| r["item"]["kind"] == "stats")
+        .collect();
+    assert!(!refused.is_empty());
+    assert_eq!(
+        doc["counts"]["stats_failed"].as_u64(),
+        Some(refused.len() as u64)
+    );
+    // The server stayed up and the soak went on.
+    assert_eq!(of_type(&j, "sut_start").len(), 1);
+    assert_pass(&doc, &["crashes", "timeouts", "output_drift"]);
+}

@@ -11,7 +11,10 @@
 //!   of a `query` is replaced by the next id, the first log-probability of a `score` moves by
 //!   one unit in the last place;
 //! - `stall_after=K`: the request after the K-th sleeps `stall_ms` (default one hour) before
-//!   it starts, without a word on stdout.
+//!   it starts, without a word on stdout;
+//! - `refuse_stats_after=K`: once K `query`/`score` requests are completed, every `stats`
+//!   request is refused with a `runtime` error (the server stays up): memory sampling that
+//!   gives no figure.
 
 use std::fmt;
 
@@ -26,12 +29,13 @@ pub struct FaultSpec {
     pub flip_after: Option<u64>,
     pub stall_after: Option<u64>,
     pub stall_ms: u64,
+    pub refuse_stats_after: Option<u64>,
 }
 
 /// A spec that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "fault spec `{spec}`: {reason} (expected comma-separated crash_after=K, leak_kib=N, flip_after=K, stall_after=K, stall_ms=MS)"
+    "fault spec `{spec}`: {reason} (expected comma-separated crash_after=K, leak_kib=N, flip_after=K, stall_after=K, stall_ms=MS, refuse_stats_after=K)"
 )]
 pub struct FaultSpecError {
     pub spec: String,
@@ -79,6 +83,7 @@ impl FaultSpec {
                 "flip_after" => f.flip_after = Some(n),
                 "stall_after" => f.stall_after = Some(n),
                 "stall_ms" => f.stall_ms = bounded("stall_ms", MAX_STALL_MS)?,
+                "refuse_stats_after" => f.refuse_stats_after = Some(n),
                 other => return Err(err(format!("unknown fault `{other}`"))),
             }
         }
@@ -91,6 +96,7 @@ impl FaultSpec {
             || self.leak_kib.is_some()
             || self.flip_after.is_some()
             || self.stall_after.is_some()
+            || self.refuse_stats_after.is_some()
     }
 }
 
@@ -109,6 +115,9 @@ impl fmt::Display for FaultSpec {
         if let Some(k) = self.stall_after {
             parts.push(format!("stall_after={k}"));
             parts.push(format!("stall_ms={}", self.stall_ms));
+        }
+        if let Some(k) = self.refuse_stats_after {
+            parts.push(format!("refuse_stats_after={k}"));
         }
         f.write_str(&parts.join(","))
     }
@@ -147,6 +156,11 @@ impl Faults {
     /// Whether outputs of request number `served` are altered.
     pub fn flip_now(&self, served: u64) -> bool {
         self.spec.flip_after.is_some_and(|k| served >= k)
+    }
+
+    /// Whether a `stats` request, after `served` completed query/score requests, is refused.
+    pub fn refuse_stats_now(&self, served: u64) -> bool {
+        self.spec.refuse_stats_after.is_some_and(|k| served >= k)
     }
 
     /// Sleeps if request number `served` must stall.
@@ -189,7 +203,11 @@ mod tests {
 
     #[test]
     fn spec_parses_and_prints_back() {
-        let f = FaultSpec::parse("crash_after=3, leak_kib=64,stall_after=2,stall_ms=50").unwrap();
+        let f = FaultSpec::parse(
+            "crash_after=3, leak_kib=64,stall_after=2,stall_ms=50,refuse_stats_after=4",
+        )
+        .unwrap();
+        assert_eq!(f.refuse_stats_after, Some(4));
         assert_eq!(f.crash_after, Some(3));
         assert_eq!(f.leak_kib, Some(64));
         assert_eq!(f.stall_after, Some(2));

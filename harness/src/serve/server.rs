@@ -257,6 +257,13 @@ impl<R: BufRead, W: Write> Server<R, W> {
                     self.emit(&Event::Bye { id, t_ns })?;
                     return Ok(Next::Stop);
                 }
+                Request::Stats if self.faults.refuse_stats_now(self.served) => {
+                    self.error(
+                        id,
+                        ErrorCode::Runtime,
+                        "fault injection: stats refused (refuse_stats_after)".into(),
+                    )?;
+                }
                 Request::Stats => {
                     let t_ns = self.now_ns();
                     let ev = Event::Stats {

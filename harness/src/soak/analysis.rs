@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::config::{ResolvedWindows, SoakConfig, Thresholds, format_duration};
 use super::fit::{TheilSen, theil_sen_grouped};
-use super::journal::{EndReason, Entry, FailureRecord, ProbeKind, Record};
+use super::journal::{EndReason, Entry, FailureRecord, ItemKey, ProbeKind, Record};
 
 /// Least dialogue turns a latency window needs.
 pub const MIN_WINDOW_QUERIES: usize = 5;
@@ -78,6 +78,11 @@ pub struct Counts {
     pub output_drift: u64,
     pub sut_starts: u64,
     pub segments: u64,
+    /// Memory samples (`stats` requests) that gave no figure: refused, timed out or crashed.
+    pub stats_failed: u64,
+    /// Most temperature sensors the device offered at a segment's start (`None`: a journal
+    /// from before sensors were journaled).
+    pub thermal_zones: Option<usize>,
 }
 
 /// RSS figures.
@@ -232,6 +237,125 @@ fn ms_to_ns(ms: f64) -> u64 {
     (ms * 1e6).round().max(0.0) as u64
 }
 
+/// What the soak, by its planned length and settings, can judge: `Ok` for a check it plans,
+/// `Err(why not)` for one it cannot give data (`docs/SOAK.md`, "Verdicts").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// `rss_growth` and `major_faults`: memory samples of a warmed-up server.
+    pub memory: Result<(), String>,
+    pub output_drift: Result<(), String>,
+    pub latency_drift: Result<(), String>,
+    pub stability: Result<(), String>,
+    pub thermal: Result<(), String>,
+}
+
+impl Plan {
+    /// The plan of a soak of `cfg` with windows `w` on a device that offered `thermal_zones`
+    /// temperature sensors (`None`: not journaled).
+    pub fn new(cfg: &SoakConfig, w: ResolvedWindows, thermal_zones: Option<usize>) -> Plan {
+        let d = cfg.duration_s;
+        let after = d - w.warmup_s;
+        let memory = if after <= 0.0 {
+            Err(format!(
+                "the soak ({}) is no longer than its warm-up ({})",
+                format_duration(d),
+                format_duration(w.warmup_s)
+            ))
+        } else if cfg.rss_every_s > 0.0 && after / cfg.rss_every_s < MIN_RSS_SAMPLES as f64 {
+            Err(format!(
+                "{} after the warm-up holds fewer than {MIN_RSS_SAMPLES} samples at --rss-every {}",
+                format_duration(after),
+                format_duration(cfg.rss_every_s)
+            ))
+        } else {
+            Ok(())
+        };
+        let output_drift = if cfg.probe_prompts + cfg.probe_mmlu == 0 {
+            Err("no probes (--probe-prompts 0 --probe-mmlu 0)".to_string())
+        } else if cfg.probe_every_s >= d {
+            Err(format!(
+                "one probe round fits: --probe-every {} is not shorter than the soak ({})",
+                format_duration(cfg.probe_every_s),
+                format_duration(d)
+            ))
+        } else {
+            Ok(())
+        };
+        let first_end = w.warmup_s + w.latency_s;
+        let latency_drift = if d - w.latency_s < first_end {
+            Err(format!(
+                "the first steady window ends at {} and the last begins at {}: they overlap",
+                format_duration(first_end),
+                format_duration((d - w.latency_s).max(0.0))
+            ))
+        } else {
+            Ok(())
+        };
+        let stability = if w.stability_s <= 0.0 {
+            Err("stability windows are off".to_string())
+        } else if (after / w.stability_s + 1e-9).floor() < 2.0 {
+            Err(format!(
+                "{} after the warm-up holds fewer than two windows of {}",
+                format_duration(after.max(0.0)),
+                format_duration(w.stability_s)
+            ))
+        } else {
+            Ok(())
+        };
+        let thermal = match thermal_zones {
+            Some(n) if n > 0 => Ok(()),
+            Some(_) => Err(
+                "the device has no temperature sensor (`--device sim:PROFILE` simulates a handset)"
+                    .to_string(),
+            ),
+            None => Err("the journal does not say which sensors the device had".to_string()),
+        };
+        Plan {
+            memory,
+            output_drift,
+            latency_drift,
+            stability,
+            thermal,
+        }
+    }
+}
+
+/// A check that got no figure. It **fails** a completed soak whose plan gave it data (a
+/// verdict needs evidence: nothing measured is not a pass); it is skipped when the plan could
+/// not give it data, or while the soak has not run its planned time.
+fn without_data(
+    name: &'static str,
+    unit: &'static str,
+    threshold: f64,
+    planned: &Result<(), String>,
+    status: RunStatus,
+    detail: String,
+) -> Check {
+    let (verdict, detail) = match (planned, status) {
+        (Ok(()), RunStatus::Completed) => (
+            Verdict::Fail,
+            format!("planned by this soak, but no figure: {detail}"),
+        ),
+        (Ok(()), _) => (
+            Verdict::Skipped,
+            format!("{detail} (the soak did not run its planned time)"),
+        ),
+        (Err(why), _) => (
+            Verdict::Skipped,
+            format!("not planned by this soak: {why}; {detail}"),
+        ),
+    };
+    Check {
+        name,
+        verdict,
+        value: None,
+        threshold: Some(threshold),
+        unit,
+        interval: None,
+        detail,
+    }
+}
+
 /// Analyses a journal. `warm_served`: requests a server process must have completed before
 /// its memory samples enter the RSS fit (one cycle of dialogues and one probe round, so the
 /// KV pages and allocator pools have reached their working size).
@@ -269,7 +393,14 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
                 t_s: e.t_s,
                 failure: f.clone(),
             }),
+            Record::Refused {
+                item: ItemKey::Stats,
+                ..
+            } => counts.stats_failed += 1,
             Record::Refused { .. } => counts.refused += 1,
+            Record::Sensors { thermal_zones, .. } => {
+                counts.thermal_zones = Some(counts.thermal_zones.unwrap_or(0).max(*thermal_zones));
+            }
             Record::Skipped { .. } => counts.skipped += 1,
             Record::SutStart { .. } => counts.sut_starts += 1,
             Record::Segment { .. } => counts.segments += 1,
@@ -285,6 +416,12 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     }
     counts.crashes = crashes.len() as u64;
     counts.timeouts = timeouts.len() as u64;
+    counts.stats_failed += crashes
+        .iter()
+        .chain(&timeouts)
+        .filter(|f| f.failure.item == ItemKey::Stats)
+        .count() as u64;
+    let plan = Plan::new(cfg, windows, counts.thermal_zones);
     let mut checks = vec![
         evidence_check(&counts, status, soak_time_s, cfg.duration_s),
         check(
@@ -327,26 +464,33 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     ];
 
     let rss = rss_analysis(&rss_points, windows.warmup_s, warm_served);
-    checks.push(rss_check(&rss, th, windows.warmup_s));
+    checks.push(rss_check(
+        &rss,
+        th,
+        windows.warmup_s,
+        &plan,
+        status,
+        &counts,
+    ));
     checks.push(major_faults_check(
         &rss_points,
         windows.warmup_s,
         warm_served,
         th.max_major_faults_per_h,
+        (&plan, status, &counts),
     ));
 
     let (drift, mmlu, rounds) = drift_analysis(&probes);
     counts.output_drift = drift.len() as u64;
     checks.push(if rounds < 2 {
-        Check {
-            name: "output_drift",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(th.max_output_drift as f64),
-            unit: "count",
-            interval: None,
-            detail: format!("{rounds} probe round(s): drift needs two"),
-        }
+        without_data(
+            "output_drift",
+            "count",
+            th.max_output_drift as f64,
+            &plan.output_drift,
+            status,
+            format!("{rounds} probe round(s): drift needs two"),
+        )
     } else {
         check(
             "output_drift",
@@ -368,23 +512,22 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     });
 
     let latency = latency_analysis(&queries, windows, soak_time_s);
-    checks.push(latency_check(&latency, th));
+    checks.push(latency_check(&latency, th, &plan, status));
 
     let stability = stability_analysis(&queries, windows, soak_time_s);
     checks.push(match stability.ratio {
-        None => Check {
-            name: "stability",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(th.min_stability),
-            unit: "ratio",
-            interval: None,
-            detail: format!(
+        None => without_data(
+            "stability",
+            "ratio",
+            th.min_stability,
+            &plan.stability,
+            status,
+            format!(
                 "{} usable window(s) of {} after the warm-up: stability needs two",
                 stability.windows.len(),
                 format_duration(windows.stability_s)
             ),
-        },
+        ),
         Some(r) => check(
             "stability",
             Verdict::pass_if(r >= th.min_stability),
@@ -402,7 +545,7 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
     });
 
     let thermal = thermal_analysis(&thermal, th);
-    checks.push(thermal_check(&thermal, th));
+    checks.push(thermal_check(&thermal, th, &plan, status));
 
     let passed = !checks.iter().any(|c| c.verdict == Verdict::Fail);
     Analysis {
@@ -541,17 +684,20 @@ fn major_faults_check(
     warmup_s: f64,
     warm_served: u64,
     limit: f64,
+    (plan, status, counts): (&Plan, RunStatus, &Counts),
 ) -> Check {
     match major_faults_per_h(points, warmup_s, warm_served) {
-        None => Check {
-            name: "major_faults",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(limit),
-            unit: "1/h",
-            interval: None,
-            detail: "fewer than two memory samples of one server after the warm-up".into(),
-        },
+        None => without_data(
+            "major_faults",
+            "1/h",
+            limit,
+            &plan.memory,
+            status,
+            format!(
+                "fewer than two memory samples of one server after the warm-up ({} sample(s) failed)",
+                counts.stats_failed
+            ),
+        ),
         Some((rate, n, span_s)) => check(
             "major_faults",
             Verdict::pass_if(rate <= limit),
@@ -566,22 +712,29 @@ fn major_faults_check(
     }
 }
 
-fn rss_check(rss: &RssAnalysis, th: &Thresholds, warmup_s: f64) -> Check {
+fn rss_check(
+    rss: &RssAnalysis,
+    th: &Thresholds,
+    warmup_s: f64,
+    plan: &Plan,
+    status: RunStatus,
+    counts: &Counts,
+) -> Check {
     match &rss.fit {
-        None => Check {
-            name: "rss_growth",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(th.max_rss_growth_mib_per_h),
-            unit: "MiB/h",
-            interval: None,
-            detail: format!(
-                "{} of {} memory samples after the warm-up ({} and one cycle per server): a fit needs {MIN_RSS_SAMPLES} at distinct times",
+        None => without_data(
+            "rss_growth",
+            "MiB/h",
+            th.max_rss_growth_mib_per_h,
+            &plan.memory,
+            status,
+            format!(
+                "{} of {} memory samples after the warm-up ({} and one cycle per server), {} failed: a fit needs {MIN_RSS_SAMPLES} at distinct times",
                 rss.samples_in_fit,
                 rss.samples,
-                format_duration(warmup_s)
+                format_duration(warmup_s),
+                counts.stats_failed
             ),
-        },
+        ),
         Some(f) => Check {
             name: "rss_growth",
             verdict: Verdict::pass_if(f.slope <= th.max_rss_growth_mib_per_h),
@@ -712,16 +865,15 @@ fn latency_analysis(
     }
 }
 
-fn latency_check(l: &LatencyAnalysis, th: &Thresholds) -> Check {
+fn latency_check(l: &LatencyAnalysis, th: &Thresholds, plan: &Plan, status: RunStatus) -> Check {
     match l.drift {
-        None => Check {
-            name: "latency_drift",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(th.max_tpot_drift),
-            unit: "fraction",
-            interval: None,
-            detail: format!(
+        None => without_data(
+            "latency_drift",
+            "fraction",
+            th.max_tpot_drift,
+            &plan.latency_drift,
+            status,
+            format!(
                 "first steady window {:.0}–{:.0} s has {} turns, last window {:.0}–{:.0} s has {}: the windows must be disjoint with {MIN_WINDOW_QUERIES} turns each",
                 l.first_window_s[0],
                 l.first_window_s[1],
@@ -730,7 +882,7 @@ fn latency_check(l: &LatencyAnalysis, th: &Thresholds) -> Check {
                 l.last_window_s[1],
                 l.last_n
             ),
-        },
+        ),
         Some(d) => check(
             "latency_drift",
             Verdict::pass_if(d <= th.max_tpot_drift),
@@ -854,19 +1006,16 @@ fn thermal_analysis(
     a
 }
 
-fn thermal_check(t: &ThermalAnalysis, th: &Thresholds) -> Check {
+fn thermal_check(t: &ThermalAnalysis, th: &Thresholds, plan: &Plan, status: RunStatus) -> Check {
     if t.samples == 0 {
-        return Check {
-            name: "thermal",
-            verdict: Verdict::Skipped,
-            value: None,
-            threshold: Some(th.max_time_above_limit_s),
-            unit: "s",
-            interval: None,
-            detail: "no temperature sensor was read (none on this device; `--device sim:PROFILE` \
-                     simulates a handset)"
-                .into(),
-        };
+        return without_data(
+            "thermal",
+            "s",
+            th.max_time_above_limit_s,
+            &plan.thermal,
+            status,
+            "no temperature was read".into(),
+        );
     }
     let above = t.soc_above_limit_s + t.skin_above_limit_s;
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} °C"));
@@ -1134,10 +1283,15 @@ mod tests {
         assert_eq!(n, 12);
         assert_eq!(span, 200.0);
         assert!((rate - 12.0 * 3600.0 / 200.0).abs() < 1e-9);
-        let c = major_faults_check(&refs, 100.0, 0, 100.0);
-        assert_eq!(c.verdict, Verdict::Fail);
+        let c = cfg(1000.0);
+        let plan = Plan::new(&c, c.windows(), None);
+        let ctx = (&plan, RunStatus::Completed, &Counts::default());
         assert_eq!(
-            major_faults_check(&refs, 100.0, 0, 300.0).verdict,
+            major_faults_check(&refs, 100.0, 0, 100.0, ctx).verdict,
+            Verdict::Fail
+        );
+        assert_eq!(
+            major_faults_check(&refs, 100.0, 0, 300.0, ctx).verdict,
             Verdict::Pass
         );
         // Samples without the counter (older journals) give no figure.
@@ -1168,6 +1322,112 @@ mod tests {
         let f = a.rss.fit.unwrap();
         assert!((f.slope - 2.0).abs() < 1e-9, "{f:?}");
         assert_eq!(find(&a, "rss_growth").verdict, Verdict::Fail);
+    }
+
+    fn end(t: f64) -> Entry {
+        e(
+            0,
+            t,
+            Record::End {
+                reason: EndReason::Completed,
+                detail: String::new(),
+            },
+        )
+    }
+
+    fn refused_stats(t: f64) -> Entry {
+        e(
+            0,
+            t,
+            Record::Refused {
+                item: ItemKey::Stats,
+                code: "runtime".into(),
+                message: "refused".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_completed_soak_whose_memory_samples_all_failed_fails_the_memory_checks() {
+        // A 1000 s soak sampling every 60 s plans 15 samples after its 100 s warm-up; every
+        // one was refused.
+        let c = cfg(1000.0);
+        let mut entries: Vec<Entry> = (2..17).map(|k| refused_stats(60.0 * k as f64)).collect();
+        entries.push(end(1000.0));
+        let a = analyze(&entries, &c, 0);
+        assert_eq!(a.counts.stats_failed, 15);
+        for name in ["rss_growth", "major_faults"] {
+            let ch = find(&a, name);
+            assert_eq!(ch.verdict, Verdict::Fail, "{ch:?}");
+            assert!(ch.detail.contains("15 failed") || ch.detail.contains("15 sample(s) failed"));
+        }
+        assert!(!a.passed);
+        // The same journal before its end (a live checkpoint) has not yet failed.
+        let live = analyze(&entries[..entries.len() - 1], &c, 0);
+        assert_eq!(find(&live, "rss_growth").verdict, Verdict::Skipped);
+        // A soak whose settings plan fewer than three samples after the warm-up skips them.
+        let sparse = SoakConfig {
+            rss_every_s: 400.0,
+            ..cfg(1000.0)
+        };
+        let a = analyze(&entries, &sparse, 0);
+        let ch = find(&a, "rss_growth");
+        assert_eq!(ch.verdict, Verdict::Skipped);
+        assert!(ch.detail.starts_with("not planned by this soak"), "{ch:?}");
+    }
+
+    #[test]
+    fn a_device_with_sensors_that_gave_no_temperature_fails_the_thermal_check() {
+        let c = cfg(1000.0);
+        let sensors = |n: usize| {
+            e(
+                0,
+                0.0,
+                Record::Sensors {
+                    thermal_zones: n,
+                    energy_meter: false,
+                },
+            )
+        };
+        let with = analyze(&[sensors(3), end(1000.0)], &c, 0);
+        assert_eq!(find(&with, "thermal").verdict, Verdict::Fail);
+        assert_eq!(with.counts.thermal_zones, Some(3));
+        let without = analyze(&[sensors(0), end(1000.0)], &c, 0);
+        let ch = find(&without, "thermal");
+        assert_eq!(ch.verdict, Verdict::Skipped);
+        assert!(ch.detail.contains("no temperature sensor"), "{ch:?}");
+    }
+
+    #[test]
+    fn planned_windows_without_turns_fail_a_completed_soak() {
+        // Windows of 100 s after a 100 s warm-up in a 1000 s soak: the latency windows are
+        // disjoint and nine stability windows fit, yet no turn came after 150 s.
+        let c = cfg(1000.0);
+        let mut entries: Vec<Entry> = (0..6)
+            .map(|k| {
+                e(
+                    0,
+                    101.0 + 5.0 * k as f64,
+                    turn(100.0 + 5.0 * k as f64, 101.0 + 5.0 * k as f64, 8),
+                )
+            })
+            .collect();
+        entries.push(end(1000.0));
+        let a = analyze(&entries, &c, 0);
+        assert_eq!(find(&a, "latency_drift").verdict, Verdict::Fail);
+        assert_eq!(find(&a, "stability").verdict, Verdict::Fail);
+        // A soak too short for disjoint windows skips them instead.
+        let short = SoakConfig {
+            windows: Windows {
+                latency_s: Some(500.0),
+                warmup_s: Some(100.0),
+                stability_s: Some(600.0),
+            },
+            ..cfg(1000.0)
+        };
+        let a = analyze(&entries, &short, 0);
+        assert_eq!(find(&a, "latency_drift").verdict, Verdict::Skipped);
+        assert_eq!(find(&a, "stability").verdict, Verdict::Skipped);
     }
 
     #[test]

@@ -232,6 +232,12 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         duration_s: Option<f64>,
     },
+    /// What the device offered the telemetry sampler when a segment started: with a
+    /// temperature sensor the soak plans the thermal check, without one it cannot.
+    Sensors {
+        thermal_zones: usize,
+        energy_meter: bool,
+    },
     /// A server process started and loaded the model.
     SutStart {
         incarnation: u32,

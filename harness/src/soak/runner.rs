@@ -728,7 +728,17 @@ impl Runner {
                     self.log(Record::Rss(rec))?;
                 }
                 Err(SutError::Interrupted { .. }) => {}
-                Err(SutError::Remote { .. }) => {}
+                // A refused sample is journaled: sampling was planned and gave no figure.
+                Err(SutError::Remote { code, message, .. }) => {
+                    self.log(Record::Refused {
+                        item: ItemKey::Stats,
+                        code: serde_json::to_value(code)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                        message,
+                    })?;
+                }
                 Err(e) => {
                     self.record_failure(&ItemKey::Stats, "stats", e)?;
                     if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES {

@@ -115,6 +115,15 @@ impl SoakTelemetry {
             anyhow::bail!("--device {device}: expected `local` or `sim:<profile>`");
         };
         let p = probe(&root);
+        let sensors = Record::Sensors {
+            thermal_zones: p.thermal_zones.len(),
+            energy_meter: p.meter.is_some(),
+        };
+        journal
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the soak journal's lock is poisoned"))?
+            .append(clock.now_s(), sensors)
+            .context("journaling the device's sensors")?;
         if p.thermal_zones.is_empty() && p.meter.is_none() {
             if let Some(s) = sim {
                 let _ = s.stop();
