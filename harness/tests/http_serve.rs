@@ -11,68 +11,19 @@
 //!
 //! One server per test, one worker thread, small contexts: seconds on two cores.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod http_util;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use pocketperf::http::client::{ApiKind, HttpClient, HttpError};
 use pocketperf_reports::schema::load_result;
+use http_util::{Server, bin};
 use pocketperf_testkit::shared_dir;
 use serde_json::{Value, json};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pocketperf"))
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = bin()
-            .args(["serve", "--http", "127.0.0.1:0", "--threads", "1"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("pocketperf serve: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Server { child, url }
-    }
-
-    fn client(&self) -> HttpClient {
-        HttpClient::new(
-            &self.url,
-            64,
-            Duration::from_secs(120),
-            Duration::from_secs(60),
-        )
-        .unwrap()
-    }
-
-    fn port(&self) -> u16 {
-        self.url.rsplit(':').next().unwrap().parse().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn ok(out: &Output) -> String {
     let t = pocketperf_testkit::output_text(out);
