@@ -19,9 +19,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use http_util::{Server, bin};
 use pocketperf::http::client::{ApiKind, HttpClient, HttpError};
 use pocketperf_reports::schema::load_result;
-use http_util::{Server, bin};
 use pocketperf_testkit::shared_dir;
 use serde_json::{Value, json};
 

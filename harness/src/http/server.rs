@@ -218,6 +218,11 @@ fn health_body(sh: &Shared) -> Value {
         "completed": s.completed.load(Ordering::Relaxed),
         "cancelled": s.cancelled.load(Ordering::Relaxed),
         "timed_out": s.timed_out.load(Ordering::Relaxed),
+        // This process's memory and page faults (what `soak --sut http://…` samples).
+        "pocketperf": {
+            "pid": std::process::id(),
+            "memory": crate::serve::server::memory_stats(),
+        },
     })
 }
 

@@ -711,4 +711,3 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     }
     Ok(if errors.is_empty() { 0 } else { 1 })
 }
-

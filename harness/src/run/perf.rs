@@ -357,4 +357,3 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     }
     Ok(if result.is_valid() { 0 } else { 1 })
 }
-

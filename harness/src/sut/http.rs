@@ -204,6 +204,20 @@ pub fn request_body(api: ApiKind, model: &str, p: &HttpPrompt) -> Value {
     b
 }
 
+/// Prompt tokens the server says it took from its cache: `timings.cache_n` (llama.cpp), else
+/// the usage object's prompt tokens less `timings.prompt_n` (those it evaluated), else 0.
+pub fn reused_tokens(out: &StreamOutcome) -> usize {
+    let t = out.timings.as_ref();
+    let get = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_u64);
+    if let Some(c) = get("cache_n") {
+        return c as usize;
+    }
+    match (out.usage, get("prompt_n")) {
+        (Some((p, _)), Some(n)) => p.saturating_sub(n) as usize,
+        _ => 0,
+    }
+}
+
 /// Sends `body` streamed, retrying what [`HttpError::retryable`] allows before any token
 /// (each retry noted in `record` under `what`).
 pub fn with_retries(
@@ -431,5 +445,23 @@ impl SystemUnderTest for HttpSut {
 impl Drop for HttpSut {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_comes_from_the_servers_timings() {
+        let mut out = StreamOutcome {
+            usage: Some((120, 8)),
+            ..Default::default()
+        };
+        assert_eq!(reused_tokens(&out), 0);
+        out.timings = Some(json!({"prompt_n": 20, "predicted_n": 8}));
+        assert_eq!(reused_tokens(&out), 100);
+        out.timings = Some(json!({"prompt_n": 20, "cache_n": 96}));
+        assert_eq!(reused_tokens(&out), 96);
     }
 }

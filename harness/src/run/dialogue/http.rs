@@ -20,8 +20,10 @@ use pocketperf_runtime::tokenizer::{ChatMessage, Tokenizer};
 use serde_json::{Value, json};
 
 use super::{DialogueSut, TurnOutput};
-use crate::http::client::{ApiKind, HttpClient, ServerModel, StreamOutcome};
-use crate::sut::http::{HttpPrompt, HttpRecord, HttpSutConfig, request_body, with_retries};
+use crate::http::client::{ApiKind, HttpClient, ServerModel};
+use crate::sut::http::{
+    HttpPrompt, HttpRecord, HttpSutConfig, request_body, reused_tokens, with_retries,
+};
 use crate::sut::prompts::{encode_rendered, render_chat};
 
 /// An OpenAI-compatible server as the dialogue scenario's system under test.
@@ -94,20 +96,6 @@ pub fn turn_body(
     body
 }
 
-/// Prompt tokens the server says it took from its cache: `timings.cache_n` (llama.cpp), else
-/// the usage object's prompt tokens less `timings.prompt_n` (those it evaluated), else 0.
-pub fn reused_tokens(out: &StreamOutcome) -> usize {
-    let t = out.timings.as_ref();
-    let get = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_u64);
-    if let Some(c) = get("cache_n") {
-        return c as usize;
-    }
-    match (out.usage, get("prompt_n")) {
-        (Some((p, _)), Some(n)) => p.saturating_sub(n) as usize,
-        _ => 0,
-    }
-}
-
 impl DialogueSut for HttpDialogueSut<'_> {
     fn name(&self) -> &str {
         &self.name
@@ -139,9 +127,14 @@ impl DialogueSut for HttpDialogueSut<'_> {
         );
         let what = format!("turn {}", self.turns);
         self.turns += 1;
-        let r = with_retries(&self.client, &self.config, &body, &what, &self.record, |_| {
-            on_token()
-        });
+        let r = with_retries(
+            &self.client,
+            &self.config,
+            &body,
+            &what,
+            &self.record,
+            |_| on_token(),
+        );
         let mut rec = self.record.lock().unwrap_or_else(|e| e.into_inner());
         match r {
             Ok(out) => {
@@ -164,19 +157,6 @@ impl DialogueSut for HttpDialogueSut<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reuse_comes_from_the_servers_timings() {
-        let mut out = StreamOutcome {
-            usage: Some((120, 8)),
-            ..Default::default()
-        };
-        assert_eq!(reused_tokens(&out), 0);
-        out.timings = Some(json!({"prompt_n": 20, "predicted_n": 8}));
-        assert_eq!(reused_tokens(&out), 100);
-        out.timings = Some(json!({"prompt_n": 20, "cache_n": 96}));
-        assert_eq!(reused_tokens(&out), 96);
-    }
 
     #[test]
     fn chat_turns_carry_the_conversation_and_completions_its_ids() {
