@@ -197,6 +197,17 @@ pub fn request_body(api: ApiKind, model: &str, p: &HttpPrompt) -> Value {
     let mut b = match api {
         ApiKind::Completions => json!({"prompt": p.tokens}),
         ApiKind::Chat => json!({"messages": [{"role": "user", "content": p.text}]}),
+        // llama.cpp's own names: `n_predict`, and the ids of the tokens in the stream.
+        ApiKind::Native => {
+            return json!({
+                "prompt": p.tokens,
+                "n_predict": p.max_new_tokens,
+                "temperature": 0,
+                "ignore_eos": true,
+                "stream": true,
+                "return_tokens": true,
+            });
+        }
     };
     if let (Some(o), Value::Object(c)) = (b.as_object_mut(), common) {
         o.extend(c);
