@@ -7,9 +7,10 @@
 //! replies' text). Tokens are timed on arrival of their SSE events.
 //!
 //! Counts: generated tokens from the usage object, else the token chunks counted (as the other
-//! scenarios, [`HttpRecord::token_count_source`]); prompt tokens from the usage object, else
-//! the local tokenizer's count of the rendered conversation; reused tokens from the server's
-//! `timings` (`cache_n`, else `usage.prompt_tokens − timings.prompt_n`), else 0. Whether the
+//! scenarios, [`HttpRecord::token_count_source`]); the conversation's prompt tokens from the
+//! usage object, else the local tokenizer's count of the rendered conversation, of which
+//! `reused` come from the server's `timings` (`cache_n`, else `usage.prompt_tokens −
+//! timings.prompt_n`; else 0) and the rest were `prefilled`. Whether the
 //! server keeps the conversation's KV between turns is its own business: the harness cannot
 //! reset or keep a remote cache.
 
@@ -139,9 +140,11 @@ impl DialogueSut for HttpDialogueSut<'_> {
         match r {
             Ok(out) => {
                 let generated = rec.account(&what, &out, max_new_tokens as usize);
+                let prompt = out.usage.map_or(local_prompt, |(p, _)| p as usize);
+                let reused = reused_tokens(&out).min(prompt);
                 Ok(TurnOutput {
-                    prefilled: out.usage.map_or(local_prompt, |(p, _)| p as usize),
-                    reused: reused_tokens(&out),
+                    prefilled: prompt - reused,
+                    reused,
                     generated: generated as usize,
                     reply: out.text,
                 })
