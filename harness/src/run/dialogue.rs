@@ -454,14 +454,14 @@ fn refuse_unsupported(a: &RunArgs, device: &crate::telemetry::DeviceSpec) -> Res
 
 /// The run's dialogue SUT: the runtime in this process, or a server over HTTP.
 enum AnySut<'e> {
-    Runtime(RuntimeSut<'e>),
+    Runtime(Box<RuntimeSut<'e>>),
     Http(Box<HttpDialogueSut<'e>>),
 }
 
 impl<'e> AnySut<'e> {
     fn as_dyn(&mut self) -> &mut (dyn DialogueSut + 'e) {
         match self {
-            AnySut::Runtime(s) => s,
+            AnySut::Runtime(s) => s.as_mut(),
             AnySut::Http(h) => h.as_mut(),
         }
     }
@@ -515,7 +515,9 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             })?;
             // This process's page faults are the SUT's only when it runs the model.
             gauges.extend(fault_gauges(&SutPid::new(std::process::id())));
-            AnySut::Runtime(RuntimeSut::new(&engine, session).with_governor(governor.clone()))
+            AnySut::Runtime(Box::new(
+                RuntimeSut::new(&engine, session).with_governor(governor.clone()),
+            ))
         }
     };
 
