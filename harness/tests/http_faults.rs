@@ -5,7 +5,9 @@
 //! run of three queries (no warm-up, one connection at a time so the order is fixed); the run
 //! must finish, record what happened and say so. Nothing listening is a clear error, exit 2.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod http_util;
+
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use http_util::read_request;
 use pocketperf_reports::schema::{ResultFile, load_result};
 use serde_json::{Value, json};
 
@@ -36,29 +39,6 @@ enum Act {
 struct Fake {
     port: u16,
     requests: Arc<AtomicUsize>,
-}
-
-/// Reads one request: the request line, headers and a `Content-Length` body.
-fn read_request(s: &mut BufReader<TcpStream>) -> Option<(String, Value)> {
-    let mut line = String::new();
-    s.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_string();
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        s.read_line(&mut h).ok()?;
-        if h == "\r\n" || h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().ok()?;
-        }
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    Some((path, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 fn token_event(k: usize) -> String {

@@ -11,68 +11,19 @@
 //!
 //! One server per test, one worker thread, small contexts: seconds on two cores.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod http_util;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use http_util::{Server, bin};
 use pocketperf::http::client::{ApiKind, HttpClient, HttpError};
 use pocketperf_reports::schema::load_result;
 use pocketperf_testkit::shared_dir;
 use serde_json::{Value, json};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pocketperf"))
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = bin()
-            .args(["serve", "--http", "127.0.0.1:0", "--threads", "1"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("pocketperf serve: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Server { child, url }
-    }
-
-    fn client(&self) -> HttpClient {
-        HttpClient::new(
-            &self.url,
-            64,
-            Duration::from_secs(120),
-            Duration::from_secs(60),
-        )
-        .unwrap()
-    }
-
-    fn port(&self) -> u16 {
-        self.url.rsplit(':').next().unwrap().parse().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn ok(out: &Output) -> String {
     let t = pocketperf_testkit::output_text(out);
@@ -302,9 +253,10 @@ fn many_streaming_clients_bad_requests_and_sigterm() {
             let mut body = json!({"max_tokens": 6, "stream": true, "ignore_eos": true,
                                   "temperature": 0, "stream_options": {"include_usage": true}});
             let prompt = format!("Client {k} says hello and");
-            match api {
-                ApiKind::Completions => body["prompt"] = json!(prompt),
-                ApiKind::Chat => body["messages"] = json!([{"role": "user", "content": prompt}]),
+            if api == ApiKind::Chat {
+                body["messages"] = json!([{"role": "user", "content": prompt}]);
+            } else {
+                body["prompt"] = json!(prompt);
             }
             Some(c.stream(api, &body, |_| {}))
         }));
@@ -480,4 +432,69 @@ fn a_non_loopback_address_needs_allow_remote() {
     assert_eq!(o.status.code(), Some(2));
     let t = pocketperf_testkit::output_text(&o);
     assert!(t.contains("--allow-remote"), "{t}");
+}
+
+/// A greedy completion of `prompt` (text with the template's control tokens) with the three
+/// likeliest alternatives of every position; its text, logprobs, `timings.cache_n` and
+/// `usage.prompt_tokens`.
+fn greedy(client: &HttpClient, prompt: &str) -> (String, Value, u64, u64) {
+    let r = client
+        .complete(
+            ApiKind::Completions,
+            &json!({"prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 3,
+                    "ignore_eos": true}),
+        )
+        .unwrap();
+    (
+        r["choices"][0]["text"].as_str().unwrap().to_string(),
+        r["choices"][0]["logprobs"].clone(),
+        r["timings"]["cache_n"].as_u64().unwrap(),
+        r["usage"]["prompt_tokens"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn prefix_reuse_gives_the_output_of_a_whole_prefill() {
+    let on = Server::start(&["--slots", "2", "--ctx", "1024"]);
+    let off = Server::start(&["--slots", "2", "--ctx", "1024", "--prefix-reuse", "off"]);
+    let turn = |u: &str| format!("<|im_start|>user\n{u}<|im_end|>\n<|im_start|>assistant\n");
+    let first = turn("Name three rivers of Europe.");
+    let (reply, ..) = greedy(&off.client(), &first);
+    // A conversation growing by a turn; an unrelated question (to the other, unused slot);
+    // the first prompt again; a question sharing most of the unrelated one.
+    let prompts = [
+        first.clone(),
+        format!("{first}{reply}<|im_end|>\n{}", turn("And two of Asia?")),
+        turn("What is the boiling point of water at sea level?"),
+        first.clone(),
+        turn("What is the boiling point of water on Everest?"),
+    ];
+    let mut cached = Vec::new();
+    for p in &prompts {
+        let (t_on, lp_on, c_on, n_on) = greedy(&on.client(), p);
+        let (t_off, lp_off, c_off, n_off) = greedy(&off.client(), p);
+        // Bit for bit: the text and every log-probability.
+        assert_eq!(t_on, t_off, "{p:?}");
+        assert_eq!(lp_on, lp_off, "{p:?}");
+        assert_eq!((c_off, n_on), (0, n_off));
+        cached.push((c_on, n_on));
+    }
+    assert_eq!(cached[0].0, 0);
+    // The second turn reuses the first prompt and (as far as the reply's text tokenizes back
+    // to the same ids) the reply fed through the model, all but its last token.
+    let (c, n) = (cached[1].0, cached[0].1);
+    assert!(c >= n && c <= n + 11, "{cached:?}");
+    // The unrelated question went to the unused slot; the first prompt found its slot.
+    assert_eq!(cached[2].0, 0, "{cached:?}");
+    assert_eq!(cached[3].0, cached[3].1 - 1, "{cached:?}");
+    // The last question reuses the shared part of the one before.
+    assert!(
+        cached[4].0 > 8 && cached[4].0 < cached[4].1 - 1,
+        "{cached:?}"
+    );
+    let h = on.client().health().unwrap();
+    assert_eq!(
+        (h["slots_busy"].as_u64(), h["queued"].as_u64()),
+        (Some(0), Some(0))
+    );
 }

@@ -84,6 +84,11 @@ pub struct MmluRunArgs {
     /// and tokenizes the prompts.
     #[arg(long, default_value = "in-process")]
     pub sut: crate::cmd::run::SutArg,
+    /// With --sut http://…: `completions` (`/v1/completions`, the default) or `native`
+    /// (llama.cpp's `/completion`: the letters read by token id from its `n_probs`
+    /// alternatives).
+    #[arg(long, value_enum)]
+    pub api: Option<crate::http::client::ApiKind>,
     /// Context in tokens; a prompt that does not fit drops whole shots from the front.
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,

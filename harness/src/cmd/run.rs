@@ -85,8 +85,9 @@ impl serde::Serialize for SutArg {
 #[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct HttpSutArgs {
     /// With --sut http://…: the request shape (completions sends the prompt's token ids in
-    /// the local model's chat template; chat sends it as one user message) [default:
-    /// completions].
+    /// the local model's chat template to /v1/completions; chat sends it as one user message;
+    /// native sends the token ids to llama.cpp's /completion, which streams token ids)
+    /// [default: completions].
     #[arg(long, value_enum)]
     pub api: Option<crate::http::client::ApiKind>,
     /// With --sut http://…: requests in flight at most (Offline and Server) [default: 8].

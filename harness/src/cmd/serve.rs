@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// cancelled.
     #[arg(long, default_value_t = 5, requires = "http")]
     pub drain_s: u64,
+    /// With --http: keep each slot's KV cache between requests and reuse the longest prefix
+    /// a new prompt shares with it (llama-server's prompt cache); off prefills every prompt
+    /// whole.
+    #[arg(long, value_enum, default_value = "on", requires = "http")]
+    pub prefix_reuse: crate::cmd::mmlu::OnOff,
     #[command(flatten)]
     pub engine: crate::cmd::runtime::EngineArgs,
 }
@@ -102,8 +107,16 @@ fn serve_http(a: &ServeArgs, addr: std::net::SocketAddr) -> Result<i32> {
         out.flush()?;
     }
     eprintln!(
-        "serving {} ({} slots of {} tokens, max_tokens {}) on http://{local}",
-        model.id, a.slots, a.ctx, a.max_tokens
+        "serving {} ({} slots of {} tokens, max_tokens {}, prefix reuse {}) on http://{local}",
+        model.id,
+        a.slots,
+        a.ctx,
+        a.max_tokens,
+        if a.prefix_reuse == crate::cmd::mmlu::OnOff::On {
+            "on"
+        } else {
+            "off"
+        }
     );
     let cfg = HttpServeConfig {
         addr: local,
@@ -114,6 +127,7 @@ fn serve_http(a: &ServeArgs, addr: std::net::SocketAddr) -> Result<i32> {
         request_timeout: std::time::Duration::from_secs(a.request_timeout_s.max(1)),
         max_queue: a.max_queue,
         drain: std::time::Duration::from_secs(a.drain_s),
+        prefix_reuse: a.prefix_reuse == crate::cmd::mmlu::OnOff::On,
     };
     serve(&engine, listener, cfg, model, || {
         crate::soak::signal::count() > 0

@@ -127,6 +127,13 @@ pub struct SoakArgs {
     /// `adb -s SERIAL shell /data/local/tmp/pocketperf serve`.
     #[arg(long)]
     pub serve_cmd: Option<String>,
+    /// An OpenAI-compatible server to soak instead of a `pocketperf serve` child
+    /// (`http://HOST:PORT`, docs/HTTP.md). The harness cannot start or restart it, so the
+    /// server's own flags (--serve-cmd, --isa, --ctx, --kv-policy, --mlock, --prefault,
+    /// --backend, --threads) are refused with it; --model names the local copy of the
+    /// served model, whose tokenizer names the MMLU probes' letters.
+    #[arg(long, conflicts_with = "resume", value_parser = crate::http::client::normalize_base)]
+    pub sut: Option<String>,
     /// Fault injection for the server (tests; see docs/SOAK.md).
     #[arg(long, hide = true)]
     pub fault: Option<String>,
@@ -150,6 +157,37 @@ fn positive(flag: &str, v: f64) -> Result<f64> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The server's own flags, which cannot reach a server over HTTP: an error naming each given.
+fn refuse_with_http(a: &SoakArgs) -> Result<()> {
+    let mut given = Vec::new();
+    for (set, flag) in [
+        (a.serve_cmd.is_some(), "--serve-cmd"),
+        (a.fault.is_some(), "--fault"),
+        (a.isa.is_some(), "--isa"),
+        (a.ctx != 2048, "--ctx"),
+        (a.kv.kv_policy.to_string() != "error", "--kv-policy"),
+        (a.engine.residency.mlock, "--mlock"),
+        (a.engine.residency.prefault, "--prefault"),
+        (a.engine.threads != 0, "--threads"),
+        (
+            a.engine.backend.backend != pocketperf_runtime::backend::BackendKind::Cpu,
+            "--backend",
+        ),
+    ] {
+        if set {
+            given.push(flag);
+        }
+    }
+    if !given.is_empty() {
+        bail!(
+            "{} not supported with --sut http://…: they configure a server the harness \
+             starts, and a server over HTTP runs with its own settings",
+            given.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Builds and checks the settings of a new soak.
@@ -185,6 +223,9 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         if !v.is_finite() {
             bail!("{flag} {v}: must be a finite number");
         }
+    }
+    if a.sut.is_some() {
+        refuse_with_http(a)?;
     }
     let model = match (&a.serve_cmd, &a.engine.model) {
         // A remote server opens the model on its side: the path is taken as given.
@@ -302,7 +343,7 @@ pub(crate) fn print_summary(dir: &Path, a: &Analysis, json: &Path, html: &Path) 
 pub fn soak(a: &SoakArgs) -> Result<i32> {
     signal::install().context("installing the SIGINT/SIGTERM handler")?;
     // `_lock` is held until the soak's last report is written: one writer per soak directory.
-    let (dir, cfg, journal, previous, segment, _lock) = match (&a.resume, &a.out) {
+    let (dir, cfg, journal, previous, segment, _lock, http) = match (&a.resume, &a.out) {
         (Some(dir), _) => {
             let path = dir.join(JOURNAL_FILE);
             if !path.is_file() {
@@ -380,7 +421,21 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                     String::new()
                 }
             );
-            (dir.clone(), cfg, journal, read_back.entries, segment, lock)
+            // A soak of a server over HTTP stays one (its endpoint is in the header).
+            let http = contents
+                .provenance()
+                .and_then(|p| p.pointer("/settings/sut/endpoint"))
+                .and_then(|v| v.as_str())
+                .map(str::to_string);
+            (
+                dir.clone(),
+                cfg,
+                journal,
+                read_back.entries,
+                segment,
+                lock,
+                http,
+            )
         }
         (None, Some(dir)) => {
             let cfg = new_config(a)?;
@@ -390,12 +445,12 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                 .context("a new soak needs a fresh --out (continue a soak with --resume DIR)")?;
             let mut journal = Journal::create(dir)?;
             let sha = meta::model_sha256(&cfg.model);
-            let mut header = meta::OutputHeader::new(
-                ROBUSTNESS_SCHEMA_VERSION,
-                &cfg.model,
-                &sha,
-                serde_json::to_value(&cfg)?,
-            );
+            let mut settings = serde_json::to_value(&cfg)?;
+            if let Some(url) = &a.sut {
+                settings["sut"] = serde_json::json!({"kind": "http", "endpoint": url});
+            }
+            let mut header =
+                meta::OutputHeader::new(ROBUSTNESS_SCHEMA_VERSION, &cfg.model, &sha, settings);
             header.device.id = cfg.device.clone();
             journal.append(
                 0.0,
@@ -418,7 +473,7 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                 },
             )?;
             let previous = read_journal(&dir.join(JOURNAL_FILE))?.entries;
-            (dir.clone(), cfg, journal, previous, 0, lock)
+            (dir.clone(), cfg, journal, previous, 0, lock, a.sut.clone())
         }
         (None, None) => bail!("give --out DIR for a new soak or --resume DIR to continue one"),
     };
@@ -441,6 +496,7 @@ pub fn soak(a: &SoakArgs) -> Result<i32> {
                 eprintln!("warning: interim report in {}: {e:#}", d.display());
             }
         }),
+        http,
     })?;
     let meta_lines = vec![
         ("soak_segment".to_string(), segment.to_string()),

@@ -383,10 +383,12 @@ fn usage(f: &Finish) -> Value {
     })
 }
 
-/// The server's own timings (llama.cpp's field names, plus the time to first token).
+/// The server's own timings (llama.cpp's field names: `prompt_n` the prompt tokens
+/// prefilled, `cache_n` those reused from the slot's cache; plus the time to first token).
 pub fn timings(f: &Finish) -> Value {
     json!({
-        "prompt_n": f.prompt_tokens,
+        "prompt_n": f.prompt_tokens - f.cached_tokens,
+        "cache_n": f.cached_tokens,
         "prompt_ms": f.prompt_ms,
         "predicted_n": f.completion_tokens,
         "predicted_ms": f.predicted_ms,

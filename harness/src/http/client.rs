@@ -6,6 +6,13 @@
 //! before the finish reason; a chat chunk announcing the role with empty content is not one.
 //! A stream must end with `data: [DONE]`: one that stops before it was cut (a killed
 //! server), and is an error, as is an `error` event, a non-JSON event or a non-2xx status.
+//!
+//! llama.cpp's native `/completion` ([`ApiKind::Native`]) has a shape of its own: an event
+//! per token with `content` and the token's id in `tokens`, and a last event with
+//! `stop: true` that ends the stream (no `[DONE]`), carrying `tokens_evaluated` and
+//! `tokens_predicted` (read as the usage), `stop_type` (`limit` is read as the finish reason
+//! `length`, `eos` and `word` as `stop`) and `timings`; with `n_probs`, each token event has
+//! `completion_probabilities`.
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -27,6 +34,9 @@ pub enum ApiKind {
     Completions,
     /// `POST /v1/chat/completions` (prompt as one user message).
     Chat,
+    /// llama.cpp's native `POST /completion` (prompt as token ids; each streamed token with
+    /// its id, `n_probs` alternatives with ids, the server's counts and timings).
+    Native,
 }
 
 impl ApiKind {
@@ -34,6 +44,7 @@ impl ApiKind {
         match self {
             ApiKind::Completions => "/v1/completions",
             ApiKind::Chat => "/v1/chat/completions",
+            ApiKind::Native => "/completion",
         }
     }
 }
@@ -95,8 +106,11 @@ pub struct StreamOutcome {
     pub timings: Option<Value>,
     /// When `[DONE]` arrived.
     pub t_done: Option<Instant>,
-    /// Each token chunk's logprobs object, verbatim.
+    /// Each token chunk's logprobs object, verbatim (`completion_probabilities` for the
+    /// native API).
     pub logprobs: Vec<Value>,
+    /// The token ids, when the server streams them (native API).
+    pub token_ids: Vec<u32>,
 }
 
 /// A client of one server.
@@ -379,7 +393,14 @@ impl HttpClient {
                         message_of(&data)
                     )));
                 }
-                self.absorb(api, &v, now, &mut out, &mut on_token);
+                if api == ApiKind::Native {
+                    if absorb_native(&v, now, &mut out, &mut on_token) {
+                        out.t_done = Some(now);
+                        return Ok(out);
+                    }
+                } else {
+                    self.absorb(api, &v, now, &mut out, &mut on_token);
+                }
             }
         }
     }
@@ -409,7 +430,7 @@ impl HttpClient {
         }
         let logprobs = choice.get("logprobs").filter(|l| !l.is_null());
         let text = match api {
-            ApiKind::Completions => choice.get("text").and_then(Value::as_str),
+            ApiKind::Completions | ApiKind::Native => choice.get("text").and_then(Value::as_str),
             ApiKind::Chat => choice.pointer("/delta/content").and_then(Value::as_str),
         };
         let Some(text) = text else { return };
@@ -426,6 +447,61 @@ impl HttpClient {
         out.token_times.push(now);
         on_token(now);
     }
+}
+
+/// Takes in one event of a native `/completion` stream; `true` at its last (`stop: true`).
+/// A token is an event with ids in `tokens` (one arrival per id), or with text and no
+/// `tokens` field.
+pub fn absorb_native(
+    v: &Value,
+    now: Instant,
+    out: &mut StreamOutcome,
+    on_token: &mut impl FnMut(Instant),
+) -> bool {
+    let stop = v.get("stop").and_then(Value::as_bool).unwrap_or(false);
+    let text = v.get("content").and_then(Value::as_str).unwrap_or("");
+    let ids: Vec<u32> = v
+        .get("tokens")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_u64)
+                .map(|x| x as u32)
+                .collect()
+        })
+        .unwrap_or_default();
+    let arrivals = if v.get("tokens").is_some() {
+        ids.len()
+    } else {
+        usize::from(!text.is_empty())
+    };
+    out.text.push_str(text);
+    out.token_ids.extend(&ids);
+    if let Some(p) = v.get("completion_probabilities").filter(|p| !p.is_null()) {
+        out.logprobs.push(p.clone());
+    }
+    for _ in 0..arrivals {
+        out.token_times.push(now);
+        on_token(now);
+    }
+    if stop {
+        let g = |k: &str| v.get(k).and_then(Value::as_u64);
+        if let (Some(p), Some(c)) = (g("tokens_evaluated"), g("tokens_predicted")) {
+            out.usage = Some((p, c));
+        }
+        if let Some(t) = v.get("timings").filter(|t| t.is_object()) {
+            out.timings = Some(t.clone());
+        }
+        out.finish_reason = v.get("stop_type").and_then(Value::as_str).map(|s| {
+            match s {
+                "limit" => "length",
+                "eos" | "word" => "stop",
+                other => other,
+            }
+            .to_string()
+        });
+    }
+    stop
 }
 
 #[cfg(test)]

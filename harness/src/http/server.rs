@@ -54,6 +54,8 @@ pub struct HttpServeConfig {
     pub max_queue: usize,
     /// How long requests in flight may run on after SIGTERM.
     pub drain: Duration,
+    /// Keep each slot's KV between requests and reuse the longest common prompt prefix.
+    pub prefix_reuse: bool,
 }
 
 /// What the server says about its model (`/v1/models`).
@@ -203,6 +205,7 @@ fn models_body(m: &ServedModel, cfg: &HttpServeConfig) -> Value {
             "sha256": m.sha256, "file_type": m.file_type, "file": m.path,
             "server": format!("pocketperf {}", crate::meta::TOOL_VERSION),
             "slots": cfg.slots, "ctx": cfg.ctx, "max_tokens": cfg.max_tokens_limit,
+            "prefix_reuse": cfg.prefix_reuse,
         },
     }]})
 }
@@ -218,6 +221,11 @@ fn health_body(sh: &Shared) -> Value {
         "completed": s.completed.load(Ordering::Relaxed),
         "cancelled": s.cancelled.load(Ordering::Relaxed),
         "timed_out": s.timed_out.load(Ordering::Relaxed),
+        // This process's memory and page faults (what `soak --sut http://…` samples).
+        "pocketperf": {
+            "pid": std::process::id(),
+            "memory": crate::serve::server::memory_stats(),
+        },
     })
 }
 
@@ -443,6 +451,7 @@ pub fn serve(
         slots: cfg.slots,
         ctx: cfg.ctx,
         drain: cfg.drain,
+        prefix_reuse: cfg.prefix_reuse,
     };
     // The worker returns once the HTTP side is gone (its queue closed) or, after a stop,
     // once the requests in flight are done or cancelled.

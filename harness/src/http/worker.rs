@@ -8,6 +8,14 @@
 //!
 //! Results go back to the HTTP side as [`GenEvent`]s on an unbounded channel per request; a
 //! closed channel is how a disconnected client is noticed.
+//!
+//! Prompt cache (`--prefix-reuse on`, the default, as llama-server's `cache_prompt`): a slot
+//! keeps its sequence's KV after the request ends, with the token ids it holds. A new request
+//! goes to the free slot whose cached tokens share the longest prefix with its prompt when
+//! that prefix is at least half the prompt, else to the free slot used least recently (an
+//! unused one first), so an unrelated prompt does not overwrite a conversation's cache; the
+//! cache is rewound to the shared prefix (at most all but the prompt's last token, whose
+//! logits start the reply) and only the rest is prefilled. `Finish::cached_tokens` reports how many were reused (`timings.cache_n`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -77,6 +85,8 @@ pub struct Finish {
     /// `length` (max_tokens reached) or `stop` (end of generation).
     pub reason: &'static str,
     pub prompt_tokens: usize,
+    /// Prompt tokens taken from the slot's cache (not prefilled).
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     /// Queue wait plus prefill, up to the first token, milliseconds.
     pub ttft_ms: f64,
@@ -119,6 +129,8 @@ pub struct WorkerConfig {
     pub ctx: usize,
     /// How long in-flight requests may run on after shutdown begins.
     pub drain: Duration,
+    /// Keep each slot's KV between requests and reuse the longest common prompt prefix.
+    pub prefix_reuse: bool,
 }
 
 struct Active {
@@ -133,6 +145,7 @@ struct Active {
     deadline: Instant,
     stream: StreamDecoder,
     prompt_tokens: usize,
+    cached_tokens: usize,
     t_queued: Instant,
     t_first: Instant,
     prompt_ms: f64,
@@ -186,6 +199,16 @@ struct Worker<'e> {
     state: Arc<WorkerState>,
     sessions: Vec<Session<'e>>,
     slots: Vec<Option<Active>>,
+    /// The token ids each slot's KV holds, in order (what a later prompt may reuse).
+    cached: Vec<Vec<u32>>,
+    /// When each slot last took a request (admissions so far; 0: never).
+    last_used: Vec<u64>,
+    admitted: u64,
+}
+
+/// Length of the common prefix of `a` and `b`.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl<'e> Worker<'e> {
@@ -216,6 +239,7 @@ impl<'e> Worker<'e> {
         let _ = a.events.send(GenEvent::Done(Finish {
             reason,
             prompt_tokens: a.prompt_tokens,
+            cached_tokens: a.cached_tokens,
             completion_tokens: a.generated,
             ttft_ms: ms(a.t_first - a.t_queued),
             prompt_ms: a.prompt_ms,
@@ -228,9 +252,32 @@ impl<'e> Worker<'e> {
         let _ = events.send(GenEvent::Failed { status, message });
     }
 
-    /// Takes `r` into slot `k`: prefill and first token. Leaves the slot empty when the
-    /// request ends there (one token, end of generation, failure, client gone).
-    fn admit(&mut self, k: usize, r: GenRequest) {
+    /// The free slot for `tokens`: with prefix reuse, the one whose cache shares the longest
+    /// prefix with them when it is at least half of them; else the least recently used free
+    /// slot (the first on a tie).
+    fn pick_slot(&self, tokens: &[u32]) -> Option<usize> {
+        let free: Vec<usize> = (0..self.slots.len())
+            .filter(|&k| self.slots[k].is_none())
+            .collect();
+        if self.cfg.prefix_reuse {
+            let best = free
+                .iter()
+                .map(|&k| (common_prefix(&self.cached[k], tokens), k))
+                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            if let Some((n, k)) = best
+                && n > 0
+                && 2 * n >= tokens.len()
+            {
+                return Some(k);
+            }
+        }
+        free.into_iter().min_by_key(|&k| (self.last_used[k], k))
+    }
+
+    /// Takes `r` into a free slot ([`Worker::pick_slot`]): prefill and first token. Leaves
+    /// the slot empty when the request ends there (one token, end of generation, failure,
+    /// client gone).
+    fn admit(&mut self, r: GenRequest) {
         let t_queued = Instant::now();
         if self.state.stopping.load(Ordering::Relaxed) {
             Self::fail(&r.events, 503, "the server is shutting down".into());
@@ -286,14 +333,36 @@ impl<'e> Worker<'e> {
                 ),
             );
         }
+        let Some(k) = self.pick_slot(&tokens) else {
+            return Self::fail(&r.events, 503, "no free slot".into());
+        };
+        self.admitted += 1;
+        self.last_used[k] = self.admitted;
         let s = &mut self.sessions[k];
-        s.reset();
+        // The cached prefix, short of the prompt's last token (its logits start the reply).
+        let keep = if self.cfg.prefix_reuse {
+            common_prefix(&self.cached[k], &tokens).min(tokens.len() - 1)
+        } else {
+            0
+        };
+        let keep = if keep > 0 && s.truncate(keep).is_ok() {
+            keep
+        } else {
+            s.reset();
+            0
+        };
+        self.cached[k].truncate(keep);
         s.reseed(r.sampling.seed);
         let t0 = Instant::now();
-        let logits = match s.prefill(&tokens) {
+        let logits = match s.prefill(&tokens[keep..]) {
             Ok(logits) => logits.to_vec(),
-            Err(e) => return Self::fail(&r.events, 500, format!("prefill: {e}")),
+            Err(e) => {
+                s.reset();
+                self.cached[k].clear();
+                return Self::fail(&r.events, 500, format!("prefill: {e}"));
+            }
         };
+        self.cached[k].extend_from_slice(&tokens[keep..]);
         let first = (s.sample(&logits, &r.sampling), logits);
         let t_first = Instant::now();
         let mut a = Active {
@@ -308,6 +377,7 @@ impl<'e> Worker<'e> {
             deadline: r.deadline,
             stream: StreamDecoder::new(),
             prompt_tokens: tokens.len(),
+            cached_tokens: keep,
             t_queued,
             t_first,
             prompt_ms: ms(t_first - t0),
@@ -371,10 +441,7 @@ impl<'e> Worker<'e> {
                 }
             }
             // Admit queued requests into free slots (blocking only when idle).
-            for k in 0..self.slots.len() {
-                if self.slots[k].is_some() {
-                    continue;
-                }
+            while self.busy() < self.slots.len() {
                 let next = if self.busy() == 0 {
                     match rx.recv_timeout(Duration::from_millis(50)) {
                         Ok(r) => Some(r),
@@ -395,7 +462,7 @@ impl<'e> Worker<'e> {
                 };
                 let Some(r) = next else { break };
                 self.state.queued.fetch_sub(1, Ordering::Relaxed);
-                self.admit(k, r);
+                self.admit(r);
                 self.publish();
             }
             if self.busy() == 0 {
@@ -428,6 +495,10 @@ impl<'e> Worker<'e> {
             .iter()
             .filter_map(|&k| self.slots[k].as_ref().map(|a| a.last))
             .collect();
+        // What the step feeds becomes part of each slot's cache (undone below on failure).
+        for (&k, &t) in order.iter().zip(&tokens) {
+            self.cached[k].push(t);
+        }
         let vocab = self.engine.model.config().vocab_size;
         let logits: Result<Vec<f32>, String> = match batch {
             Some(b) => {
@@ -473,6 +544,8 @@ impl<'e> Worker<'e> {
             }
             Err(e) => {
                 for &k in &order {
+                    self.sessions[k].reset();
+                    self.cached[k].clear();
                     if let Some(a) = self.slots[k].take() {
                         Self::fail(&a.events, 500, format!("decode: {e}"));
                     }
@@ -507,6 +580,9 @@ pub fn run_worker(
         state,
         sessions,
         slots: (0..slots).map(|_| None).collect(),
+        cached: vec![Vec::new(); slots],
+        last_used: vec![0; slots],
+        admitted: 0,
     };
     w.run(&rx);
     for a in w.slots.iter_mut().filter_map(Option::take) {

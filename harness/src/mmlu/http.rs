@@ -1,6 +1,8 @@
 //! MMLU through an OpenAI-compatible server (`mmlu run --sut http://HOST:PORT`,
-//! `docs/HTTP.md`): every question is one `/v1/completions` request whose prompt is the
-//! question's token ids (the same tokens the in-process SUT runs), greedy.
+//! `docs/HTTP.md`): every question is one `/v1/completions` request (or, with `--api
+//! native`, one request to llama.cpp's `/completion`, whose `n_probs` alternatives carry
+//! token ids) whose prompt is the question's token ids (the same tokens the in-process SUT
+//! runs), greedy.
 //!
 //! Logprob mode asks for one token with the 20 most likely alternatives and, through our
 //! extension `logprob_token_ids` (which other servers ignore), for the four answer letters'
@@ -31,6 +33,8 @@ pub const TOP_K: usize = 20;
 /// The server as MMLU's system under test.
 pub(crate) struct MmluHttpSut<'e, 'i> {
     pub(crate) client: HttpClient,
+    /// `Completions` (`/v1/completions`) or `Native` (llama.cpp's `/completion`).
+    pub(crate) api: ApiKind,
     pub(crate) model: ServerModel,
     pub(crate) engine: &'e Engine,
     pub(crate) items: &'i [Item],
@@ -55,7 +59,19 @@ pub fn connect(url: &str) -> Result<(HttpClient, ServerModel)> {
     Ok((client, model))
 }
 
-fn request(model: &str, item: &Item, mode: ScoreMode, letters: [u32; 4]) -> Value {
+fn request(api: ApiKind, model: &str, item: &Item, mode: ScoreMode, letters: [u32; 4]) -> Value {
+    if api == ApiKind::Native {
+        // llama.cpp's names; `n_probs` alternatives come with their token ids.
+        return match mode {
+            ScoreMode::Logprob => json!({
+                "prompt": item.tokens, "n_predict": 1, "temperature": 0, "n_probs": TOP_K,
+                "ignore_eos": true,
+            }),
+            ScoreMode::Generate => json!({
+                "prompt": item.tokens, "n_predict": GENERATE_MAX_TOKENS, "temperature": 0,
+            }),
+        };
+    }
     match mode {
         // End of generation may well be the most likely next token; the letters'
         // log-probabilities at this position are what is asked, so it must not end the reply
@@ -73,13 +89,33 @@ fn request(model: &str, item: &Item, mode: ScoreMode, letters: [u32; 4]) -> Valu
 
 /// The four letters' log-probabilities from a completions response: from
 /// `requested_logprobs` (by id) when the server answers our extension, else from the top
-/// alternatives (by piece; −∞ for a letter not among them); and how many were missing.
-/// `None` when it has neither.
+/// alternatives (by piece; −∞ for a letter not among them); from a native `/completion`
+/// response, from its first position's `n_probs` alternatives (by id); and how many were
+/// missing. `None` when it has none of these.
 pub fn letters_from(
     resp: &Value,
     pieces: &[String; 4],
     ids: [u32; 4],
 ) -> Option<([f32; 4], usize)> {
+    if let Some(top) = resp
+        .pointer("/completion_probabilities/0/top_logprobs")
+        .and_then(Value::as_array)
+    {
+        let mut missing = 0;
+        let lp = std::array::from_fn(|i| {
+            let hit = top
+                .iter()
+                .find(|t| t.get("id").and_then(Value::as_u64) == Some(u64::from(ids[i])));
+            match hit.and_then(|t| t.get("logprob")).and_then(Value::as_f64) {
+                Some(x) => x as f32,
+                None => {
+                    missing += 1;
+                    f32::NEG_INFINITY
+                }
+            }
+        });
+        return Some((lp, missing));
+    }
     if let Some(named) = resp
         .pointer("/choices/0/logprobs/requested_logprobs/0")
         .and_then(Value::as_object)
@@ -115,16 +151,14 @@ pub fn letters_from(
 /// alternatives, else generate mode; with the reason.
 pub fn probe_mode(
     client: &HttpClient,
+    api: ApiKind,
     model: &str,
     first: &Item,
     pieces: &[String; 4],
     ids: [u32; 4],
 ) -> Result<(ScoreMode, String)> {
     let resp = client
-        .complete(
-            ApiKind::Completions,
-            &request(model, first, ScoreMode::Logprob, ids),
-        )
+        .complete(api, &request(api, model, first, ScoreMode::Logprob, ids))
         .context("probing the server's log-probabilities")?;
     Ok(match letters_from(&resp, pieces, ids) {
         Some((_, 0)) => (
@@ -146,8 +180,8 @@ impl MmluHttpSut<'_, '_> {
     fn answer(&mut self, item: &Item) -> Result<(Vec<u8>, QuestionCost)> {
         let t0 = Instant::now();
         let resp = self.client.complete(
-            ApiKind::Completions,
-            &request(&self.model.id, item, self.mode, self.letter_ids),
+            self.api,
+            &request(self.api, &self.model.id, item, self.mode, self.letter_ids),
         )?;
         let mut cost = QuestionCost {
             prompt_tokens: item.tokens.len(),
@@ -168,12 +202,14 @@ impl MmluHttpSut<'_, '_> {
             ScoreMode::Generate => {
                 let text = resp
                     .pointer("/choices/0/text")
+                    .or_else(|| resp.get("content"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| anyhow!("the response has no choices[0].text"))?;
+                    .ok_or_else(|| anyhow!("the response has no choices[0].text or content"))?;
                 // Token ids of the text in the local tokenizer (the accuracy log's format).
                 let ids = self.engine.tokenizer.encode(text, false)?;
                 cost.generated_tokens = resp
                     .pointer("/usage/completion_tokens")
+                    .or_else(|| resp.get("tokens_predicted"))
                     .and_then(Value::as_u64)
                     .map_or(ids.len(), |n| n as usize);
                 ids.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -5,6 +5,7 @@
 use super::*;
 use crate::cmd::mmlu::{MmluRunArgs, OnOff, ScoreMode};
 use crate::cmd::run::SutArg;
+use crate::http::client::ApiKind;
 use crate::meta::{self, OutputHeader};
 use crate::outputs::{log_meta, run_meta};
 use anyhow::{Context, Result, anyhow, bail};
@@ -104,6 +105,15 @@ pub(crate) fn group_schema(name: String, a: &Accuracy) -> GroupAccuracy {
 }
 
 pub fn run(a: &MmluRunArgs) -> Result<i32> {
+    let api = match (&a.sut, a.api) {
+        (SutArg::Http(_), None) => ApiKind::Completions,
+        (SutArg::Http(_), Some(ApiKind::Chat)) => {
+            bail!("--api chat: mmlu run scores token ids (completions or native)")
+        }
+        (SutArg::Http(_), Some(api)) => api,
+        (_, Some(_)) => bail!("--api needs --sut http://HOST:PORT"),
+        (_, None) => ApiKind::Completions,
+    };
     if a.ctx < 16 {
         bail!("--ctx {}: too small (at least 16)", a.ctx);
     }
@@ -166,7 +176,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
             let pieces = letters.map(|t| engine.tokenizer.decode(&[t]));
             let (mode, why) = match (a.mode, items.first()) {
                 (ScoreMode::Logprob, Some(first)) => {
-                    super::http::probe_mode(&client, &model.id, first, &pieces, letters)?
+                    super::http::probe_mode(&client, api, &model.id, first, &pieces, letters)?
                 }
                 (m, _) => (m, "as asked (--mode)".to_string()),
             };
@@ -216,6 +226,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
         Some((client, model, letter_pieces, mode, why, url)) => {
             let mut sut = super::http::MmluHttpSut {
                 client,
+                api,
                 model,
                 engine: &engine,
                 items: &items,
@@ -232,7 +243,7 @@ pub fn run(a: &MmluRunArgs) -> Result<i32> {
             sut_json = serde_json::json!({
                 "kind": "http",
                 "endpoint": url,
-                "api": "completions",
+                "api": api,
                 "model_id": sut.model.id,
                 "model_sha256": sut.model.sha256,
                 "server": sut.model.server.clone().or(sut.model.owned_by.clone()),

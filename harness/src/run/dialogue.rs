@@ -5,19 +5,19 @@
 //! 95 % interval over dialogues), J per token and tokens per J, beside per-turn latencies.
 //!
 //! The loop ([`run_dialogues`]) is generic over a [`DialogueSut`]: the in-process runtime
-//! ([`RuntimeSut`]) on the real path, or [`SimulatedSut`], a decoder whose speed is the
+//! ([`RuntimeSut`]) on the real path, an OpenAI-compatible server ([`HttpDialogueSut`],
+//! `--sut http://HOST:PORT`), or [`SimulatedSut`], a decoder whose speed is the
 //! simulated handset's own, in virtual time (tests, fast checks). Telemetry rules are in
 //! `docs/TELEMETRY.md`.
 
 use std::cell::RefCell;
-use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use pocketperf_datasets::dialogue::{Dialogue, dialogues};
-use pocketperf_reports::schema::{Performance, QuerySample, ResultFile};
+use pocketperf_reports::schema::ResultFile;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams, Session};
 use pocketperf_runtime::tokenizer::ChatMessage;
@@ -26,7 +26,7 @@ use pocketperf_scenarios::{Clock, RealClock};
 use crate::cmd::run::{PresetArg, RunArgs};
 use crate::governor_hook::{GovernorHook, SharedGovernor};
 use crate::meta;
-use crate::outputs::{file_header, finish_csv, ms, percentiles_of_ns, run_meta, tokens_csv};
+use crate::outputs::run_meta;
 use crate::progress::{RunPlan, RunProgress};
 use crate::sim::pace::Pacer;
 use crate::sut::prompts::{encode_rendered, render_chat};
@@ -36,8 +36,12 @@ use crate::telemetry::{DialogueSpan, MonotonicClock};
 use crate::trace::{TraceInput, TraceQuery};
 use pocketperf_scenarios::{Phase, Progress};
 
+mod http;
+mod outputs;
 mod simulated;
 
+pub use http::HttpDialogueSut;
+pub use outputs::{intervals, performance_section, summary_line, write_tokens_csv};
 pub use simulated::SimulatedSut;
 
 /// Environment variable limiting the number of dialogues (quick checks, tests).
@@ -402,130 +406,19 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     }
 }
 
-/// The `performance` section of a dialogue run: every turn is a query (its `sample_index` is
-/// the dialogue's position), latency from turn start to last token.
-pub fn performance_section(records: &[DialogueRecord], errors: &[String]) -> Option<Performance> {
-    let start = records.first()?.start_ns;
-    let end = records.iter().map(|r| r.end_ns).max().unwrap_or(start);
-    let turns: Vec<(&DialogueRecord, &TurnRecord)> = records
-        .iter()
-        .flat_map(|d| d.turns.iter().map(move |t| (d, t)))
-        .collect();
-    let mut per_query = Vec::with_capacity(turns.len());
-    let (mut lat, mut ttft, mut tpot, mut itl) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (id, (d, t)) in turns.iter().enumerate() {
-        let l = t.end_ns.saturating_sub(t.start_ns);
-        let f = t.first_token_ns.map(|f| f.saturating_sub(t.start_ns));
-        let tp = f.and_then(|f| pocketperf_scenarios::tpot_ns(l, f, t.generated as u64));
-        lat.push(l);
-        ttft.extend(f);
-        tpot.extend(tp);
-        itl.extend(t.token_ns.windows(2).map(|w| w[1].saturating_sub(w[0])));
-        per_query.push(QuerySample {
-            id: id as u64,
-            sample_index: d.index as u64,
-            start_s: t.start_ns.saturating_sub(start) as f64 / 1e9,
-            latency_ms: ms(l),
-            ttft_ms: f.map(ms),
-            tokens: t.generated as u32,
-            tpot_ms: tp.map(ms),
-            minor_faults: None,
-            major_faults: None,
-        });
-    }
-    let duration_s = end.saturating_sub(start) as f64 / 1e9;
-    let tokens: u64 = records.iter().map(|r| r.tokens).sum();
-    Some(Performance {
-        scenario: "Dialogue".into(),
-        mode: "PerformanceOnly".into(),
-        valid: errors.is_empty() && records.iter().all(|r| r.complete),
-        invalid_reasons: errors.iter().take(20).cloned().collect(),
-        queries: turns.len() as u64,
-        duration_s,
-        qps: if duration_s > 0.0 {
-            turns.len() as f64 / duration_s
-        } else {
-            0.0
-        },
-        tokens_per_s: if duration_s > 0.0 {
-            tokens as f64 / duration_s
-        } else {
-            0.0
-        },
-        latency_ms: percentiles_of_ns(lat)?,
-        ttft_ms: percentiles_of_ns(ttft),
-        tpot_ms: percentiles_of_ns(tpot),
-        itl_ms: percentiles_of_ns(itl),
-        early_stopping: None,
-        per_query,
-        backend_counters: None,
-        warmup: None,
-    })
-}
-
-/// Labeled turn and dialogue intervals for `telemetry.json`.
-pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
-    let mut v = Vec::new();
-    for d in records {
-        for t in &d.turns {
-            v.push((
-                format!("{}#{}/turn{}", d.id, d.index, t.turn),
-                t.start_ns,
-                t.end_ns,
-                t.generated as u64,
-            ));
-        }
-        v.push((
-            format!("{}#{}", d.id, d.index),
-            d.start_ns,
-            d.end_ns,
-            d.tokens,
-        ));
-    }
-    v
-}
-
-/// Writes `tokens.csv` (one row per generated token, ms from the first dialogue's start;
-/// `query` numbers the turns as in `performance.per_query`).
-/// With a governor, its per-token columns follow (`gov_temp_c` … `gov_pause_ms`, as in the
-/// other scenarios' `tokens.csv`).
-pub fn write_tokens_csv(
-    dir: &Path,
-    records: &[DialogueRecord],
-    file: &ResultFile,
-    governor: Option<&GovernorHook>,
-) -> Result<()> {
-    let (path, mut w) = tokens_csv(dir, &file_header(file))?;
-    let cant = || format!("{}: cannot write", path.display());
-    let mut columns = vec!["query", "token", "t_ms"];
-    if let Some(g) = governor {
-        columns.extend(g.csv_columns());
-    }
-    w.write_record(&columns).with_context(cant)?;
-    let index = governor.map(GovernorHook::token_index).unwrap_or_default();
-    let start = records.first().map_or(0, |r| r.start_ns);
-    let turns = records.iter().flat_map(|d| d.turns.iter());
-    for (q, t) in turns.enumerate() {
-        for (k, ns) in t.token_ns.iter().enumerate() {
-            let t_ms = format!("{:.3}", ms(ns.saturating_sub(start)));
-            let mut cells = vec![q.to_string(), k.to_string(), t_ms];
-            if let Some(g) = governor {
-                cells.extend(g.csv_cells(&index, q as u64, k));
-            }
-            w.write_record(&cells).with_context(cant)?;
-        }
-    }
-    finish_csv(&path, w)
-}
-
 /// Flags of `run` the dialogue loop does not implement: an error naming each, so none is
-/// accepted and then ignored.
-fn refuse_unsupported(a: &RunArgs) -> Result<()> {
+/// accepted and then ignored. Over HTTP, what acts on this process's runtime (the governor,
+/// a simulated handset's pacing of the decode) cannot reach the server and is refused too.
+fn refuse_unsupported(a: &RunArgs, device: &crate::telemetry::DeviceSpec) -> Result<()> {
     let mut given = Vec::new();
     match a.sut {
-        crate::cmd::run::SutArg::InProcess => {}
+        crate::cmd::run::SutArg::InProcess => given.extend(a.http.given()),
         crate::cmd::run::SutArg::Process => given.push("--sut process"),
-        crate::cmd::run::SutArg::Http(_) => given.push("--sut http://…"),
+        crate::cmd::run::SutArg::Http(_) => {
+            if a.http.http_concurrency.is_some() {
+                given.push("--http-concurrency");
+            }
+        }
     }
     if a.warmup.is_some() {
         given.push("--warmup");
@@ -533,15 +426,45 @@ fn refuse_unsupported(a: &RunArgs) -> Result<()> {
     if a.cold_start {
         given.push("--cold-start");
     }
-    given.extend(a.http.given());
     if !given.is_empty() {
         bail!(
-            "{} not supported by the dialogue scenario (it runs in process, without warm-up \
-             or cold start)",
+            "{} not supported by the dialogue scenario (it runs in process or through one \
+             HTTP connection, without warm-up or cold start)",
             given.join(", ")
         );
     }
+    if let crate::cmd::run::SutArg::Http(url) = &a.sut {
+        if a.governor.governor != crate::cmd::governor::GovernorKind::Off {
+            bail!(
+                "--governor with --sut {url}: the governor acts on this process's runtime, \
+                 not on a server's"
+            );
+        }
+        if device.handset().is_some() {
+            bail!(
+                "--device {} with --sut {url}: a simulated handset paces and meters this \
+                 process's decode, not a server's (use --device local on the device that \
+                 runs the server)",
+                device.id()
+            );
+        }
+    }
     Ok(())
+}
+
+/// The run's dialogue SUT: the runtime in this process, or a server over HTTP.
+enum AnySut<'e> {
+    Runtime(Box<RuntimeSut<'e>>),
+    Http(Box<HttpDialogueSut<'e>>),
+}
+
+impl<'e> AnySut<'e> {
+    fn as_dyn(&mut self) -> &mut (dyn DialogueSut + 'e) {
+        match self {
+            AnySut::Runtime(s) => s.as_mut(),
+            AnySut::Http(h) => h.as_mut(),
+        }
+    }
 }
 
 /// `pocketperf run --scenario dialogue`.
@@ -550,7 +473,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     if a.config.is_some() || a.server_qps.is_some() {
         bail!("--config and --server-qps do not apply to the dialogue scenario");
     }
-    refuse_unsupported(a)?;
+    refuse_unsupported(a, &device)?;
     crate::governor_hook::check_args(&a.governor, &device, true)?;
     let limit: Option<usize> = env_number(ENV_DIALOGUES)?;
     if limit == Some(0) {
@@ -568,30 +491,43 @@ pub fn run(a: &RunArgs) -> Result<i32> {
 
     let (engine, model_path) = a.engine.load()?;
     let model_sha = meta::model_sha256(&model_path);
-    let mut needed = 0;
-    for d in &set {
-        needed = needed.max(RuntimeSut::tokens_needed(&engine, d)?);
-    }
-    let session = engine.session(SessionOptions {
-        max_seq_len: needed + 16,
-        ..Default::default()
-    })?;
     let governor = GovernorHook::new_on(&a.governor, engine.threads(), &device)?;
     let mut gauges = governor
         .as_ref()
         .map(GovernorHook::gauges)
         .unwrap_or_default();
-    gauges.extend(fault_gauges(&SutPid::new(std::process::id())));
     let governor: Option<SharedGovernor> = governor.map(|g| Rc::new(RefCell::new(g)));
-    let mut sut = RuntimeSut::new(&engine, session).with_governor(governor.clone());
+    let mut sut = match &a.sut {
+        crate::cmd::run::SutArg::Http(url) => {
+            let h = HttpDialogueSut::connect(a.http.config(url), &engine.tokenizer)
+                .with_context(|| format!("--sut {url}: the server does not answer"))?;
+            eprintln!("system under test: {}", h.name());
+            AnySut::Http(Box::new(h))
+        }
+        _ => {
+            let mut needed = 0;
+            for d in &set {
+                needed = needed.max(RuntimeSut::tokens_needed(&engine, d)?);
+            }
+            let session = engine.session(SessionOptions {
+                max_seq_len: needed + 16,
+                ..Default::default()
+            })?;
+            // This process's page faults are the SUT's only when it runs the model.
+            gauges.extend(fault_gauges(&SutPid::new(std::process::id())));
+            AnySut::Runtime(Box::new(
+                RuntimeSut::new(&engine, session).with_governor(governor.clone()),
+            ))
+        }
+    };
 
     let started = chrono::Utc::now();
-    let settings = serde_json::json!({
+    let mut settings = serde_json::json!({
         "cli": a,
         "dialogues": set.len(),
         "turn_token_cap": cap,
         "idle_baseline_s": idle.as_secs_f64(),
-        "kv_reuse": sut.kv_reuse(),
+        "kv_reuse": sut.as_dyn().kv_reuse(),
         "chat_template": "chatml",
         "telemetry_period_ms": 100,
         "decode_paced_to_simulated_opp": device.handset().is_some(),
@@ -628,7 +564,9 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         eprintln!("governor: {}", g.borrow().describe());
     }
     // On a simulated handset the decode follows the handset's clock: slower at a capped OPP.
-    sut.set_pacer(telemetry.sim_pace().map(Pacer::new));
+    if let AnySut::Runtime(s) = &mut sut {
+        s.set_pacer(telemetry.sim_pace().map(Pacer::new));
+    }
     let idle_ns = if idle.is_zero() {
         None
     } else {
@@ -646,9 +584,19 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     })?;
     progress.pass_started(Phase::Timed, Some(set.len() as u64), mono());
     let done = |r: &DialogueRecord| progress.query_done(r.tokens, 0);
-    let (records, errors) = run_dialogues(&mut sut, &set, &|| mono(), done);
+    let (records, errors) = run_dialogues(sut.as_dyn(), &set, &|| mono(), done);
     progress.finish();
-    let stretched = sut.stretched();
+    let stretched = match &sut {
+        AnySut::Runtime(s) => s.stretched(),
+        AnySut::Http(_) => Duration::ZERO,
+    };
+    let mut sut_warnings = Vec::new();
+    if let AnySut::Http(h) = &sut {
+        let rec = h.record();
+        settings["sut"] = crate::sut::http::sut_json(&h.config, &h.model, &rec);
+        settings["kv_reuse"] = "up to the server".into();
+        sut_warnings = rec.warnings();
+    }
     let rec = telemetry.stop()?;
     let finished = chrono::Utc::now();
 
@@ -670,6 +618,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     }
     let governor = governor.as_ref().map(|g| g.borrow());
     let mut warnings: Vec<String> = errors.iter().take(20).cloned().collect();
+    warnings.extend(sut_warnings);
     warnings.extend(governor.iter().flat_map(|g| g.warnings().iter().cloned()));
     warnings.extend(rec.report.summary.warnings.iter().cloned());
     warnings.extend(energy_warnings(&rec.report, &summary));
@@ -763,37 +712,4 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         return Ok(1);
     }
     Ok(if errors.is_empty() { 0 } else { 1 })
-}
-
-/// One line for the terminal.
-pub fn summary_line(f: &ResultFile) -> String {
-    let perf = f
-        .performance
-        .as_ref()
-        .map_or("no turns completed".into(), |p| {
-            format!(
-                "dialogue: {} turns, {:.2} tokens/s, TTFT p90 {}",
-                p.queries,
-                p.tokens_per_s,
-                p.ttft_ms
-                    .as_ref()
-                    .map_or("-".into(), |t| format!("{:.1} ms", t.p90))
-            )
-        });
-    let energy = f.energy.as_ref().map_or("no energy meter".into(), |e| {
-        format!(
-            "{} dialogues: {:.3} mWh/dialogue net [{:.3}, {:.3}], gross {:.3}, {:.4} J/token, \
-             {:.2} tokens/J ({}{})",
-            e.dialogues,
-            e.mwh_per_dialogue_net.mean,
-            e.mwh_per_dialogue_net.lo,
-            e.mwh_per_dialogue_net.hi,
-            e.mwh_per_dialogue_gross.mean,
-            e.j_per_token,
-            e.tokens_per_j,
-            e.meter,
-            if e.reliable { "" } else { ", UNRELIABLE" }
-        )
-    });
-    format!("{perf}; {energy}")
 }

@@ -22,7 +22,7 @@ use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settin
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
 use crate::sut::faults::{FaultMeter, FaultSource};
-use crate::sut::http::{HttpPrompt, HttpRecord, HttpSut};
+use crate::sut::http::{HttpPrompt, HttpSut};
 use crate::sut::in_process::{InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
@@ -242,7 +242,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         RunSut::Http(h) => {
             h.shutdown();
             let rec = h.record();
-            sut_json = http_sut_json(h, &rec);
+            sut_json = crate::sut::http::sut_json(&h.config, &h.model, &rec);
             rec.warnings()
         }
         RunSut::Process(p) => {
@@ -356,33 +356,4 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         return Ok(1);
     }
     Ok(if result.is_valid() { 0 } else { 1 })
-}
-
-/// result.json's `meta.settings.sut` for an HTTP SUT: kind, endpoint, API, what the server
-/// says its model is (id, and the file's SHA-256 when it is our own server), the system's
-/// identity for the comparability check (`system`: the server and model, not the port), and
-/// the record (failures, retries, short responses, token-count source, server timings).
-pub fn http_sut_json(h: &HttpSut, rec: &HttpRecord) -> serde_json::Value {
-    let m = &h.model;
-    let server = m
-        .server
-        .clone()
-        .or_else(|| m.owned_by.clone())
-        .unwrap_or_else(|| "unknown".into());
-    serde_json::json!({
-        "kind": "http",
-        "endpoint": h.config.base_url,
-        "api": h.config.api,
-        "concurrency": h.config.concurrency,
-        "retry_policy": format!(
-            "up to {} retries before the first token on connection refused or HTTP \
-             500/502/503/504, 250 ms x attempt (Retry-After, at most 2 s, when sent)",
-            h.config.retries
-        ),
-        "model_id": m.id,
-        "model_sha256": m.sha256,
-        "server": server,
-        "system": format!("http {server} {}", m.id),
-        "record": rec.summary(),
-    })
 }

@@ -16,7 +16,8 @@
 //! - [`analysis`] — the checks;
 //! - [`report`] — `robustness.json` and `robustness.html`;
 //! - [`telemetry`] — the sampler thread;
-//! - [`signal`] — SIGINT/SIGTERM.
+//! - [`signal`] — SIGINT/SIGTERM;
+//! - [`sut`] — the server: a `pocketperf serve` child, or one over HTTP (`--sut http://…`).
 
 pub mod analysis;
 pub mod clock;
@@ -27,6 +28,7 @@ pub mod probes;
 pub mod report;
 pub mod runner;
 pub mod signal;
+pub mod sut;
 pub mod telemetry;
 
 pub use analysis::{Analysis, Check, Verdict, analyze};

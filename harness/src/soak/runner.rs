@@ -28,6 +28,7 @@ use super::journal::{
     RssRecord,
 };
 use super::probes::{ANSWER_CONTINUATIONS, Probe};
+use super::sut::{HttpSoakSut, SoakSut};
 use super::telemetry::SoakTelemetry;
 use crate::serve::FAULT_ENV;
 use crate::serve::client::{
@@ -181,7 +182,9 @@ pub struct Runner {
     dialogues: Vec<Dialogue>,
     probes: Vec<Probe>,
     command: ServeCommand,
-    client: Option<ServeClient>,
+    /// `Some(url)`: the SUT is an OpenAI-compatible server there, not a child.
+    http: Option<String>,
+    client: Option<SoakSut>,
     pos: Position,
     signals: Arc<dyn Fn() -> usize + Send + Sync>,
     stderr_log: Arc<Mutex<File>>,
@@ -209,6 +212,8 @@ pub struct RunnerParts {
     /// second abandons it.
     pub signals: Arc<dyn Fn() -> usize + Send + Sync>,
     pub on_checkpoint: Box<dyn FnMut(&Path)>,
+    /// An OpenAI-compatible server's base URL to soak instead of a `pocketperf serve` child.
+    pub http: Option<String>,
 }
 
 impl Runner {
@@ -239,6 +244,7 @@ impl Runner {
             dialogues: p.dialogues,
             probes: p.probes,
             command,
+            http: p.http,
             client: None,
             pos,
             signals: p.signals,
@@ -512,7 +518,7 @@ impl Runner {
             let t_start = self.clock.now_s();
             self.in_flight.store(true, Ordering::Relaxed);
             let r = match op {
-                Op::Query(q) => client.query(q, timeout, |_| {}).map(OpOut::Query),
+                Op::Query(q) => client.query(q, timeout).map(OpOut::Query),
                 Op::Score(s) => client.score(s, timeout).map(OpOut::Score),
             };
             self.in_flight.store(false, Ordering::Relaxed);
@@ -534,7 +540,7 @@ impl Runner {
                 }
                 Err(SutError::Interrupted { .. }) => {
                     if let Some(mut c) = self.client.take() {
-                        c.kill();
+                        let _ = c.kill();
                     }
                     return Ok(Attempt::Stop(Ending {
                         reason: EndReason::Interrupted,
@@ -568,14 +574,18 @@ impl Runner {
         let incarnation = self.pos.incarnation;
         let record = match e {
             SutError::Timeout { waited_s, .. } => {
-                let exit = client.as_mut().map(|c| c.kill());
+                let exit = client.as_mut().and_then(|c| c.kill());
                 self.live.timeouts += 1;
+                let action = match exit {
+                    Some(_) => "the harness killed the server",
+                    None => "the request was abandoned (a server over HTTP is not restarted)",
+                };
                 Record::Timeout(FailureRecord {
                     incarnation,
                     pid,
                     item: item.clone(),
                     last_query: desc.to_string(),
-                    error: format!("no answer for {waited_s:.1} s; the harness killed the server"),
+                    error: format!("no answer for {waited_s:.1} s; {action}"),
                     exit,
                     stderr_tail: client.as_ref().map(|c| c.stderr_tail()).unwrap_or_default(),
                     waited_s: Some(waited_s),
@@ -599,7 +609,7 @@ impl Runner {
                 })
             }
             other => {
-                let exit = client.as_mut().map(|c| c.kill());
+                let exit = client.as_mut().and_then(|c| c.kill());
                 self.live.crashes += 1;
                 Record::Crash(FailureRecord {
                     incarnation,
@@ -664,9 +674,18 @@ impl Runner {
         }))
     }
 
-    fn start_sut(
-        &mut self,
-    ) -> std::result::Result<(ServeClient, LoadedInfo), (String, Vec<String>)> {
+    fn start_sut(&mut self) -> std::result::Result<(SoakSut, LoadedInfo), (String, Vec<String>)> {
+        if let Some(url) = &self.http {
+            // The tokenizer names the MMLU probes' letters; the server runs the model.
+            let tokenizer = pocketperf_runtime::gguf::GgufFile::open(&self.cfg.model)
+                .and_then(|g| pocketperf_runtime::tokenizer::Tokenizer::from_gguf(&g))
+                .map_err(|e| (format!("{}: {e}", self.cfg.model.display()), Vec::new()))?;
+            let t = Duration::from_secs_f64(self.cfg.query_timeout_s.max(0.001));
+            let (h, loaded) =
+                HttpSoakSut::connect(url, tokenizer, t.max(Duration::from_secs(3600)), t)
+                    .map_err(|e| (e, Vec::new()))?;
+            return Ok((SoakSut::Http(Box::new(h)), loaded));
+        }
         // While the server starts, the first SIGINT/SIGTERM ends the wait (there is no
         // request to finish); once it serves, the first lets the request in flight finish and
         // the second aborts it.
@@ -692,14 +711,14 @@ impl Runner {
             Ok(l) => {
                 let signals = self.signals.clone();
                 c.set_abort(Arc::new(move || signals() >= 2));
-                Ok((c, l))
+                Ok((SoakSut::Child(Box::new(c)), l))
             }
             Err(e) => {
                 let tail = match &e {
                     SutError::Exited { stderr_tail, .. } => stderr_tail.clone(),
                     _ => c.stderr_tail(),
                 };
-                c.kill();
+                let _ = c.kill();
                 Err((e.to_string(), tail))
             }
         }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use pocketperf_scenarios::{Query, Responder, Scenario, SystemUnderTest};
 use serde_json::{Value, json};
 
-use crate::http::client::{ApiKind, HttpClient, HttpError, ServerModel};
+use crate::http::client::{ApiKind, HttpClient, HttpError, ServerModel, StreamOutcome};
 
 /// One sample as the HTTP SUT sends it.
 #[derive(Debug, Clone)]
@@ -98,6 +98,37 @@ impl HttpRecord {
         })
     }
 
+    /// Takes in one finished stream asked for `asked` tokens: returns its token count (the
+    /// usage object's, else the token chunks counted, either noted in
+    /// [`HttpRecord::token_count_source`]), adds the server's timings when sent, and notes a
+    /// short response under `what` (`query 3`, `dialogue 0 turn 1`).
+    pub fn account(&mut self, what: &str, out: &StreamOutcome, asked: usize) -> u64 {
+        let tokens = match out.usage {
+            Some((_, c)) => {
+                self.token_count_source.usage += 1;
+                c
+            }
+            None => {
+                self.token_count_source.chunks += 1;
+                out.token_times.len() as u64
+            }
+        };
+        if let Some(t) = &out.timings {
+            self.server_timings_queries += 1;
+            let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            self.server_prompt_ms_sum += f("prompt_ms");
+            self.server_predicted_ms_sum += f("predicted_ms");
+            self.server_predicted_n_sum += f("predicted_n") as u64;
+        }
+        if tokens < asked as u64 {
+            self.short.push(format!(
+                "{what}: {tokens} of {asked} tokens (finish_reason {})",
+                out.finish_reason.as_deref().unwrap_or("none")
+            ));
+        }
+        tokens
+    }
+
     /// Warnings for result.json (first 20 of each kind).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
@@ -119,6 +150,34 @@ impl HttpRecord {
     }
 }
 
+/// result.json's `meta.settings.sut` for an HTTP SUT: kind, endpoint, API, what the server
+/// says its model is (id, and the file's SHA-256 when it is our own server), the system's
+/// identity for the comparability check (`system`: the server and model, not the port), and
+/// the record (failures, retries, short responses, token-count source, server timings).
+pub fn sut_json(cfg: &HttpSutConfig, m: &ServerModel, rec: &HttpRecord) -> Value {
+    let server = m
+        .server
+        .clone()
+        .or_else(|| m.owned_by.clone())
+        .unwrap_or_else(|| "unknown".into());
+    json!({
+        "kind": "http",
+        "endpoint": cfg.base_url,
+        "api": cfg.api,
+        "concurrency": cfg.concurrency,
+        "retry_policy": format!(
+            "up to {} retries before the first token on connection refused or HTTP \
+             500/502/503/504, 250 ms x attempt (Retry-After, at most 2 s, when sent)",
+            cfg.retries
+        ),
+        "model_id": m.id,
+        "model_sha256": m.sha256,
+        "server": server,
+        "system": format!("http {server} {}", m.id),
+        "record": rec.summary(),
+    })
+}
+
 enum Ev {
     Token { id: u64, t: Instant },
     Done { id: u64, t: Instant, tokens: u64 },
@@ -138,6 +197,17 @@ pub fn request_body(api: ApiKind, model: &str, p: &HttpPrompt) -> Value {
     let mut b = match api {
         ApiKind::Completions => json!({"prompt": p.tokens}),
         ApiKind::Chat => json!({"messages": [{"role": "user", "content": p.text}]}),
+        // llama.cpp's own names: `n_predict`, and the ids of the tokens in the stream.
+        ApiKind::Native => {
+            return json!({
+                "prompt": p.tokens,
+                "n_predict": p.max_new_tokens,
+                "temperature": 0,
+                "ignore_eos": true,
+                "stream": true,
+                "return_tokens": true,
+            });
+        }
     };
     if let (Some(o), Value::Object(c)) = (b.as_object_mut(), common) {
         o.extend(c);
@@ -145,15 +215,30 @@ pub fn request_body(api: ApiKind, model: &str, p: &HttpPrompt) -> Value {
     b
 }
 
-/// Sends `body` streamed, retrying what [`HttpError::retryable`] allows before any token.
-fn with_retries(
+/// Prompt tokens the server says it took from its cache: `timings.cache_n` (llama.cpp), else
+/// the usage object's prompt tokens less `timings.prompt_n` (those it evaluated), else 0.
+pub fn reused_tokens(out: &StreamOutcome) -> usize {
+    let t = out.timings.as_ref();
+    let get = |k: &str| t.and_then(|t| t.get(k)).and_then(Value::as_u64);
+    if let Some(c) = get("cache_n") {
+        return c as usize;
+    }
+    match (out.usage, get("prompt_n")) {
+        (Some((p, _)), Some(n)) => p.saturating_sub(n) as usize,
+        _ => 0,
+    }
+}
+
+/// Sends `body` streamed, retrying what [`HttpError::retryable`] allows before any token
+/// (each retry noted in `record` under `what`).
+pub fn with_retries(
     client: &HttpClient,
     cfg: &HttpSutConfig,
     body: &Value,
-    id: u64,
+    what: &str,
     record: &Mutex<HttpRecord>,
     mut on_token: impl FnMut(Instant),
-) -> Result<crate::http::client::StreamOutcome, HttpError> {
+) -> Result<StreamOutcome, HttpError> {
     let mut attempt = 0;
     loop {
         let mut got = 0usize;
@@ -173,7 +258,7 @@ fn with_retries(
                 };
                 if let Ok(mut r) = record.lock() {
                     r.retried
-                        .push(format!("query {id}: attempt {attempt} after: {e}"));
+                        .push(format!("{what}: attempt {attempt} after: {e}"));
                 }
                 std::thread::sleep(wait);
             }
@@ -207,38 +292,16 @@ fn worker(
             continue;
         };
         let body = request_body(cfg.api, &model, p);
-        let r = with_retries(&client, &cfg, &body, q.id, &record, |t| {
+        let what = format!("query {}", q.id);
+        let r = with_retries(&client, &cfg, &body, &what, &record, |t| {
             let _ = events.send(Ev::Token { id: q.id, t });
         });
         match r {
             Ok(out) => {
-                let mut rec = record.lock().unwrap_or_else(|e| e.into_inner());
-                let tokens = match out.usage {
-                    Some((_, c)) => {
-                        rec.token_count_source.usage += 1;
-                        c
-                    }
-                    None => {
-                        rec.token_count_source.chunks += 1;
-                        out.token_times.len() as u64
-                    }
+                let tokens = {
+                    let mut rec = record.lock().unwrap_or_else(|e| e.into_inner());
+                    rec.account(&format!("query {}", q.id), &out, p.max_new_tokens)
                 };
-                if let Some(t) = &out.timings {
-                    rec.server_timings_queries += 1;
-                    let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-                    rec.server_prompt_ms_sum += f("prompt_ms");
-                    rec.server_predicted_ms_sum += f("predicted_ms");
-                    rec.server_predicted_n_sum += f("predicted_n") as u64;
-                }
-                if tokens < p.max_new_tokens as u64 {
-                    rec.short.push(format!(
-                        "query {}: {tokens} of {} tokens (finish_reason {})",
-                        q.id,
-                        p.max_new_tokens,
-                        out.finish_reason.as_deref().unwrap_or("none")
-                    ));
-                }
-                drop(rec);
                 let t = out.t_done.unwrap_or_else(Instant::now);
                 let _ = events.send(Ev::Done {
                     id: q.id,
@@ -393,5 +456,23 @@ impl SystemUnderTest for HttpSut {
 impl Drop for HttpSut {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_comes_from_the_servers_timings() {
+        let mut out = StreamOutcome {
+            usage: Some((120, 8)),
+            ..Default::default()
+        };
+        assert_eq!(reused_tokens(&out), 0);
+        out.timings = Some(json!({"prompt_n": 20, "predicted_n": 8}));
+        assert_eq!(reused_tokens(&out), 100);
+        out.timings = Some(json!({"prompt_n": 20, "cache_n": 96}));
+        assert_eq!(reused_tokens(&out), 96);
     }
 }
