@@ -308,6 +308,8 @@ fn a_soak_over_http_refuses_the_flags_of_a_server_it_starts() {
     for (extra, named) in [
         (&["--threads", "2"][..], "--threads"),
         (&["--serve-cmd", "x serve"], "--serve-cmd"),
+        // The server's default ring size given explicitly is still a setting it cannot apply.
+        (&["--ctx", "2048"], "--ctx"),
         (
             &["--ctx", "512", "--kv-policy", "sliding"],
             "--ctx, --kv-policy",

@@ -51,9 +51,9 @@ pub struct SoakArgs {
     /// Kernel tier of the server (scalar, avx2, avx512, neon; default: its best).
     #[arg(long)]
     pub isa: Option<String>,
-    /// KV ring size of the server, tokens.
-    #[arg(long, default_value_t = 2048)]
-    pub ctx: usize,
+    /// KV ring size of the server, tokens [default: 2048].
+    #[arg(long)]
+    pub ctx: Option<usize>,
     #[command(flatten)]
     pub kv: crate::cmd::runtime::KvPolicyArgs,
     /// `local` (sysfs of this machine) or `sim:<profile>` (simulated handset telemetry).
@@ -159,6 +159,9 @@ fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// The server's KV ring size when `--ctx` is not given, tokens.
+const DEFAULT_CTX: usize = 2048;
+
 /// The server's own flags, which cannot reach a server over HTTP: an error naming each given.
 fn refuse_with_http(a: &SoakArgs) -> Result<()> {
     let mut given = Vec::new();
@@ -166,7 +169,7 @@ fn refuse_with_http(a: &SoakArgs) -> Result<()> {
         (a.serve_cmd.is_some(), "--serve-cmd"),
         (a.fault.is_some(), "--fault"),
         (a.isa.is_some(), "--isa"),
-        (a.ctx != 2048, "--ctx"),
+        (a.ctx.is_some(), "--ctx"),
         (a.kv.kv_policy.to_string() != "error", "--kv-policy"),
         (a.engine.residency.mlock, "--mlock"),
         (a.engine.residency.prefault, "--prefault"),
@@ -206,7 +209,8 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
     if a.max_turn_tokens == Some(0) {
         bail!("--max-turn-tokens: must be at least 1");
     }
-    if a.ctx == 0 {
+    let ctx = a.ctx.unwrap_or(DEFAULT_CTX);
+    if ctx == 0 {
         bail!("--ctx: must be at least 1");
     }
     if a.device != "local" && !a.device.starts_with("sim:") {
@@ -270,7 +274,7 @@ fn new_config(a: &SoakArgs) -> Result<SoakConfig> {
         mlock: a.engine.residency.mlock,
         prefault: a.engine.residency.prefault,
         isa: a.isa.clone(),
-        ctx: a.ctx,
+        ctx,
         kv_policy: Some(a.kv.kv_policy.to_string()),
         dialogues: a.dialogues,
         max_turn_tokens: a.max_turn_tokens,

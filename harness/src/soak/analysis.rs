@@ -80,6 +80,9 @@ pub struct Counts {
     pub segments: u64,
     /// Memory samples (`stats` requests) that gave no figure: refused, timed out or crashed.
     pub stats_failed: u64,
+    /// Of those, refused because the server does not report its memory (`unknown_op`: a
+    /// server over HTTP other than `pocketperf serve --http`).
+    pub stats_unsupported: u64,
     /// Most temperature sensors the device offered at a segment's start (`None`: a journal
     /// from before sensors were journaled).
     pub thermal_zones: Option<usize>,
@@ -395,8 +398,12 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
             }),
             Record::Refused {
                 item: ItemKey::Stats,
+                code,
                 ..
-            } => counts.stats_failed += 1,
+            } => {
+                counts.stats_failed += 1;
+                counts.stats_unsupported += u64::from(code == "unknown_op");
+            }
             Record::Refused { .. } => counts.refused += 1,
             Record::Sensors { thermal_zones, .. } => {
                 counts.thermal_zones = Some(counts.thermal_zones.unwrap_or(0).max(*thermal_zones));
@@ -421,7 +428,10 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
         .chain(&timeouts)
         .filter(|f| f.failure.item == ItemKey::Stats)
         .count() as u64;
-    let plan = Plan::new(cfg, windows, counts.thermal_zones);
+    let mut plan = Plan::new(cfg, windows, counts.thermal_zones);
+    if rss_points.is_empty() && counts.stats_unsupported > 0 {
+        plan.memory = Err("the server does not report its memory".to_string());
+    }
     let mut checks = vec![
         evidence_check(&counts, status, soak_time_s, cfg.duration_s),
         check(
@@ -1374,6 +1384,26 @@ mod tests {
         let ch = find(&a, "rss_growth");
         assert_eq!(ch.verdict, Verdict::Skipped);
         assert!(ch.detail.starts_with("not planned by this soak"), "{ch:?}");
+        // A server that does not know `stats` (a foreign server over HTTP) cannot give memory
+        // figures: the checks are not planned.
+        let mut foreign: Vec<Entry> = (2..17)
+            .map(|k| {
+                e(
+                    0,
+                    60.0 * k as f64,
+                    Record::Refused {
+                        item: ItemKey::Stats,
+                        code: "unknown_op".into(),
+                        message: "the server's /health reports no memory".into(),
+                    },
+                )
+            })
+            .collect();
+        foreign.push(end(1000.0));
+        let a = analyze(&foreign, &c, 0);
+        let ch = find(&a, "rss_growth");
+        assert_eq!(ch.verdict, Verdict::Skipped, "{ch:?}");
+        assert!(ch.detail.contains("does not report its memory"), "{ch:?}");
     }
 
     #[test]
