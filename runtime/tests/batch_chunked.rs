@@ -151,7 +151,7 @@ fn run(model: &Model, case: &Case) -> (usize, usize, usize) {
         let chunks = counts.iter().filter(|&&k| k > 1).count();
         two_chunks += usize::from(chunks >= 2);
         chunked_rows += counts.iter().filter(|&&k| k > 1).sum::<usize>() as u64;
-        mixed += usize::from(chunks >= 1 && counts.iter().any(|&k| k == 1));
+        mixed += usize::from(chunks >= 1 && counts.contains(&1));
         if pass == 3 {
             ALLOCS.store(0, Ordering::SeqCst);
             COUNTING.store(true, Ordering::SeqCst);

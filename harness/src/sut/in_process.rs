@@ -255,10 +255,10 @@ impl Decoder for BatchedDecoder<'_> {
             g.borrow_mut().begin();
         }
         loop {
-            for k in 0..n {
-                while slots[k].is_none() {
+            for (k, slot) in slots.iter_mut().enumerate() {
+                while slot.is_none() {
                     let Some(job) = queue.next() else { break };
-                    slots[k] = self.start(k, job, responder);
+                    *slot = self.start(k, job, responder);
                 }
             }
             // This pass: a decode token of each sequence past its prompt, prompt chunks
