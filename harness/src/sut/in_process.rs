@@ -115,9 +115,10 @@ impl Decoder for SequentialDecoder<'_> {
 pub const OFFLINE_BATCH: usize = 8;
 
 /// Prompt tokens one batched pass of Offline carries at most by default (`--prefill-chunk`):
-/// with eight decode rows beside them, a pass with a full chunk takes about twice as long as
-/// a decode-only pass of the reference model, so no inter-token gap grows past a few times
-/// the median (docs/PERFORMANCE.md, "Offline with chunked prefill").
+/// a bound on what a new prompt adds to the passes of the sequences in flight (on the
+/// reference model a pass with a full chunk took about 2.7× one with few prompt rows, where
+/// a whole prompt used to stall them up to 20× the median gap: docs/PERFORMANCE.md,
+/// "Offline with chunked prefill").
 pub const DEFAULT_PREFILL_CHUNK: usize = 32;
 
 /// Why Offline decodes one sequence at a time on the OpenCL backend (recorded in
