@@ -357,6 +357,20 @@ impl GovernorHook {
     /// duty cycle. Never fails: a broken actuator stops the governor (caps restored) and is
     /// reported in [`GovernorHook::warnings`].
     pub fn on_token(&mut self, query: u64, token: usize, threads: &dyn ThreadControl) {
+        self.on_pass(&[(query, token)], threads);
+    }
+
+    /// Called by a batched decode loop after one pass that produced `tokens` (query, token
+    /// index), several sequences at once: the hook of [`GovernorHook::on_token`] applied
+    /// once per pass. The compute time since the last call (earlier passes that produced no
+    /// token included) sets the duty cycle's idle time, inserted once and recorded on the
+    /// pass's first token (its other tokens record 0, so the idle total stays true); every
+    /// token records the governor state. Nothing happens for a pass without tokens: its
+    /// time counts toward the next one's.
+    pub fn on_pass(&mut self, tokens: &[(u64, usize)], threads: &dyn ThreadControl) {
+        if tokens.is_empty() {
+            return;
+        }
         let now = Instant::now();
         let compute = now.saturating_duration_since(self.mark);
         let due = self
@@ -372,18 +386,24 @@ impl GovernorHook {
             (Some(d), false) => d.pause_after_token(compute),
             _ => Duration::ZERO,
         };
-        self.tokens.push(TokenGov {
-            query,
-            token,
-            temp_c: self.last_temp,
-            level: rec.map_or(0, |r| r.level),
-            output: rec.map_or(f64::NAN, |r| r.output),
-            status: rec.map_or(StepStatus::Started, |r| r.status),
-            busy: st.busy,
-            threads: st.threads,
-            caps: st.caps.clone(),
-            pause_ms: pause.as_secs_f64() * 1e3,
-        });
+        for (i, &(query, token)) in tokens.iter().enumerate() {
+            self.tokens.push(TokenGov {
+                query,
+                token,
+                temp_c: self.last_temp,
+                level: rec.map_or(0, |r| r.level),
+                output: rec.map_or(f64::NAN, |r| r.output),
+                status: rec.map_or(StepStatus::Started, |r| r.status),
+                busy: st.busy,
+                threads: st.threads,
+                caps: st.caps.clone(),
+                pause_ms: if i == 0 {
+                    pause.as_secs_f64() * 1e3
+                } else {
+                    0.0
+                },
+            });
+        }
         if !pause.is_zero() {
             std::thread::sleep(pause);
         }

@@ -312,6 +312,76 @@ fn a_child_process_sut_runs_the_same_queries_as_the_in_process_one() {
 }
 
 #[test]
+fn offline_chunked_prefill_completes_every_token_and_records_its_decoder() {
+    let dir = tempfile::tempdir().unwrap();
+    // A chunk far shorter than the chat prompts: each prompt takes several passes.
+    let o = run_scenario_with("offline", dir.path(), &["--prefill-chunk", "7"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = dir.path().join("out");
+    let r = pocketperf_reports::load_result(&out).unwrap();
+    let d = &r.meta.settings["sut"]["decoder"];
+    assert_eq!(d["kind"], "batched", "{d}");
+    assert_eq!(d["prefill_chunk"], 7, "{d}");
+    assert_eq!(d["slots"], 8, "OFFLINE_BATCH sequences in flight: {d}");
+    assert_eq!(d["governor_per_pass"], false, "{d}");
+    let p = r.performance.unwrap();
+    assert!(p.valid, "{:?}", p.invalid_reasons);
+    // Every query got exactly its preset output length, one tokens.csv row per token.
+    let csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
+    let rows = csv.lines().filter(|l| !l.starts_with('#')).count() - 1;
+    let total: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
+    assert_eq!(rows as u64, total);
+    assert!(p.per_query.iter().all(|q| q.tokens > 1));
+}
+
+#[test]
+fn prefill_chunk_is_refused_where_it_cannot_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    for (scenario, extra, needle) in [
+        (
+            "single-stream",
+            &["--prefill-chunk", "8"][..],
+            "--prefill-chunk applies to --scenario offline",
+        ),
+        (
+            "offline",
+            &["--prefill-chunk", "8", "--sut", "process"][..],
+            "--prefill-chunk needs --sut in-process",
+        ),
+        (
+            "offline",
+            &["--prefill-chunk", "8", "--backend", "opencl"][..],
+            "--prefill-chunk needs the CPU backend",
+        ),
+        ("offline", &["--prefill-chunk", "0"][..], "--prefill-chunk"),
+    ] {
+        let o = run_scenario_with(scenario, dir.path(), extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(needle),
+            "{extra:?}: {}",
+            text(&o)
+        );
+    }
+    let out = dir.path().join("dialogue");
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "dialogue",
+        "--prefill-chunk",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--prefill-chunk do not apply to the dialogue"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn a_child_process_sut_refuses_the_governor() {
     let dir = tempfile::tempdir().unwrap();
     let o = run_scenario_with(

@@ -220,6 +220,76 @@ fn a_loadgen_scenario_on_a_simulated_handset_governs_by_the_handsets_skin() {
     assert!(temps.iter().all(|t| (24.9..60.0).contains(t)), "{temps:?}");
 }
 
+/// Offline under a governor keeps its batched decoder: the governor acts once per batched
+/// pass, and every token of the batch records the governor's state.
+#[test]
+fn offline_under_a_governor_stays_batched_and_governs_every_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("user.conf");
+    std::fs::write(
+        &cfg,
+        "llm.*.min_query_count = 4\nllm.*.max_query_count = 4\n*.*.min_duration = 0\n",
+    )
+    .unwrap();
+    let dir = tmp.path().join("res");
+    let o = pocketperf(&[
+        "run",
+        "--scenario",
+        "offline",
+        "--device",
+        "sim:snapdragon-8gen3,thermal-speedup=300",
+        "--governor",
+        "pid",
+        "--target-temp",
+        "36",
+        "--governor-period-ms",
+        "20",
+        "--threads",
+        "1",
+        "--warmup",
+        "0",
+        "--prefill-chunk",
+        "16",
+    ])
+    .arg("--config")
+    .arg(&cfg)
+    .arg("--model")
+    .arg(model_path())
+    .arg("--out")
+    .arg(&dir)
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let summary = std::fs::read_to_string(dir.join("mlperf_log_summary.txt")).unwrap();
+    assert!(
+        summary.contains("SUT name : pocketperf-runtime (in-process, batched decode)"),
+        "{summary}"
+    );
+    let r = pocketperf_reports::schema::load_result(&dir).unwrap();
+    let d = &r.meta.settings["sut"]["decoder"];
+    assert_eq!(d["kind"], "batched", "{d}");
+    assert_eq!(d["governor_per_pass"], true, "{d}");
+    let g = r.governor.expect("governor section");
+    assert!(g["ticks"].as_u64().is_some_and(|t| t > 0), "{g}");
+    let (header, rows) = tokens_csv(&dir);
+    let total: u64 = r
+        .performance
+        .unwrap()
+        .per_query
+        .iter()
+        .map(|q| u64::from(q.tokens))
+        .sum();
+    assert_eq!(rows.len() as u64, total);
+    assert_eq!(
+        g["tokens"].as_u64(),
+        Some(total),
+        "one governor record per token"
+    );
+    // Every token of the batch carries the governor's state.
+    let levels = column(&header, &rows, "gov_level");
+    assert!(levels.iter().all(|c| !c.is_empty()), "{levels:?}");
+}
+
 #[test]
 fn dialogue_caps_on_a_simulated_handset_lower_its_opp_and_slow_the_real_decode() {
     let tmp = tempfile::tempdir().unwrap();

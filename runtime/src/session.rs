@@ -116,6 +116,18 @@ impl Engine {
     /// per call, reading every weight once for the whole batch (Offline scenario). Sessions
     /// must have KV rings of at most `max_seq_len` slots.
     pub fn batch_decoder(&self, max_batch: usize, max_seq_len: usize) -> Result<BatchDecoder<'_>> {
+        self.batch_decoder_rows(max_batch, max_batch, max_seq_len)
+    }
+
+    /// A batch decoder whose passes carry up to `max_rows` tokens over at most `max_batch`
+    /// sessions ([`BatchDecoder::step`]: a prompt chunk of some beside a decode token of
+    /// the others; `max_rows >= max_batch`).
+    pub fn batch_decoder_rows(
+        &self,
+        max_batch: usize,
+        max_rows: usize,
+        max_seq_len: usize,
+    ) -> Result<BatchDecoder<'_>> {
         if !matches!(self.backend, Backend::Cpu) {
             return Err(Error::InvalidArgument {
                 what: "batched decode".into(),
@@ -124,9 +136,10 @@ impl Engine {
         }
         Ok(BatchDecoder {
             engine: self,
-            fwd: BatchForward::new(
+            fwd: BatchForward::with_rows(
                 &self.model,
                 max_batch,
+                max_rows,
                 max_seq_len,
                 self.pool.clone(),
                 self.isa,
@@ -158,6 +171,25 @@ impl<'e> BatchDecoder<'e> {
     pub fn decode(&mut self, sessions: &mut [&mut Session<'e>], tokens: &[u32]) -> Result<&[f32]> {
         let mut seqs = CpuSessions::new(sessions)?;
         self.fwd.decode(&self.engine.model, &mut seqs, tokens)
+    }
+
+    /// Tokens one [`BatchDecoder::step`] carries at most.
+    pub fn max_rows(&self) -> usize {
+        self.fwd.max_rows()
+    }
+
+    /// One mixed pass (see [`BatchForward::step`]): `sessions[i]` takes the next
+    /// `counts[i]` tokens of `tokens` (a prompt chunk, or one decode token) and row `i` of
+    /// the result holds its logits after the last of them, identical to what
+    /// [`Session::prefill`] / [`Session::decode`] give each session alone.
+    pub fn step(
+        &mut self,
+        sessions: &mut [&mut Session<'e>],
+        tokens: &[u32],
+        counts: &[usize],
+    ) -> Result<&[f32]> {
+        let mut seqs = CpuSessions::new(sessions)?;
+        self.fwd.step(&self.engine.model, &mut seqs, tokens, counts)
     }
 }
 

@@ -187,6 +187,11 @@ pub struct RunArgs {
     /// Server scenario: target queries per second (overrides the preset and `--config`).
     #[arg(long)]
     pub server_qps: Option<f64>,
+    /// Offline scenario: prompt tokens one batched pass carries at most beside the decode
+    /// tokens of the sequences in flight (chunked prefill; default 32). In-process SUT on the
+    /// CPU backend only.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub prefill_chunk: Option<u64>,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
     /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md), optionally
     /// `sim:PROFILE,thermal-speedup=K` (thermal time constants K times shorter).

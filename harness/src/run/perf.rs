@@ -23,7 +23,7 @@ use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
 use crate::sut::faults::{FaultMeter, FaultSource};
 use crate::sut::http::{HttpPrompt, HttpSut};
-use crate::sut::in_process::{InProcessSut, make_decoder};
+use crate::sut::in_process::{DEFAULT_PREFILL_CHUNK, InProcessSut, make_decoder};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
 use crate::telemetry::faults::{FaultCounts, SutPid, fault_gauges, process_faults, self_faults};
@@ -113,6 +113,27 @@ impl FaultSource for RunSut<'_, '_> {
     }
 }
 
+/// `--prefill-chunk` applies to Offline's batched decoder only: the in-process SUT on the
+/// CPU backend.
+fn check_prefill_chunk(a: &RunArgs) -> Result<()> {
+    if a.prefill_chunk.is_none() {
+        return Ok(());
+    }
+    if a.scenario != ScenarioArg::Offline {
+        bail!("--prefill-chunk applies to --scenario offline (its batched decoder) only");
+    }
+    if a.sut != SutArg::InProcess {
+        bail!("--prefill-chunk needs --sut in-process (the batched decoder runs in this process)");
+    }
+    if a.engine.backend.backend != pocketperf_runtime::backend::BackendKind::Cpu {
+        bail!(
+            "--prefill-chunk needs the CPU backend: on {} Offline decodes one sequence at a time",
+            a.engine.backend.backend.name()
+        );
+    }
+    Ok(())
+}
+
 /// `pocketperf run --scenario single-stream|offline|server`.
 pub fn run(a: &RunArgs) -> Result<i32> {
     let device = crate::telemetry::DeviceSpec::parse(&a.device)?;
@@ -127,6 +148,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
     }
     let settings = resolve_settings(a)?;
+    check_prefill_chunk(a)?;
     crate::progress::heartbeat_interval()?;
     crate::governor_hook::check_args(&a.governor, &device, false)?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
@@ -142,7 +164,14 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let governor = governor.map(|g| Rc::new(RefCell::new(g)));
     let mut sut = match &a.sut {
         SutArg::InProcess => RunSut::InProcess(Box::new(InProcessSut::new(
-            make_decoder(&engine, settings.scenario, &library, governor.clone())?,
+            make_decoder(
+                &engine,
+                settings.scenario,
+                &library,
+                governor.clone(),
+                a.prefill_chunk
+                    .map_or(DEFAULT_PREFILL_CHUNK, |c| c as usize),
+            )?,
             &library,
             settings.scenario,
         ))),
@@ -238,7 +267,10 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     };
     let mut sut_json = serde_json::json!({ "kind": a.sut.kind() });
     let sut_warnings = match &mut sut {
-        RunSut::InProcess(_) => Vec::new(),
+        RunSut::InProcess(s) => {
+            sut_json["decoder"] = s.decoder_json();
+            Vec::new()
+        }
         RunSut::Http(h) => {
             h.shutdown();
             let rec = h.record();

@@ -3,7 +3,8 @@
 //! decoding to a [`Decoder`] ([`make_decoder`]): SingleStream and Server decode each query as
 //! it arrives ([`SequentialDecoder`], with the per-token governor hook when one is set);
 //! Offline hands the whole batch over at flush to the [`BatchedDecoder`], which keeps
-//! [`OFFLINE_BATCH`] sequences in flight through the runtime's batched decode.
+//! [`OFFLINE_BATCH`] sequences in flight through the runtime's mixed batched passes
+//! (continuous batching with chunked prefill).
 
 use anyhow::Result;
 use pocketperf_runtime::backend::DeviceCounters;
@@ -29,6 +30,10 @@ pub trait Decoder {
     fn device_counters(&self) -> Option<DeviceCounters> {
         None
     }
+    /// How it decodes, for result.json (`meta.settings.sut.decoder`).
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "kind": self.name() })
+    }
 }
 
 /// One sequence at a time: reset, prefill, then exactly `max_new_tokens` greedy tokens
@@ -38,6 +43,8 @@ pub struct SequentialDecoder<'e> {
     /// Thermal governor called after every token (`--governor`); shared so the caller reads
     /// its record after the run.
     governor: Option<SharedGovernor>,
+    /// Why a scenario that batches elsewhere (Offline) runs one sequence at a time here.
+    sequential_because: Option<&'static str>,
 }
 
 impl<'e> SequentialDecoder<'e> {
@@ -45,6 +52,7 @@ impl<'e> SequentialDecoder<'e> {
         SequentialDecoder {
             session,
             governor: None,
+            sequential_because: None,
         }
     }
 
@@ -62,6 +70,14 @@ impl Decoder for SequentialDecoder<'_> {
 
     fn device_counters(&self) -> Option<DeviceCounters> {
         self.session.device_counters()
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({ "kind": "sequential" });
+        if let Some(why) = self.sequential_because {
+            v["sequential_because"] = why.into();
+        }
+        v
     }
 
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
@@ -98,80 +114,117 @@ impl Decoder for SequentialDecoder<'_> {
 /// phone-class CPU (docs/PERFORMANCE.md).
 pub const OFFLINE_BATCH: usize = 8;
 
-/// Offline's decoder: up to `slots` sequences in flight. A free slot takes the next job,
-/// prefills its prompt alone and emits its first token; then every step advances all
-/// sequences in flight by one token in one batched forward pass (each weight read once for
-/// the whole batch, each sequence in its own KV ring), greedy, exactly `max_new_tokens`
-/// tokens per job (EOS ignored). A finished sequence frees its slot for the next job
-/// (continuous batching), so the batch stays full until the queue runs dry.
+/// Prompt tokens one batched pass of Offline carries at most by default (`--prefill-chunk`):
+/// a bound on what a new prompt adds to the passes of the sequences in flight (on the
+/// reference model a pass with a full chunk took about 2.7× one with few prompt rows, where
+/// a whole prompt used to stall them up to 20× the median gap: docs/PERFORMANCE.md,
+/// "Offline with chunked prefill").
+pub const DEFAULT_PREFILL_CHUNK: usize = 32;
+
+/// Why Offline decodes one sequence at a time on the OpenCL backend (recorded in
+/// result.json `meta.settings.sut.decoder`).
+pub const OPENCL_SEQUENTIAL: &str = "the OpenCL backend runs one sequence per forward pass: \
+    the runtime's batched passes (batched decode, chunked prefill) run CPU sessions only";
+
+/// Offline's decoder: up to `slots` sequences in flight, continuous batching with chunked
+/// prefill. A free slot takes the next job at once; every pass then carries one decode
+/// token of each sequence past its prompt and up to `prefill_chunk` prompt tokens of the
+/// sequences still reading theirs (in slot order, a chunk each), in one batched forward
+/// pass of the runtime (each weight read once for the whole pass, each sequence in its own
+/// KV ring). No sequence waits for another's whole prompt: a new prompt costs the others at
+/// most `prefill_chunk` extra rows per pass. Greedy, exactly `max_new_tokens` tokens per job
+/// (EOS ignored). With `--governor` the per-token hook runs once per pass
+/// ([`crate::governor_hook::GovernorHook::on_pass`]).
 pub struct BatchedDecoder<'e> {
     batch: BatchDecoder<'e>,
     sessions: Vec<Session<'e>>,
+    prefill_chunk: usize,
+    max_seq_len: usize,
+    governor: Option<SharedGovernor>,
 }
 
 /// A sequence in flight in a [`BatchedDecoder`] slot.
 #[derive(Clone, Copy)]
-struct InFlight {
+struct InFlight<'j> {
     id: u64,
     sample: u64,
+    prompt: &'j [u32],
+    /// Prompt tokens already run.
+    fed: usize,
     last: u32,
     generated: usize,
     target: usize,
 }
 
 impl<'e> BatchedDecoder<'e> {
-    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU backend).
-    pub fn new(engine: &'e Engine, slots: usize, max_seq_len: usize) -> Result<Self> {
+    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU backend), with up to
+    /// `prefill_chunk` prompt tokens per pass.
+    pub fn new(
+        engine: &'e Engine,
+        slots: usize,
+        max_seq_len: usize,
+        prefill_chunk: usize,
+    ) -> Result<Self> {
         let slots = slots.max(1);
-        let batch = engine.batch_decoder(slots, max_seq_len)?;
+        let prefill_chunk = prefill_chunk.max(1);
+        let batch = engine.batch_decoder_rows(slots, slots + prefill_chunk, max_seq_len)?;
         let sessions = (0..slots)
             .map(|_| {
                 engine.session(SessionOptions {
                     max_seq_len,
-                    max_batch: 128,
+                    max_batch: prefill_chunk,
                     ..Default::default()
                 })
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(BatchedDecoder { batch, sessions })
+        Ok(BatchedDecoder {
+            batch,
+            sessions,
+            prefill_chunk,
+            max_seq_len,
+            governor: None,
+        })
     }
 
-    /// Resets slot `k`'s session, prefills `job` and emits its first token; `None` when the
-    /// job is already complete (one token) or failed.
-    fn start(
+    /// Applies `governor` once per batched pass.
+    pub fn with_governor(mut self, governor: Option<SharedGovernor>) -> Self {
+        self.governor = governor;
+        self
+    }
+
+    /// Resets slot `k`'s session for `job`; `None` when the job needs no pass (no tokens
+    /// asked) or cannot run (empty prompt, longer than the sessions hold).
+    fn start<'j>(
         &mut self,
         k: usize,
-        job: &Job<'_>,
+        job: &Job<'j>,
         responder: &mut Responder<'_>,
-    ) -> Option<InFlight> {
+    ) -> Option<InFlight<'j>> {
         let id = job.query.id;
-        let s = &mut self.sessions[k];
-        s.reset();
+        self.sessions[k].reset();
         if job.max_new_tokens == 0 {
             responder.complete(id, 0, None);
             return None;
         }
-        match s.prefill(job.prompt) {
-            Ok(logits) => {
-                let first = argmax(logits);
-                responder.token(id);
-                if job.max_new_tokens == 1 {
-                    responder.complete(id, 1, None);
-                    return None;
-                }
-                Some(InFlight {
-                    id,
-                    sample: job.query.sample_index,
-                    last: first,
-                    generated: 1,
-                    target: job.max_new_tokens,
-                })
-            }
-            Err(e) => {
-                responder.fail(id, &format!("sample {}: {e}", job.query.sample_index));
-                None
-            }
+        let need = job.prompt.len() + job.max_new_tokens - 1;
+        if job.prompt.is_empty() || need > self.max_seq_len {
+            let why = if job.prompt.is_empty() {
+                "empty prompt".to_string()
+            } else {
+                format!("{need} tokens do not fit the {} slots", self.max_seq_len)
+            };
+            responder.fail(id, &format!("sample {}: {why}", job.query.sample_index));
+            return None;
         }
+        Some(InFlight {
+            id,
+            sample: job.query.sample_index,
+            prompt: job.prompt,
+            fed: 0,
+            last: 0,
+            generated: 0,
+            target: job.max_new_tokens,
+        })
     }
 }
 
@@ -180,47 +233,83 @@ impl Decoder for BatchedDecoder<'_> {
         "batched"
     }
 
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": "batched",
+            "slots": self.sessions.len(),
+            "prefill_chunk": self.prefill_chunk,
+            "governor_per_pass": self.governor.is_some(),
+        })
+    }
+
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
         let mut queue = jobs.iter();
-        let mut slots: Vec<Option<InFlight>> = vec![None; self.sessions.len()];
-        let mut order: Vec<usize> = Vec::with_capacity(slots.len());
-        let mut tokens: Vec<u32> = Vec::with_capacity(slots.len());
+        let n = self.sessions.len();
+        let mut slots: Vec<Option<InFlight<'_>>> = vec![None; n];
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut counts: Vec<usize> = Vec::with_capacity(n);
+        let mut tokens: Vec<u32> = Vec::with_capacity(n + self.prefill_chunk);
+        let mut emitted: Vec<(u64, usize)> = Vec::with_capacity(n);
+        let engine = self.sessions[0].engine();
+        let vocab = engine.model.config().vocab_size;
+        if let Some(g) = &self.governor {
+            g.borrow_mut().begin();
+        }
         loop {
-            // Fill free slots from the queue.
             for (k, slot) in slots.iter_mut().enumerate() {
                 while slot.is_none() {
                     let Some(job) = queue.next() else { break };
                     *slot = self.start(k, job, responder);
                 }
             }
+            // This pass: a decode token of each sequence past its prompt, prompt chunks
+            // within the budget.
             order.clear();
+            counts.clear();
             tokens.clear();
+            let mut budget = self.prefill_chunk;
             for (k, f) in slots.iter().enumerate() {
-                if let Some(f) = f {
-                    order.push(k);
+                let Some(f) = f else { continue };
+                let rest = f.prompt.len() - f.fed;
+                let take = if rest == 0 {
                     tokens.push(f.last);
-                }
+                    1
+                } else if budget > 0 {
+                    let take = rest.min(budget);
+                    budget -= take;
+                    tokens.extend_from_slice(&f.prompt[f.fed..f.fed + take]);
+                    take
+                } else {
+                    continue;
+                };
+                order.push(k);
+                counts.push(take);
             }
             if order.is_empty() {
                 return;
             }
-            // The sessions in flight, in slot order (a subset of the slots when the queue ran
-            // dry).
             let mut refs: Vec<&mut Session<'_>> = self
                 .sessions
                 .iter_mut()
                 .enumerate()
-                .filter(|(k, _)| slots[*k].is_some())
+                .filter(|(k, _)| order.contains(k))
                 .map(|(_, s)| s)
                 .collect();
-            let step = self.batch.decode(&mut refs, &tokens);
+            let step = self.batch.step(&mut refs, &tokens, &counts);
             drop(refs);
-            let vocab = self.sessions[0].engine().model.config().vocab_size;
+            emitted.clear();
             match step {
                 Ok(logits) => {
                     for (row, &k) in order.iter().enumerate() {
                         let Some(f) = slots[k].as_mut() else { continue };
+                        if f.fed < f.prompt.len() {
+                            f.fed += counts[row];
+                            if f.fed < f.prompt.len() {
+                                continue;
+                            }
+                        }
                         f.last = argmax(&logits[row * vocab..(row + 1) * vocab]);
+                        emitted.push((f.id, f.generated));
                         f.generated += 1;
                         responder.token(f.id);
                         if f.generated == f.target {
@@ -230,47 +319,56 @@ impl Decoder for BatchedDecoder<'_> {
                     }
                 }
                 Err(e) => {
-                    // A step failed for the whole batch: fail every sequence in it.
+                    // A pass failed for the whole batch: fail every sequence in it.
                     for &k in &order {
                         if let Some(f) = slots[k].take() {
                             responder
-                                .fail(f.id, &format!("sample {}: batched decode: {e}", f.sample));
+                                .fail(f.id, &format!("sample {}: batched pass: {e}", f.sample));
                         }
                     }
                 }
+            }
+            if let Some(g) = &self.governor {
+                g.borrow_mut().on_pass(&emitted, engine);
             }
         }
     }
 }
 
 /// The decoder for a scenario: Offline decodes its batch [`OFFLINE_BATCH`] sequences at a
-/// time with the runtime's batched decode (CPU backend, no governor); everything else, and
-/// Offline under a governor or on OpenCL, one sequence at a time.
+/// time with continuous batching and chunked prefill (`prefill_chunk` prompt tokens per pass
+/// at most; the governor, when set, once per pass) on the CPU backend; everything else, and
+/// Offline on OpenCL ([`OPENCL_SEQUENTIAL`]), one sequence at a time.
 pub fn make_decoder<'e>(
     engine: &'e Engine,
     scenario: Scenario,
     library: &PromptLibrary,
     governor: Option<SharedGovernor>,
+    prefill_chunk: usize,
 ) -> Result<Box<dyn Decoder + 'e>> {
     let max_seq_len = library.longest_sequence().max(1);
-    let batched = scenario == Scenario::Offline
-        && governor.is_none()
-        && matches!(engine.backend(), pocketperf_runtime::backend::Backend::Cpu);
-    if batched {
-        return Ok(Box::new(BatchedDecoder::new(
-            engine,
-            OFFLINE_BATCH.min(library.len().max(1)),
-            max_seq_len,
-        )?));
+    let cpu = matches!(engine.backend(), pocketperf_runtime::backend::Backend::Cpu);
+    if scenario == Scenario::Offline && cpu {
+        return Ok(Box::new(
+            BatchedDecoder::new(
+                engine,
+                OFFLINE_BATCH.min(library.len().max(1)),
+                max_seq_len,
+                prefill_chunk,
+            )?
+            .with_governor(governor),
+        ));
     }
     let session = engine.session(SessionOptions {
         max_seq_len,
         max_batch: 128,
         ..Default::default()
     })?;
-    Ok(Box::new(
-        SequentialDecoder::new(session).with_governor(governor),
-    ))
+    let mut d = SequentialDecoder::new(session).with_governor(governor);
+    if scenario == Scenario::Offline {
+        d.sequential_because = Some(OPENCL_SEQUENTIAL);
+    }
+    Ok(Box::new(d))
 }
 
 /// The runtime in this process as the SUT. SingleStream and Server decode each query on the
@@ -304,6 +402,11 @@ impl<'e, 'l> InProcessSut<'e, 'l> {
     /// The decoder's accelerator counters (`None` on the CPU backend).
     pub fn device_counters(&self) -> Option<DeviceCounters> {
         self.decoder.device_counters()
+    }
+
+    /// How the decoder works (result.json `meta.settings.sut.decoder`).
+    pub fn decoder_json(&self) -> serde_json::Value {
+        self.decoder.describe()
     }
 
     fn decode(&mut self, queries: &[Query], responder: &mut Responder<'_>) {

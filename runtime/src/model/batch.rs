@@ -1,6 +1,8 @@
-//! Batched decode: one token for each of several sequences in one pass over the weights.
+//! Batched passes over several sequences, each weight read once per pass: one token for each
+//! sequence (batched decode), or mixed passes in which some sequences take a chunk of their
+//! prompt and the others one decode token (continuous batching with chunked prefill).
 
-use super::forward::{Forward, check_tokens};
+use super::forward::{Forward, check_tokens, chunk_limit};
 use super::pass::Pass;
 use super::pass_io::{Counters, KvAccess};
 use super::weights::Model;
@@ -54,22 +56,26 @@ impl<S: SeqSet + ?Sized> KvAccess for SeqKv<'_, S> {
     }
 }
 
-/// Decodes one token for each of several sequences at once (the Offline scenario's batch):
-/// every weight matrix is streamed once for the whole batch, while each sequence keeps its
-/// own [`Forward`] state and KV ring. The logits of sequence `i` are row `i` of the result,
-/// bit-identical to what [`Forward::forward`] gives that sequence alone on the same tier.
+/// Runs several sequences through the model together (the Offline scenario's batch): every
+/// weight matrix is streamed once per pass for all of them, while each sequence keeps its own
+/// [`Forward`] state and KV ring. [`BatchForward::decode`] appends one token to each;
+/// [`BatchForward::step`] appends a run of tokens to each (a chunk of a prompt beside the
+/// decode tokens of the others), with causal attention inside a run over its own sequence's
+/// KV. The logits of sequence `i` are row `i` of the result, bit-identical to what
+/// [`Forward::forward`] gives that sequence alone on the same tier.
 pub struct BatchForward {
     ws: Workspace,
     pool: Arc<ThreadPool>,
     isa: Isa,
     max_batch: usize,
+    max_rows: usize,
     max_seq_len: usize,
     pub counters: Counters,
 }
 
 impl BatchForward {
     /// A decoder for up to `max_batch` sequences whose KV rings hold at most `max_seq_len`
-    /// slots.
+    /// slots, one token per sequence and pass.
     pub fn new(
         model: &Model,
         max_batch: usize,
@@ -77,17 +83,32 @@ impl BatchForward {
         pool: Arc<ThreadPool>,
         isa: Isa,
     ) -> Result<Self> {
-        if max_batch == 0 || max_seq_len == 0 {
+        Self::with_rows(model, max_batch, max_batch, max_seq_len, pool, isa)
+    }
+
+    /// A decoder for up to `max_batch` sequences and `max_rows` tokens in all per pass
+    /// (`max_rows >= max_batch`; the excess is room for prompt chunks), whose KV rings hold
+    /// at most `max_seq_len` slots. Its workspace is allocated here, once.
+    pub fn with_rows(
+        model: &Model,
+        max_batch: usize,
+        max_rows: usize,
+        max_seq_len: usize,
+        pool: Arc<ThreadPool>,
+        isa: Isa,
+    ) -> Result<Self> {
+        if max_batch == 0 || max_seq_len == 0 || max_rows < max_batch {
             return Err(Error::InvalidArgument {
                 what: "batch decoder".into(),
                 reason: format!(
-                    "max_batch {max_batch} and max_seq_len {max_seq_len} must be at least 1"
+                    "max_batch {max_batch} and max_seq_len {max_seq_len} must be at least 1, \
+                     max_rows {max_rows} at least max_batch"
                 ),
             });
         }
         let ws = Workspace::new(
             model.config(),
-            max_batch,
+            max_rows,
             max_seq_len,
             pool.n_threads(),
             max_batch,
@@ -97,6 +118,7 @@ impl BatchForward {
             pool,
             isa,
             max_batch,
+            max_rows,
             max_seq_len,
             counters: Counters::default(),
         })
@@ -104,6 +126,18 @@ impl BatchForward {
 
     pub fn max_batch(&self) -> usize {
         self.max_batch
+    }
+
+    /// Tokens one pass carries at most, over all its sequences.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    /// The most tokens [`BatchForward::step`] may append to `seq` in one pass (see
+    /// `chunk_limit`): its session's `max_batch`, and on a sliding-policy ring what it
+    /// takes before evicting.
+    pub fn chunk_limit(seq: &Forward) -> usize {
+        chunk_limit(seq)
     }
 
     /// Appends `tokens[i]` to sequence `i` of `seqs` and returns the next-token logits of
@@ -115,14 +149,54 @@ impl BatchForward {
         seqs: &mut S,
         tokens: &[u32],
     ) -> Result<&[f32]> {
-        let b = tokens.len();
+        self.pass(model, seqs, tokens, None)
+    }
+
+    /// One mixed pass: sequence `i` of `seqs` takes the next `counts[i]` tokens of `tokens`
+    /// (in sequence order; `counts[i] >= 1`, at most [`BatchForward::chunk_limit`] of it)
+    /// and the result holds, in row `i`, the logits after its last one (`counts.len() ×
+    /// vocab`). A sequence given one token decodes it; a sequence given several prefills
+    /// them as one chunk, each attending causally to its own sequence's KV and to the
+    /// chunk's earlier tokens. Nothing is changed when an argument is refused.
+    pub fn step<S: SeqSet + ?Sized>(
+        &mut self,
+        model: &Model,
+        seqs: &mut S,
+        tokens: &[u32],
+        counts: &[usize],
+    ) -> Result<&[f32]> {
+        self.pass(model, seqs, tokens, Some(counts))
+    }
+
+    /// [`BatchForward::step`] with `counts` (`None`: one token per sequence).
+    fn pass<S: SeqSet + ?Sized>(
+        &mut self,
+        model: &Model,
+        seqs: &mut S,
+        tokens: &[u32],
+        counts: Option<&[usize]>,
+    ) -> Result<&[f32]> {
+        let b = counts.map_or(tokens.len(), <[usize]>::len);
+        let count = |i: usize| counts.map_or(1, |c| c[i]);
         if b == 0 || b > self.max_batch || b != seqs.n_seqs() {
             return Err(Error::InvalidArgument {
                 what: "batch".into(),
                 reason: format!(
-                    "{b} tokens for {} sequences (batch size 1..={})",
+                    "{b} token runs for {} sequences (batch size 1..={})",
                     seqs.n_seqs(),
                     self.max_batch
+                ),
+            });
+        }
+        let n = tokens.len();
+        if let Some(c) = counts
+            && (c.contains(&0) || c.iter().sum::<usize>() != n || n > self.max_rows)
+        {
+            return Err(Error::InvalidArgument {
+                what: "batch".into(),
+                reason: format!(
+                    "{n} tokens for runs of {c:?} (each at least 1, at most {} in all)",
+                    self.max_rows
                 ),
             });
         }
@@ -130,6 +204,7 @@ impl BatchForward {
         let c = model.config();
         for i in 0..b {
             let f = seqs.seq(i);
+            let k = count(i);
             let sh = f.kv.global.shape();
             if !f.kv.fits(model, self.max_seq_len) {
                 return Err(Error::InvalidArgument {
@@ -140,10 +215,19 @@ impl BatchForward {
                     ),
                 });
             }
-            if !f.kv.global.can_take(1) {
+            if !f.kv.global.can_take(k) {
                 return Err(Error::ContextOverflow {
-                    tokens: f.kv.global.used() + 1,
+                    tokens: f.kv.global.used() + k,
                     ctx: sh.capacity,
+                });
+            }
+            if k > chunk_limit(f) {
+                return Err(Error::InvalidArgument {
+                    what: format!("batch sequence {i}"),
+                    reason: format!(
+                        "a run of {k} tokens is over its limit of {} per pass",
+                        chunk_limit(f)
+                    ),
                 });
             }
         }
@@ -153,32 +237,54 @@ impl BatchForward {
             isa: self.isa,
         };
         pass.embed(&mut self.ws, tokens);
+        let mut row = 0;
         for i in 0..b {
+            let k = count(i);
             let f = seqs.seq_mut(i);
-            let pos = f.n_past;
-            let (slot, slot_swa) = f.kv.claim(pos)?;
-            self.ws.rows[i] = RowInfo {
-                seq: i,
-                pos,
-                slot,
-                slot_swa,
-            };
+            for j in 0..k {
+                let pos = f.n_past + j as u32;
+                let (slot, slot_swa) = f.kv.claim(pos)?;
+                self.ws.rows[row + j] = RowInfo {
+                    seq: i,
+                    pos,
+                    slot,
+                    slot_swa,
+                    tile: (false, false),
+                };
+            }
+            if k > 1 {
+                // Shared-key attention needs slots in position order (true until a ring wraps).
+                let tile = f.kv.tiled(k);
+                for r in &mut self.ws.rows[row..row + k] {
+                    r.tile = tile;
+                }
+            }
+            row += k;
         }
-        pass.layers(
-            &mut self.ws,
-            b,
-            &mut SeqKv(seqs),
-            (false, false),
-            &mut self.counters,
-        );
+        pass.layers(&mut self.ws, n, &mut SeqKv(seqs), &mut self.counters);
+        // The last row of each sequence's run becomes row i (i <= its index, rows in order).
+        let e = c.n_embd;
+        let mut last = 0;
+        for i in 0..b {
+            last += count(i);
+            if last - 1 != i {
+                self.ws.x.copy_within((last - 1) * e..last * e, i * e);
+            }
+        }
         pass.head(&mut self.ws, 0, b, 0, &mut self.counters);
         for i in 0..b {
+            let k = count(i);
             let f = seqs.seq_mut(i);
-            f.n_past += 1;
-            f.counters.tokens_decoded += 1;
+            f.n_past += k as u32;
+            if k == 1 {
+                f.counters.tokens_decoded += 1;
+                self.counters.tokens_decoded += 1;
+            } else {
+                f.counters.tokens_prefilled += k as u64;
+                self.counters.tokens_prefilled += k as u64;
+            }
             f.counters.forward_calls += 1;
         }
-        self.counters.tokens_decoded += b as u64;
         self.counters.forward_calls += 1;
         Ok(&self.ws.logits[..b * c.vocab_size])
     }

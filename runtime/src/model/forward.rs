@@ -115,7 +115,7 @@ impl Rings {
 
     /// Whether a prefill chunk may use the shared-key attention on each ring (slots in
     /// position order: true until a ring wraps).
-    fn tiled(&self, n: usize) -> (bool, bool) {
+    pub(super) fn tiled(&self, n: usize) -> (bool, bool) {
         let ordered = |kv: &KvCache| n >= 2 && kv.positions().windows(2).all(|w| w[0] < w[1]);
         (
             ordered(&self.global),
@@ -150,6 +150,18 @@ pub struct Forward {
     all_rows: bool,
     pub(super) n_past: u32,
     pub counters: Counters,
+}
+
+/// The most tokens one pass may append to a sequence of `f` (a chunk of its prefill in a
+/// batched pass): its session's `max_batch` (the headroom of its sliding-window ring) and,
+/// on a ring with the sliding policy, what it takes before evicting (at least one).
+pub(super) fn chunk_limit(f: &Forward) -> usize {
+    let mut n = f.opts.max_batch;
+    if matches!(f.kv.global.policy(), KvPolicy::Sliding { .. }) {
+        let g = &f.kv.global;
+        n = n.min((g.shape().capacity - g.used()).max(1));
+    }
+    n
 }
 
 /// The rule of [`Forward::set_logits_all`], shared with the OpenCL session.
@@ -334,11 +346,15 @@ impl Forward {
                 pos,
                 slot,
                 slot_swa,
+                tile: (false, false),
             };
         }
         // Shared-key attention needs slots in position order (true until a ring wraps).
-        let tiled = self.kv.tiled(n);
-        pass.layers(&mut self.ws, n, &mut self.kv, tiled, &mut self.counters);
+        let tile = self.kv.tiled(n);
+        for r in &mut self.ws.rows[..n] {
+            r.tile = tile;
+        }
+        pass.layers(&mut self.ws, n, &mut self.kv, &mut self.counters);
         let (first, rows) = if self.opts.logits_all {
             (0, n)
         } else {

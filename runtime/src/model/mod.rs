@@ -23,7 +23,8 @@
 //! - `pass`: one forward pass over all layers (the schedule below);
 //! - `pass_io`: what a pass reads and reports outside its workspace (the KV rings it
 //!   reaches through `KvAccess`, the work [`Counters`]);
-//! - `forward`: [`Forward`], the state of one sequence; `batch`: [`BatchForward`].
+//! - `forward`: [`Forward`], the state of one sequence; `batch`: [`BatchForward`] (batched
+//!   decode, and mixed passes of prompt chunks and decode tokens).
 //!
 //! # Schedule of one layer
 //! Each step is one job on the persistent pool (or runs on the calling thread when it is too
@@ -34,7 +35,9 @@
 //!    and RoPE are applied by the worker that produced each head. K and V are then written
 //!    to the layer's ring (the window-sized one for a local layer).
 //! 3. Attention over (row, KV head) tasks; a prefill chunk of one sequence instead converts
-//!    each KV head's keys once into a transposed f32 tile shared by a block of queries.
+//!    each KV head's keys once into a transposed f32 tile shared by a block of queries. A
+//!    batched pass may mix sequences (prompt chunks of some, decode rows of others): blocks
+//!    of rows never span two sequences.
 //! 4. Output projection accumulated straight into the residual stream (or, with
 //!    post-norms, into scratch that is normalized and then added).
 //! 5. RMSNorm + quantization, then gate and up in one job whose workers also apply the

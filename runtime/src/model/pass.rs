@@ -11,7 +11,7 @@ use super::layers::{
 };
 use super::pass_io::{Counters, KvAccess};
 use super::weights::{LayerWeights, Model};
-use super::workspace::{TILE_QUERIES, Workspace};
+use super::workspace::{Block, RowInfo, TILE_QUERIES, Workspace};
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,6 +58,37 @@ fn bias_rope(
     }
 }
 
+/// Splits `rows` into attention blocks in `out` and returns how many: a row not flagged
+/// `tile` for this ring (`local`) is a block of its own; flagged rows of one sequence form
+/// blocks of up to `tb` consecutive rows (a new block at each change of sequence).
+fn blocks(out: &mut [Block], rows: &[RowInfo], local: bool, tb: usize) -> usize {
+    let flag = |i: usize| {
+        if local {
+            rows[i].tile.1
+        } else {
+            rows[i].tile.0
+        }
+    };
+    let (mut nblk, mut i) = (0, 0);
+    while i < rows.len() {
+        let tiled = flag(i);
+        let mut j = i + 1;
+        if tiled {
+            while j < rows.len() && j - i < tb && rows[j].seq == rows[i].seq && flag(j) {
+                j += 1;
+            }
+        }
+        out[nblk] = Block {
+            start: i,
+            end: j,
+            tiled,
+        };
+        nblk += 1;
+        i = j;
+    }
+    nblk
+}
+
 /// The parts of a layer's forward pass that need the scratch, the pool and the KV set.
 pub(super) struct Pass<'a> {
     pub(super) model: &'a Model,
@@ -67,15 +98,15 @@ pub(super) struct Pass<'a> {
 
 impl Pass<'_> {
     /// Runs every layer over the `n` rows whose embeddings are in `ws.x` and whose slots are
-    /// in `ws.rows` (already claimed). `tiled` allows the shared-key attention of a prefill
-    /// chunk (one sequence whose slots hold increasing positions), per ring: full-context,
-    /// sliding-window.
+    /// in `ws.rows` (already claimed). A row's `tile` flags allow the shared-key attention of
+    /// a prefill chunk (consecutive rows of one sequence whose ring holds increasing
+    /// positions), per ring: full-context, sliding-window. The rows of one sequence are
+    /// adjacent and in position order; several sequences may share the pass.
     pub(super) fn layers(
         &self,
         ws: &mut Workspace,
         n: usize,
         kvs: &mut dyn KvAccess,
-        tiled: (bool, bool),
         counters: &mut Counters,
     ) {
         let c = &self.model.config();
@@ -135,8 +166,7 @@ impl Pass<'_> {
                 );
             }
             // 3: attention.
-            let tiled_here = if local { tiled.1 } else { tiled.0 };
-            self.attention(ws, ring_layer, local, n, &*kvs, tiled_here);
+            self.attention(ws, ring_layer, local, n, &*kvs);
             // 4: output projection into the residual stream.
             quantize_rows(self.pool, self.isa, &ws.attn, n, qd, &mut ws.acts, lw.wo.ty);
             self.residual(ws, &lw.wo, lw.post_attn_norm, n, counters);
@@ -342,9 +372,11 @@ impl Pass<'_> {
     /// Causal attention of the `n` rows' queries (`ws.q`) into `ws.attn`, in the fixed
     /// tree of blocks and chunks of [`super::attention`].
     ///
-    /// A unit of work is one KV head and a block of rows: a single row, or with `tiled` (a
-    /// prefill chunk of one sequence, slots in position order) up to [`TILE_QUERIES`] / group
-    /// consecutive rows that then share every key and value row they read. With few rows
+    /// A unit of work is one KV head and a block of rows: a single row, or for rows flagged
+    /// `tile` (a prefill chunk of one sequence, slots in position order) up to
+    /// [`TILE_QUERIES`] / group consecutive rows of that sequence that then share every key
+    /// and value row they read. A pass may mix blocks of several sequences (chunked prefill
+    /// of one beside decode rows of others); a block never spans two. With few rows
     /// (decode, batched decode of a few sequences) each unit's KV range is split further
     /// into chunks shared out to the workers; the worker that finishes a unit's last chunk
     /// merges the unit's partial states in chunk order. Otherwise a worker takes whole units
@@ -359,7 +391,6 @@ impl Pass<'_> {
         local: bool,
         n: usize,
         kvs: &dyn KvAccess,
-        tiled: bool,
     ) {
         let c = &self.model.config();
         let (hd, qd) = (c.head_dim, c.q_dim());
@@ -374,15 +405,12 @@ impl Pass<'_> {
         let isa = self.isa;
         let stride = ws.scratch_stride;
         let sc_rows = ws.sc_rows;
-        let tb = if tiled {
-            (TILE_QUERIES / group).max(1)
-        } else {
-            1
-        };
-        let nblk = n.div_ceil(tb);
+        let tb = (TILE_QUERIES / group).max(1);
+        let nblk = blocks(&mut ws.blocks, &ws.rows[..n], local, tb);
+        let any_tiled = ws.blocks[..nblk].iter().any(|b| b.tiled);
         let units = c.n_kv_heads * nblk;
         // Split the KV range of single rows into chunks when there are few rows.
-        let split = !tiled && n <= ws.split_rows;
+        let split = !any_tiled && n <= ws.split_rows;
         // Tasks per unit: the chunks of the longest ring among the rows (rings hold at most
         // the workspace's capacity, so at most `max_chunks`).
         let per_unit = if split {
@@ -409,6 +437,7 @@ impl Pass<'_> {
         let out = Shared::new(&mut ws.attn);
         let q = &ws.q[..];
         let rows = &ws.rows[..n];
+        let blocks = &ws.blocks[..nblk];
         let next = AtomicUsize::new(0);
         let job = |w: usize, _nw: usize| {
             // SAFETY: each worker owns scratch block `w`.
@@ -424,7 +453,11 @@ impl Pass<'_> {
                 }
                 let (unit, ci) = (t / per_unit, t % per_unit);
                 let (g, blk) = (unit / nblk, unit % nblk);
-                let (t0, t1) = (blk * tb, ((blk + 1) * tb).min(n));
+                let Block {
+                    start: t0,
+                    end: t1,
+                    tiled,
+                } = blocks[blk];
                 let kv = kvs.kv(rows[t0].seq, local);
                 let head = attention::HeadKv {
                     keys: kv.keys(layer, g),

@@ -16,6 +16,19 @@ pub(super) struct RowInfo {
     pub(super) slot: usize,
     /// Slot in the sliding-window ring of the local layers (when the model has them).
     pub(super) slot_swa: usize,
+    /// Whether this row may share an attention tile with the adjacent rows of its sequence
+    /// (a prefill chunk whose ring holds its slots in position order), per ring: full
+    /// context, sliding window.
+    pub(super) tile: (bool, bool),
+}
+
+/// Rows of one attention block: `start..end` of the pass, one sequence, and whether they
+/// share a tile (their ring's slots are in position order).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Block {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) tiled: bool,
 }
 
 /// Query heads per tiled-attention task (tokens × heads of one KV group).
@@ -60,6 +73,8 @@ pub(super) struct Workspace {
     /// Attention or FFN output awaiting its post-norm (post-norm families only).
     pub(super) post: Vec<f32>,
     pub(super) rows: Vec<RowInfo>,
+    /// The attention blocks of the current layer (at most one per row).
+    pub(super) blocks: Vec<Block>,
 }
 
 impl Workspace {
@@ -105,6 +120,7 @@ impl Workspace {
             sin_swa: vec![0.0; swa_rows * c.rope_dims / 2],
             post: vec![0.0; if c.post_norms { rows * c.n_embd } else { 0 }],
             rows: vec![RowInfo::default(); rows],
+            blocks: vec![Block::default(); rows],
         }
     }
 }
