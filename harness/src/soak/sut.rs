@@ -161,11 +161,15 @@ impl HttpSoakSut {
             .map_err(|e| sut_error("score", e, self.stall))?;
         let t_end = t0.elapsed().as_nanos() as u64;
         let pieces: [String; 4] = std::array::from_fn(|i| req.continuations[i].clone());
+        // A server that answers without log-probabilities cannot score (llama-server's
+        // OpenAI-compatible completions, for one): the probe is refused, not a crash, and the
+        // server stays in use.
         let Some((lp, _)) = letters_from(&resp, &pieces, ids) else {
-            return Err(SutError::Protocol {
-                op: "score".into(),
-                reason: "the response holds no log-probabilities".into(),
-            });
+            return Err(refuse(
+                "the server returns no log-probabilities for the four letters (an MMLU probe \
+                 needs them; --probe-mmlu 0 leaves MMLU probes out)"
+                    .into(),
+            ));
         };
         let continuations = lp
             .iter()
