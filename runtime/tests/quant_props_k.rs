@@ -5,10 +5,13 @@
 //! of the dequantized weights with the unquantized activations, within the bound that the
 //! activation rounding allows (`Σ |w_i| · d_block / 2`).
 //!
-//! The K-quant kernels of every tier, and the AVX2 Q5_0/Q5_1 kernels, compute each block's
-//! integer sums exactly and finish with the scalar reference's f32 operations in its order,
-//! so they must equal it bit for bit. The AVX-512 Q5_0/Q5_1 kernels accumulate f32 in lanes
-//! (as ggml does): bound `1e-5 · Σ|w_i · a_i|`.
+//! The K-quant kernels of every tier (except AVX-512's Q4_K and Q6_K), and the AVX2
+//! Q5_0/Q5_1 kernels, compute each block's integer sums exactly and finish with the scalar
+//! reference's f32 operations in its order, so they must equal it bit for bit. The AVX-512
+//! Q5_0/Q5_1 kernels accumulate f32 in lanes (as ggml does): bound `2e-5 · Σ|w_i · a_i|`.
+//! AVX-512's Q4_K and Q6_K kernels also accumulate f32 in lanes, the scale part and the min
+//! (or offset) part of each weight separately: bound `2e-5 · Σ_i |a_i| · (|d·sc| · (u + off)
+//! + |dmin·mn|)`, the magnitude of those parts before they cancel.
 
 mod common;
 
@@ -17,7 +20,7 @@ use half::f16;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
-use pocketperf_runtime::quant::{self, ActRow, Isa, QuantizedActs, WeightMatrix};
+use pocketperf_runtime::quant::{self, ActRow, Isa, QuantizedActs, WeightMatrix, kquants};
 use proptest::prelude::*;
 
 fn tiers() -> Vec<(Isa, bool)> {
@@ -95,6 +98,37 @@ fn reference_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     }
 }
 
+/// Whether the `isa` kernel of `ty` sums f32 in lanes rather than in the scalar order.
+fn lane_sums(isa: Isa, ty: GgmlType) -> bool {
+    match ty {
+        GgmlType::Q4K | GgmlType::Q6K => isa == Isa::Avx512,
+        GgmlType::Q5_0 | GgmlType::Q5_1 => isa != Isa::Avx2,
+        _ => false,
+    }
+}
+
+/// The magnitude over which a lane-summing kernel's f32 rounding is bounded: `Σ|w_i · x_i|`,
+/// and for the K-quants the scale and min/offset parts of each weight before they cancel.
+fn rounding_mag(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
+    if ty.block_len() != 256 {
+        let wd = dequant(ty, w, x.len());
+        return wd.iter().zip(x).map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum();
+    }
+    let mut k = kquants::KBlock::default();
+    let mut mag = 0.0f64;
+    for (i, xb) in x.chunks_exact(256).enumerate() {
+        kquants::unpack(ty, w, i, &mut k);
+        for (e, &v) in xb.iter().enumerate() {
+            let g = e / 16;
+            let scale = f64::from(k.d * f32::from(k.sc[g])).abs()
+                * (f64::from(k.u[e]) + f64::from(k.off));
+            let min = f64::from(k.dmin * f32::from(k.mn[g])).abs();
+            mag += f64::from(v).abs() * (scale + min);
+        }
+    }
+    mag
+}
+
 fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Vec<f32> {
     let mut wd = vec![0.0f32; n];
     quant::dequantize_row(ty, w, &mut wd).unwrap();
@@ -144,16 +178,13 @@ proptest! {
                 let xa = &x[a * cols..(a + 1) * cols];
                 for r in 0..rows {
                     let (got, want) = (y[a * rows + r], reference[a * rows + r]);
-                    if bl == 256 || isa == Isa::Avx2 {
+                    if !lane_sums(isa, ty) {
                         prop_assert!(
                             got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
                             "{isa} (vnni off: {vnni_off}) {ty} nb {nb} act {a} row {r}: {got} vs {want}"
                         );
                     } else {
-                        let wd = dequant(ty, w.row(r), cols);
-                        let mag: f64 = wd.iter().zip(xa)
-                            .map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum();
-                        let tol = 2e-5 * mag + 1e-30;
+                        let tol = 2e-5 * rounding_mag(ty, w.row(r), xa) + 1e-30;
                         prop_assert!(
                             got == want || (f64::from(got) - f64::from(want)).abs() <= tol,
                             "{isa} (vnni off: {vnni_off}) {ty} nb {nb} act {a} row {r}: {got} vs {want} (tol {tol:e})"
@@ -233,26 +264,9 @@ proptest! {
             let per = f64::from(d) * 0.5 * (1.0 + 1e-5) + f64::from(d_err) * 127.0;
             bound += wb_.iter().map(|v| f64::from(v.abs())).sum::<f64>() * per;
         }
-        // Scale of the f32 rounding: the scale and min parts of each weight separately (they
-        // can cancel), obtained by dequantizing with the other super-scale zeroed.
-        let mag = {
-            let parts: Vec<Vec<f32>> = match ty {
-                GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q2K => {
-                    let (d_off, m_off) = if ty == GgmlType::Q2K { (80, 82) } else { (0, 2) };
-                    [d_off, m_off].iter().map(|&o| {
-                        let mut z = wb.clone();
-                        for b in 0..nb {
-                            let p = b * ty.block_bytes() + o;
-                            z[p..p + 2].copy_from_slice(&[0, 0]);
-                        }
-                        dequant(ty, &z, cols)
-                    }).collect()
-                }
-                _ => vec![wd.clone()],
-            };
-            parts.iter().map(|wp| wp.iter().zip(&x)
-                .map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum::<f64>()).sum::<f64>()
-        };
+        // Scale of the f32 rounding: the scale and min (or offset) parts of each weight
+        // separately, since they can cancel.
+        let mag = rounding_mag(ty, &wb, &x);
         // Q8_1's stored `s = f16(d · Σq)` rounds once more, times the Q5_1 min.
         let s_term = if ty == GgmlType::Q5_1 {
             (0..nb)

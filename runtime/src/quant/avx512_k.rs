@@ -4,11 +4,22 @@
 //! Q5_0/Q5_1: two blocks per 512-bit step, as the Q4_0/Q4_1 kernels of [`super::avx512`]
 //! (the quants decoded by the AVX2 routines of [`super::avx2_k`]); the integer block dot is
 //! `vpdpbusd` with VNNI, `vpmaddubsw` + `vpmaddwd` without.
-//! K-quants: a block decoded by [`super::avx2_k::unpack_k`] is multiplied 64 quants at a
-//! time: `vpmaddubsw` with the Q8_K quants, then the group scales (one per 16 elements,
-//! spread with `vpermw`) by `vpdpwssd` with VNNI or `vpmaddwd` + add without. The integer
-//! sums per block are exact and each block ends with the scalar reference's f32 operations,
-//! so these kernels return exactly the scalar result.
+//! Q4_K and Q6_K (the K-quants of the Q4_K_M files): each block is decoded in registers
+//! straight from the weight bytes (scales and mins of Q4_K by four 32-bit masks and shifts,
+//! Q6_K's high bits by per-half word shifts), multiplied 64 quants at a time (`vpmaddubsw`
+//! with the Q8_K quants, then the group scales spread with `vpermw` by `vpdpwssd` with VNNI or
+//! `vpmaddwd` + add without), with Q6_K's offset (`32 · Σ sc·bsum`) subtracted in i32: every
+//! integer is exact. Unlike the other K kernels, the block's 16 lane sums are not reduced to
+//! one integer: each lane is converted to f32 and accumulated with `d · d_a` in its lane
+//! (Q4_K's min term `dmin · d_a · Σ mn·bsum` in eight lanes of its own), and the lanes are
+//! added once per row — ggml's own scheme, and the rule of every other AVX-512 kernel
+//! ([`super::avx512`], [`super::gemm512`]). So their results differ from the scalar reference
+//! by f32 rounding only: the tests allow `2e-5 · Σ|w·x|`, as for those kernels. This takes
+//! the per-block horizontal reductions and scalar epilogues off the decode path.
+//! The other K-quants (Q2_K, Q3_K, Q5_K): a block decoded by [`super::avx2_k::unpack_k`] is
+//! multiplied the same way, but the integer sums per block are reduced and each block ends
+//! with the scalar reference's f32 operations, so those kernels return exactly the scalar
+//! result.
 //!
 //! Every function is `unsafe`: the caller guarantees the CPU features of its
 //! `target_feature` and that the weight bytes hold as many blocks as the activation rows.
@@ -19,7 +30,7 @@ use std::arch::x86_64::*;
 
 use super::ActRow;
 use super::avx2_k::{
-    K2, K3, K4, K5, K6, dot16, k_bytes, k_code, k_min_off, q5_0_quants, q5_1_quants, unpack_k,
+    K2, K3, K4, K5, dot16, k_bytes, k_code, k_min_off, q5_0_quants, q5_1_quants, unpack_k,
 };
 use super::avx512::{halves, load2x32, odd_lanes, rd16, rd32, spread_idx};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
@@ -42,6 +53,63 @@ static IDX_SC: [[u16; 32]; 4] = {
     }
     t
 };
+
+/// Q4_K: chunk `c` of 64 quants takes the scale of group `2c` in its low 16 words and of
+/// group `2c + 1` in its high 16 (index into [`q4k_scales_mins`] widened to words).
+static IDX_K4: [[u16; 32]; 4] = {
+    let mut t = [[0u16; 32]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut l = 0;
+        while l < 32 {
+            t[c][l] = (2 * c + l / 16) as u16;
+            l += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// Q4_K: the eight mins (words 8..16) each repeated twice, to meet the 16 group sums.
+static IDX_MN_K4: [u16; 16] = {
+    let mut t = [0u16; 16];
+    let mut l = 0;
+    while l < 16 {
+        t[l] = (8 + l / 2) as u16;
+        l += 1;
+    }
+    t
+};
+
+/// The 12 packed scale bytes of a Q4_K block at `p` as 16 bytes: the eight 6-bit scales,
+/// then the eight 6-bit mins ([`super::kquants::scale_min_k4`] for all eight groups at once,
+/// four per 32-bit word).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn q4k_scales_mins(p: *const u8) -> __m128i {
+    // SAFETY: 12 readable bytes at p (caller contract).
+    let (a, b, c) = unsafe { (rd32(p), rd32(p.add(4)), rd32(p.add(8))) };
+    let low6 = 0x3F3F_3F3F;
+    let nib = 0x0F0F_0F0F;
+    let top2 = 0x3030_3030;
+    // Groups 0..4: the low six bits of bytes 0..4 (scales) and 4..8 (mins). Groups 4..8: a
+    // nibble of bytes 8..12 with the top two bits of bytes 0..4 (scales) or 4..8 (mins) above.
+    let sc_lo = a & low6;
+    let mn_lo = b & low6;
+    let sc_hi = (c & nib) | (((a as u32) >> 2) as i32 & top2);
+    let mn_hi = (((c as u32) >> 4) as i32 & nib) | (((b as u32) >> 2) as i32 & top2);
+    _mm_setr_epi32(sc_lo, sc_hi, mn_lo, mn_hi)
+}
+
+/// Sum of eight f32 lanes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn hsum8(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
 
 /// Two decoded 32-byte halves as one register.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -200,6 +268,161 @@ macro_rules! kernels {
                 out
             }
 
+            /// Q4_K weights · Q8_K activations for `R` rows (1 or 4), f32 sums in lanes
+            /// (module docs): per 64-quant chunk `c` the nibbles of `qs[32c..32c + 32]` give
+            /// groups `2c` (low) and `2c + 1` (high) in one register, in element order.
+            #[target_feature(enable = $feat)]
+            pub(in crate::quant) unsafe fn q4k_lanes<const R: usize>(
+                w: &[u8],
+                a: [&[BlockQ8K]; R],
+            ) -> [f32; R] {
+                let nb = a[0].len();
+                let mut acc = [_mm512_setzero_ps(); R];
+                let mut macc = [_mm256_setzero_ps(); R];
+                // SAFETY: w holds nb blocks of 144 bytes, each a[r] nb blocks (caller
+                // contract); the index tables are 64 bytes each.
+                unsafe {
+                    let m4 = _mm256_set1_epi8(0x0F);
+                    let idx = [
+                        _mm512_loadu_si512(IDX_K4[0].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_K4[1].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_K4[2].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_K4[3].as_ptr() as *const _),
+                    ];
+                    let idx_mn = _mm256_loadu_si256(IDX_MN_K4.as_ptr() as *const _);
+                    for i in 0..nb {
+                        let p = w.as_ptr().add(i * 144);
+                        let sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(
+                            q4k_scales_mins(p.add(4)),
+                        ));
+                        let mn = _mm256_permutexvar_epi16(idx_mn, _mm512_castsi512_si256(sm));
+                        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(
+                            p as *const i32,
+                        )));
+                        let mut u = [_mm512_setzero_si512(); 4];
+                        let mut s = [_mm512_setzero_si512(); 4];
+                        for c in 0..4 {
+                            let v = _mm256_loadu_si256(p.add(16 + 32 * c) as *const __m256i);
+                            u[c] = join(
+                                _mm256_and_si256(v, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                            );
+                            s[c] = _mm512_permutexvar_epi16(idx[c], sm);
+                        }
+                        for r in 0..R {
+                            let y = &a[r][i];
+                            let q = y.qs.as_ptr();
+                            let mut ia = _mm512_setzero_si512();
+                            for c in 0..4 {
+                                let qy = _mm512_loadu_si512(q.add(64 * c) as *const _);
+                                ia = $dpw(ia, _mm512_maddubs_epi16(u[c], qy), s[c]);
+                            }
+                            let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                            let ms = _mm256_madd_epi16(bs, mn);
+                            let dy = _mm_mul_ps(dd, _mm_set1_ps(y.d));
+                            acc[r] = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(ia),
+                                _mm512_broadcastss_ps(dy),
+                                acc[r],
+                            );
+                            macc[r] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(ms),
+                                _mm256_broadcastss_ps(_mm_movehdup_ps(dy)),
+                                macc[r],
+                            );
+                        }
+                    }
+                }
+                let mut out = [0.0f32; R];
+                for r in 0..R {
+                    out[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(macc[r]);
+                }
+                out
+            }
+
+            /// Q6_K weights · Q8_K activations for `R` rows (1 or 4), f32 sums in lanes
+            /// (module docs): per 128-quant half `h` the low nibbles of `ql[64h..64h + 64]`
+            /// give elements `128h..128h + 64` and the high nibbles the next 64, each with its
+            /// two high bits from `qh[32h..32h + 32]` (bit pairs 0, 1 and 2, 3).
+            #[target_feature(enable = $feat)]
+            pub(in crate::quant) unsafe fn q6k_lanes<const R: usize>(
+                w: &[u8],
+                a: [&[BlockQ8K]; R],
+            ) -> [f32; R] {
+                let nb = a[0].len();
+                let mut acc = [_mm512_setzero_ps(); R];
+                // SAFETY: w holds nb blocks of 210 bytes, each a[r] nb blocks (caller
+                // contract); the index tables are 64 bytes each.
+                unsafe {
+                    let m4 = _mm512_set1_epi8(0x0F);
+                    let m3 = _mm512_set1_epi8(3);
+                    // Word shifts: the low 256 bits by 0 (4), the high 256 bits by 2 (6).
+                    let sh_lo = _mm512_inserti64x4::<1>(
+                        _mm512_setzero_si512(),
+                        _mm256_set1_epi16(2),
+                    );
+                    let sh_hi = _mm512_add_epi16(sh_lo, _mm512_set1_epi16(4));
+                    let idx = [
+                        _mm512_loadu_si512(IDX_SC[0].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_SC[1].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_SC[2].as_ptr() as *const _),
+                        _mm512_loadu_si512(IDX_SC[3].as_ptr() as *const _),
+                    ];
+                    for i in 0..nb {
+                        let p = w.as_ptr().add(i * 210);
+                        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                            p.add(192) as *const __m128i
+                        ));
+                        let sc = _mm512_castsi256_si512(sc16);
+                        let d = half::f16::from_bits(std::ptr::read_unaligned(
+                            p.add(208) as *const u16,
+                        ))
+                        .to_f32();
+                        let mut u = [_mm512_setzero_si512(); 4];
+                        for h in 0..2 {
+                            let l = _mm512_loadu_si512(p.add(64 * h) as *const _);
+                            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                p.add(128 + 32 * h) as *const __m256i,
+                            ));
+                            let h0 = _mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m3);
+                            let h1 = _mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m3);
+                            u[2 * h] = _mm512_or_si512(
+                                _mm512_and_si512(l, m4),
+                                _mm512_slli_epi16::<4>(h0),
+                            );
+                            u[2 * h + 1] = _mm512_or_si512(
+                                _mm512_and_si512(_mm512_srli_epi16::<4>(l), m4),
+                                _mm512_slli_epi16::<4>(h1),
+                            );
+                        }
+                        let s = idx.map(|ix| _mm512_permutexvar_epi16(ix, sc));
+                        for r in 0..R {
+                            let y = &a[r][i];
+                            let q = y.qs.as_ptr();
+                            let mut ia = _mm512_setzero_si512();
+                            for c in 0..4 {
+                                let qy = _mm512_loadu_si512(q.add(64 * c) as *const _);
+                                ia = $dpw(ia, _mm512_maddubs_epi16(u[c], qy), s[c]);
+                            }
+                            // The offset: 32 · Σ sc[g] · bsum[g], exact in i32.
+                            let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                            let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16));
+                            ia = _mm512_sub_epi32(ia, _mm512_zextsi256_si512(off));
+                            acc[r] = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(ia),
+                                _mm512_set1_ps(d * y.d),
+                                acc[r],
+                            );
+                        }
+                    }
+                }
+                let mut out = [0.0f32; R];
+                for r in 0..R {
+                    out[r] = _mm512_reduce_add_ps(acc[r]);
+                }
+                out
+            }
+
             /// Runs the K kernel of `ty` for `R` rows; `None` if `ty` is not a K-quant.
             #[target_feature(enable = $feat)]
             pub(in crate::quant) unsafe fn k_dispatch<const R: usize>(
@@ -212,9 +435,9 @@ macro_rules! kernels {
                     Some(match k_code(ty)? {
                         K2 => k_q8k::<K2, R>(w, a),
                         K3 => k_q8k::<K3, R>(w, a),
-                        K4 => k_q8k::<K4, R>(w, a),
+                        K4 => q4k_lanes::<R>(w, a),
                         K5 => k_q8k::<K5, R>(w, a),
-                        _ => k_q8k::<K6, R>(w, a),
+                        _ => q6k_lanes::<R>(w, a),
                     })
                 }
             }
