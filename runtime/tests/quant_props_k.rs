@@ -199,6 +199,41 @@ proptest! {
         }
     }
 
+    /// The Q8_K activation blocks of every tier (through the activation buffer the matrix
+    /// product reads) equal the scalar quantizer's bit for bit, including a block whose
+    /// largest magnitude occurs with both signs (the first occurrence gives the sign).
+    #[test]
+    fn q8k_blocks_identical_on_every_tier(
+        nb in 1usize..=4,
+        exp in -6i32..=3,
+        tie in any::<bool>(),
+        seed in 1u32..u32::MAX,
+    ) {
+        let cols = nb * 256;
+        let mut rng = Rng(seed);
+        let mut x = random_acts(1, cols, exp, &mut rng);
+        if tie {
+            let (i, j) = ((seed as usize) % cols, (seed as usize / 7) % cols);
+            let big = 3.0e3 * 10f32.powi(exp);
+            x[i] = big;
+            x[j] = -big;
+        }
+        let mut want = vec![BlockQ8K::default(); nb];
+        quant::quantize_row_q8_k(&x, &mut want);
+        for (isa, _) in tiers() {
+            let mut acts = QuantizedActs::new(1, cols);
+            acts.quantize_for(isa, GgmlType::Q4K, &x, 1, cols);
+            let ActRow::Q8K(got) = acts.row(0) else {
+                panic!("{isa}: Q4_K weights take Q8_K activations");
+            };
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert_eq!(g.d.to_bits(), w.d.to_bits(), "{} d", isa);
+                prop_assert_eq!(&g.qs[..], &w.qs[..], "{} qs", isa);
+                prop_assert_eq!(g.bsums, w.bsums, "{} bsums", isa);
+            }
+        }
+    }
+
     /// The Q8_K quantizer by its definition: the value of largest magnitude maps to -127
     /// (`d = -max / 127`), every value is within `|d| / 2` of `d · q`, and `bsums` are the
     /// group sums.

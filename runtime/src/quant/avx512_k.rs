@@ -458,6 +458,60 @@ kernels!(
     dpw_vnni
 );
 
+/// ggml `quantize_row_q8_K_ref` (as [`super::kquants::quantize_q8k`]), 16 values at a time
+/// with the same f32 operations, so the blocks are bit-identical: the largest magnitude by
+/// `vmaxps` (a NaN never wins, as in the scalar comparison), its first occurrence for the
+/// sign, `q = min(127, round_half_even(iscale · x))` by the default rounding of `vcvtps2dq`;
+/// each 16-value group sum is one register's lanes.
+///
+/// # Safety
+/// AVX-512 F/BW/VL present; `x.len()` is `256 · out.len()` or less, a multiple of 256.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    let sign = _mm512_set1_ps(-0.0);
+    for (xb, y) in x.chunks_exact(super::QK_K).zip(out.iter_mut()) {
+        let p = xb.as_ptr();
+        // SAFETY: xb holds 256 values, read 16 at a time; y.qs holds 256 bytes.
+        unsafe {
+            let mut m = _mm512_setzero_ps();
+            for c in 0..16 {
+                m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(p.add(16 * c))), m);
+            }
+            let amax = _mm512_reduce_max_ps(m);
+            if amax == 0.0 {
+                y.d = 0.0;
+                y.qs = [0; super::QK_K];
+                y.bsums = [0; 16];
+                continue;
+            }
+            let va = _mm512_set1_ps(amax);
+            let mut max = amax;
+            for c in 0..16 {
+                let a = _mm512_andnot_ps(sign, _mm512_loadu_ps(p.add(16 * c)));
+                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, va);
+                if hit != 0 {
+                    max = xb[16 * c + hit.trailing_zeros() as usize];
+                    break;
+                }
+            }
+            let iscale = -127.0 / max;
+            let vs = _mm512_set1_ps(iscale);
+            let top = _mm512_set1_epi32(127);
+            for c in 0..16 {
+                let v = _mm512_mul_ps(vs, _mm512_loadu_ps(p.add(16 * c)));
+                let q = _mm512_min_epi32(_mm512_cvt_roundps_epi32::<R>(v), top);
+                _mm_storeu_si128(
+                    y.qs.as_mut_ptr().add(16 * c) as *mut __m128i,
+                    _mm512_cvtepi32_epi8(q),
+                );
+                y.bsums[c] = _mm512_reduce_add_epi32(q) as i16;
+            }
+            y.d = 1.0 / iscale;
+        }
+    }
+}
+
 /// The AVX-512 kernel for a new-format (weight, activation) pair; `None` for other pairs.
 ///
 /// # Safety
