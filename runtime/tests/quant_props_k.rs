@@ -5,13 +5,10 @@
 //! of the dequantized weights with the unquantized activations, within the bound that the
 //! activation rounding allows (`Σ |w_i| · d_block / 2`).
 //!
-//! The K-quant kernels of every tier (except AVX-512's Q4_K and Q6_K), and the AVX2
-//! Q5_0/Q5_1 kernels, compute each block's integer sums exactly and finish with the scalar
-//! reference's f32 operations in its order, so they must equal it bit for bit. The AVX-512
-//! Q5_0/Q5_1 kernels accumulate f32 in lanes (as ggml does): bound `2e-5 · Σ|w_i · a_i|`.
-//! AVX-512's Q4_K and Q6_K kernels also accumulate f32 in lanes, the scale part and the min
-//! (or offset) part of each weight separately: bound `2e-5 · Σ_i |a_i| · (|d·sc| · (u + off)
-//! + |dmin·mn|)`, the magnitude of those parts before they cancel.
+//! The K-quant kernels of every tier, and the AVX2 Q5_0/Q5_1 kernels, compute each block's
+//! integer sums exactly and finish with the scalar reference's f32 operations in its order,
+//! so they must equal it bit for bit. The AVX-512 Q5_0/Q5_1 kernels accumulate f32 in lanes
+//! (as ggml does): bound `2e-5 · Σ|w_i · a_i|`.
 
 mod common;
 
@@ -100,11 +97,7 @@ fn reference_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
 
 /// Whether the `isa` kernel of `ty` sums f32 in lanes rather than in the scalar order.
 fn lane_sums(isa: Isa, ty: GgmlType) -> bool {
-    match ty {
-        GgmlType::Q4K | GgmlType::Q6K => isa == Isa::Avx512,
-        GgmlType::Q5_0 | GgmlType::Q5_1 => isa != Isa::Avx2,
-        _ => false,
-    }
+    matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) && isa != Isa::Avx2
 }
 
 /// The magnitude over which a lane-summing kernel's f32 rounding is bounded: `Σ|w_i · x_i|`,

@@ -4,23 +4,17 @@
 //! Q5_0/Q5_1: two blocks per 512-bit step, as the Q4_0/Q4_1 kernels of [`super::avx512`]
 //! (the quants decoded by the AVX2 routines of [`super::avx2_k`]); the integer block dot is
 //! `vpdpbusd` with VNNI, `vpmaddubsw` + `vpmaddwd` without.
-//! Q4_K and Q6_K (the K-quants of the Q4_K_M files): each block is decoded in registers
-//! straight from the weight bytes (scales and mins of Q4_K by four 32-bit masks and shifts,
-//! Q6_K's high bits by per-half word shifts), multiplied 64 quants at a time (`vpmaddubsw`
-//! with the Q8_K quants, then the group scales spread with `vpermw` by `vpdpwssd` with VNNI or
-//! `vpmaddwd` + add without), with Q6_K's offset (`32 · Σ sc·bsum`) subtracted in i32: every
-//! integer is exact. Unlike the other K kernels, the block's 16 lane sums are not reduced to
-//! one integer: each lane is converted to f32 and accumulated with `d · d_a` in its lane
-//! (Q4_K's min term `dmin · d_a · Σ mn·bsum` in eight lanes of its own), and the lanes are
-//! added once per row — ggml's own scheme, and the rule of every other AVX-512 kernel
-//! ([`super::avx512`], [`super::gemm512`]). So their results differ from the scalar reference
-//! by f32 rounding only: the tests allow `2e-5 · Σ|w·x|`, as for those kernels. This takes
-//! the per-block horizontal reductions and scalar epilogues off the decode path.
-//! The other K-quants (Q2_K, Q3_K, Q5_K): a block decoded by [`super::avx2_k::unpack_k`] is
-//! multiplied the same way, but the integer sums per block are reduced and each block ends
-//! with the scalar reference's f32 operations, so those kernels return exactly the scalar
-//! result.
-//!
+//! K-quants: Q4_K and Q6_K (those of the Q4_K_M files) are decoded in registers straight
+//! from the weight bytes (Q4_K's scales and mins by four 32-bit masks and shifts, Q6_K's high
+//! bits by per-half word shifts); the other K types by [`super::avx2_k::unpack_k`]. Each
+//! block is multiplied 64 quants at a time: `vpmaddubsw` with the Q8_K quants, then the group
+//! scales (one per 16 elements, spread with `vpermw`) by `vpdpwssd` with VNNI or `vpmaddwd` +
+//! add without; Q6_K's offset (`32 · Σ sc·bsum`) is subtracted in i32. The integer sums per
+//! block are exact and each block ends with the scalar reference's f32 operations, so these
+//! kernels return exactly the scalar result. (Summing f32 in lanes instead, as ggml does,
+//! was tried: it moved Gemma 3's logits on one reference prompt 0.62 RMS from exact math,
+//! past the fidelity bound of 0.5 — the re-quantization noise `docs/RUNTIME.md` describes.)
+
 //! Every function is `unsafe`: the caller guarantees the CPU features of its
 //! `target_feature` and that the weight bytes hold as many blocks as the activation rows.
 
@@ -101,14 +95,14 @@ unsafe fn q4k_scales_mins(p: *const u8) -> __m128i {
     _mm_setr_epi32(sc_lo, sc_hi, mn_lo, mn_hi)
 }
 
-/// Sum of eight f32 lanes.
+/// Sum of eight i32 lanes (exact).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn hsum8(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
+fn hsum8i(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
 }
 
 /// Two decoded 32-byte halves as one register.
@@ -268,7 +262,7 @@ macro_rules! kernels {
                 out
             }
 
-            /// Q4_K weights · Q8_K activations for `R` rows (1 or 4), f32 sums in lanes
+            /// Q4_K weights · Q8_K activations for `R` rows (1 or 4), the scalar result
             /// (module docs): per 64-quant chunk `c` the nibbles of `qs[32c..32c + 32]` give
             /// groups `2c` (low) and `2c + 1` (high) in one register, in element order.
             #[target_feature(enable = $feat)]
@@ -277,8 +271,7 @@ macro_rules! kernels {
                 a: [&[BlockQ8K]; R],
             ) -> [f32; R] {
                 let nb = a[0].len();
-                let mut acc = [_mm512_setzero_ps(); R];
-                let mut macc = [_mm256_setzero_ps(); R];
+                let mut out = [0.0f32; R];
                 // SAFETY: w holds nb blocks of 144 bytes, each a[r] nb blocks (caller
                 // contract); the index tables are 64 bytes each.
                 unsafe {
@@ -296,9 +289,9 @@ macro_rules! kernels {
                             q4k_scales_mins(p.add(4)),
                         ));
                         let mn = _mm256_permutexvar_epi16(idx_mn, _mm512_castsi512_si256(sm));
-                        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(
-                            p as *const i32,
-                        )));
+                        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(p)));
+                        let d = _mm_cvtss_f32(dd);
+                        let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
                         let mut u = [_mm512_setzero_si512(); 4];
                         let mut s = [_mm512_setzero_si512(); 4];
                         for c in 0..4 {
@@ -318,29 +311,16 @@ macro_rules! kernels {
                                 ia = $dpw(ia, _mm512_maddubs_epi16(u[c], qy), s[c]);
                             }
                             let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
-                            let ms = _mm256_madd_epi16(bs, mn);
-                            let dy = _mm_mul_ps(dd, _mm_set1_ps(y.d));
-                            acc[r] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(ia),
-                                _mm512_broadcastss_ps(dy),
-                                acc[r],
-                            );
-                            macc[r] = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(ms),
-                                _mm256_broadcastss_ps(_mm_movehdup_ps(dy)),
-                                macc[r],
-                            );
+                            let msum = hsum8i(_mm256_madd_epi16(bs, mn));
+                            let isum = _mm512_reduce_add_epi32(ia);
+                            out[r] += block_value(d, dmin, true, y.d, isum, msum);
                         }
                     }
-                }
-                let mut out = [0.0f32; R];
-                for r in 0..R {
-                    out[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(macc[r]);
                 }
                 out
             }
 
-            /// Q6_K weights · Q8_K activations for `R` rows (1 or 4), f32 sums in lanes
+            /// Q6_K weights · Q8_K activations for `R` rows (1 or 4), the scalar result
             /// (module docs): per 128-quant half `h` the low nibbles of `ql[64h..64h + 64]`
             /// give elements `128h..128h + 64` and the high nibbles the next 64, each with its
             /// two high bits from `qh[32h..32h + 32]` (bit pairs 0, 1 and 2, 3).
@@ -350,7 +330,7 @@ macro_rules! kernels {
                 a: [&[BlockQ8K]; R],
             ) -> [f32; R] {
                 let nb = a[0].len();
-                let mut acc = [_mm512_setzero_ps(); R];
+                let mut out = [0.0f32; R];
                 // SAFETY: w holds nb blocks of 210 bytes, each a[r] nb blocks (caller
                 // contract); the index tables are 64 bytes each.
                 unsafe {
@@ -408,17 +388,10 @@ macro_rules! kernels {
                             let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
                             let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16));
                             ia = _mm512_sub_epi32(ia, _mm512_zextsi256_si512(off));
-                            acc[r] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(ia),
-                                _mm512_set1_ps(d * y.d),
-                                acc[r],
-                            );
+                            let isum = _mm512_reduce_add_epi32(ia);
+                            out[r] += block_value(d, 0.0, false, y.d, isum, 0);
                         }
                     }
-                }
-                let mut out = [0.0f32; R];
-                for r in 0..R {
-                    out[r] = _mm512_reduce_add_ps(acc[r]);
                 }
                 out
             }
