@@ -105,7 +105,11 @@ fn lane_sums(isa: Isa, ty: GgmlType) -> bool {
 fn rounding_mag(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
     if ty.block_len() != 256 {
         let wd = dequant(ty, w, x.len());
-        return wd.iter().zip(x).map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs()).sum();
+        return wd
+            .iter()
+            .zip(x)
+            .map(|(&p, &q)| (f64::from(p) * f64::from(q)).abs())
+            .sum();
     }
     let mut k = kquants::KBlock::default();
     let mut mag = 0.0f64;
@@ -113,8 +117,8 @@ fn rounding_mag(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
         kquants::unpack(ty, w, i, &mut k);
         for (e, &v) in xb.iter().enumerate() {
             let g = e / 16;
-            let scale = f64::from(k.d * f32::from(k.sc[g])).abs()
-                * (f64::from(k.u[e]) + f64::from(k.off));
+            let scale =
+                f64::from(k.d * f32::from(k.sc[g])).abs() * (f64::from(k.u[e]) + f64::from(k.off));
             let min = f64::from(k.dmin * f32::from(k.mn[g])).abs();
             mag += f64::from(v).abs() * (scale + min);
         }

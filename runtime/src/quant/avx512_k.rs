@@ -285,9 +285,8 @@ macro_rules! kernels {
                     let idx_mn = _mm256_loadu_si256(IDX_MN_K4.as_ptr() as *const _);
                     for i in 0..nb {
                         let p = w.as_ptr().add(i * 144);
-                        let sm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(
-                            q4k_scales_mins(p.add(4)),
-                        ));
+                        let sm =
+                            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(q4k_scales_mins(p.add(4))));
                         let mn = _mm256_permutexvar_epi16(idx_mn, _mm512_castsi512_si256(sm));
                         let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(p)));
                         let d = _mm_cvtss_f32(dd);
@@ -337,10 +336,8 @@ macro_rules! kernels {
                     let m4 = _mm512_set1_epi8(0x0F);
                     let m3 = _mm512_set1_epi8(3);
                     // Word shifts: the low 256 bits by 0 (4), the high 256 bits by 2 (6).
-                    let sh_lo = _mm512_inserti64x4::<1>(
-                        _mm512_setzero_si512(),
-                        _mm256_set1_epi16(2),
-                    );
+                    let sh_lo =
+                        _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
                     let sh_hi = _mm512_add_epi16(sh_lo, _mm512_set1_epi16(4));
                     let idx = [
                         _mm512_loadu_si512(IDX_SC[0].as_ptr() as *const _),
@@ -350,12 +347,11 @@ macro_rules! kernels {
                     ];
                     for i in 0..nb {
                         let p = w.as_ptr().add(i * 210);
-                        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                            p.add(192) as *const __m128i
-                        ));
+                        let sc16 =
+                            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
                         let sc = _mm512_castsi256_si512(sc16);
                         let d = half::f16::from_bits(std::ptr::read_unaligned(
-                            p.add(208) as *const u16,
+                            p.add(208) as *const u16
                         ))
                         .to_f32();
                         let mut u = [_mm512_setzero_si512(); 4];
