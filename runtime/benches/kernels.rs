@@ -11,6 +11,8 @@
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
 //!   Gemma's attention output 640x1024), one row and prefill tiles of 64 rows;
+//! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
+//!   (262144x640), one row streamed from memory;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
 //!   several context lengths;
 //! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row (Q8_1
@@ -194,6 +196,30 @@ fn matvec_k(c: &mut Criterion) {
     g.finish();
 }
 
+/// The output heads of the Q4_K_M catalog models (Q8_0; Qwen2.5's 151936 x 896 and Gemma 3's
+/// tied 262144 x 640 embedding), one activation row, one thread: 136 and 178 MB of weights,
+/// beyond the last-level cache of a phone, so this measures the streaming rate of the kernel.
+fn matvec_head(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("matvec_head");
+    g.sample_size(10);
+    let ty = GgmlType::Q8_0;
+    for (rows, cols) in [(151936usize, 896usize), (262144, 640)] {
+        let wb = weights(ty, rows, cols);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = acts(1, cols);
+        let mut qa = QuantizedActs::new(1, cols);
+        qa.quantize_for(isa, ty, &x, 1, cols);
+        let mut y = vec![0.0f32; rows];
+        g.throughput(Throughput::Bytes(wb.len() as u64));
+        g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
+            b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+        });
+    }
+    g.finish();
+}
+
 fn gemm_k(c: &mut Criterion) {
     let isa = isa();
     let pool = ThreadPool::new(1);
@@ -279,6 +305,7 @@ criterion_group!(
     matvec_dram,
     gemm,
     matvec_k,
+    matvec_head,
     gemm_k,
     attention,
     rmsnorm_quantize

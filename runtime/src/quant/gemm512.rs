@@ -7,8 +7,12 @@
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
 //! block, and the Q4_1 min term `m_w · s_a / 4` is added lane-wise. Signed weights (Q4_0,
-//! Q5_0, Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does; Q5_0's
-//! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test.
+//! Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does. Q5_0's
+//! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test and
+//! added to the nibbles as 16 (a masked byte add), giving the unsigned quant `u = q + 16`;
+//! each lane's dot then starts from `-16 · Σ a` of its four activation bytes, computed once
+//! per activation group for all the weight rows of a tile: the same integers as the sign
+//! trick, with fewer operations per weight group.
 //!
 //! A tile multiplies `W` weight rows with `A` activation rows: each weight group is unpacked
 //! once per tile and each activation group loaded once per tile. The arithmetic of one
@@ -150,6 +154,7 @@ struct Consts {
     w: __m512i,
     nib: __m512i,
     eight: __m512i,
+    sixteen: __m512i,
     /// Q5_0: `qh` byte gathers and bit masks for the low and high registers.
     h_lo: __m512i,
     h_hi: __m512i,
@@ -190,6 +195,7 @@ unsafe fn consts(ty: GgmlType) -> Consts {
             w,
             nib: _mm512_set1_epi8(0x0F),
             eight: _mm512_set1_epi8(8),
+            sixteen: _mm512_set1_epi8(16),
             h_lo: ld(IDX_QH_LO.as_ptr()),
             h_hi: ld(IDX_QH_HI.as_ptr()),
             b_lo: ld(BIT_QH_LO.as_ptr()),
@@ -273,16 +279,15 @@ unsafe fn unpack_q5_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
     let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
     let ml = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_lo, z1), c.b_lo);
     let mh = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_hi, z1), c.b_hi);
-    // Without the fifth bit the quant is `nibble - 16`: the nibble with the top bits set.
-    let f0 = _mm512_set1_epi8(0xF0u8 as i8);
-    let lo = _mm512_mask_mov_epi8(_mm512_or_si512(nl, f0), ml, nl);
-    let hi = _mm512_mask_mov_epi8(_mm512_or_si512(nh, f0), mh, nh);
+    // The unsigned quant `u = nibble + 16 · bit` (0..=31); the tile subtracts `16 · Σ a`.
+    let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
+    let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
     let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
     WGroup {
-        sl: _mm512_movepi8_mask(lo),
-        sh: _mm512_movepi8_mask(hi),
-        lo: _mm512_abs_epi8(lo),
-        hi: _mm512_abs_epi8(hi),
+        sl: 0,
+        sh: 0,
+        lo,
+        hi,
         dw: cvt_lo(sc),
         mw: _mm512_setzero_ps(),
     }
@@ -397,7 +402,20 @@ macro_rules! kernels {
                             let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
                                 ap.add(dbase + 16 * g) as *const f32
                             ));
-                            if unsigned {
+                            if F == F_Q5_0 {
+                                // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the same
+                                // for every weight row, so each row starts from it.
+                                let neg = _mm512_sub_epi32(
+                                    zero,
+                                    dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
+                                );
+                                for i in 0..W {
+                                    let t = dpb(dpb(neg, wg[i].lo, alo), wg[i].hi, ahi);
+                                    let s = _mm512_mul_ps(wg[i].dw, da);
+                                    acc[i][j] =
+                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                }
+                            } else if unsigned {
                                 let sa = _mm512_broadcast_f32x4(_mm_loadu_ps(
                                     ap.add(sbase + 16 * g) as *const f32,
                                 ));

@@ -402,6 +402,18 @@ pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
     kquants::quantize_q8k(x, out);
 }
 
+/// [`quantize_row_q8_k`] on `tier`'s kernel (the same bits on every tier). Lengths checked
+/// by the caller: `x` holds `256 · out.len()` values.
+fn quantize_q8k_tier(tier: Tier, x: &[f32], out: &mut [BlockQ8K]) {
+    debug_assert_eq!(x.len(), out.len() * QK_K);
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an AVX-512 tier was resolved against this CPU; lengths as documented.
+        Tier::Avx512 { .. } => unsafe { avx512_k::quantize_q8k(x, out) },
+        _ => kquants::quantize_q8k(x, out),
+    }
+}
+
 /// One quantized activation row, borrowed.
 #[derive(Clone, Copy, Debug)]
 pub enum ActRow<'a> {
@@ -1032,7 +1044,7 @@ impl ActsWriter<'_> {
                             };
                             let out: &mut [BlockQ8K] =
                                 bytemuck::cast_slice_mut(&mut dst[b * 292..(b + 1) * 292]);
-                            quantize_row_q8_k(src, out);
+                            quantize_q8k_tier(self.tier, src, out);
                         }
                     }
                     ActKind::F16 => {
