@@ -441,7 +441,14 @@ fn a_fixed_level_goes_with_governor_fixed_only() {
     );
     assert!(!out.exists(), "nothing is written before the refusal");
     refused(
-        &["governor", "sim", "--device", "sim:pixel-8-pro", "--governor", "fixed"],
+        &[
+            "governor",
+            "sim",
+            "--device",
+            "sim:pixel-8-pro",
+            "--governor",
+            "fixed",
+        ],
         "the simulation compares off, step and pid",
     );
 }

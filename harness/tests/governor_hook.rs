@@ -164,38 +164,60 @@ fn fixed_level_holds_the_duty_cycle_without_a_sensor() {
 #[test]
 fn fixed_thread_level_reaches_the_kernels_once() {
     let no_zones = tempfile::tempdir().unwrap();
-    let mut a = args(no_zones.path(), GovernorKind::Fixed, ActuatorArg::Threads, 42.0);
+    let mut a = args(
+        no_zones.path(),
+        GovernorKind::Fixed,
+        ActuatorArg::Threads,
+        42.0,
+    );
     a.governor_period_ms = 1000;
     a.governor_level = Some(2);
     let mut hook = GovernorHook::new(&a, 4).unwrap().unwrap();
     let th = FakeThreads::default();
     decode(&mut hook, 4, Duration::from_millis(5), &th);
     assert_eq!(*th.0.lock().unwrap(), vec![2]);
-    assert!(hook.tokens().iter().all(|r| r.threads == Some(2) && r.level == 2));
+    assert!(
+        hook.tokens()
+            .iter()
+            .all(|r| r.threads == Some(2) && r.level == 2)
+    );
 }
 
 #[test]
 fn fixed_level_flags_are_checked() {
     let no_zones = tempfile::tempdir().unwrap();
     let err = |a: &GovernorArgs| GovernorHook::new(a, 4).unwrap_err().to_string();
-    let mut a = args(no_zones.path(), GovernorKind::Fixed, ActuatorArg::Duty, 42.0);
+    let mut a = args(
+        no_zones.path(),
+        GovernorKind::Fixed,
+        ActuatorArg::Duty,
+        42.0,
+    );
     a.governor_period_ms = 1000;
-    assert!(err(&a).contains("--governor fixed needs --governor-level"), "{}", err(&a));
+    assert!(
+        err(&a).contains("--governor fixed needs --governor-level"),
+        "{}",
+        err(&a)
+    );
     a.governor_level = Some(17);
     assert!(err(&a).contains("levels 0 to 16"), "{}", err(&a));
     a.governor_level = Some(1);
     a.target_temp = 40.0;
-    assert!(err(&a).contains("--target-temp not used with --governor fixed"), "{}", err(&a));
+    assert!(
+        err(&a).contains("--target-temp not used with --governor fixed"),
+        "{}",
+        err(&a)
+    );
     let mut b = args(no_zones.path(), GovernorKind::Off, ActuatorArg::Duty, 42.0);
     b.governor_level = Some(1);
-    let e = pocketperf::governor_hook::check_args(
-        &b,
-        &pocketperf::telemetry::DeviceSpec::Local,
-        false,
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("--governor-level applies to --governor fixed only"), "{e}");
+    let e =
+        pocketperf::governor_hook::check_args(&b, &pocketperf::telemetry::DeviceSpec::Local, false)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("--governor-level applies to --governor fixed only"),
+        "{e}"
+    );
 }
 
 #[test]
