@@ -110,7 +110,7 @@ if [[ "$phase" == analyze || "$phase" == all ]]; then
     "$bin" gate --baseline "$base" --candidate "$cand" --json "$out/gates/$kind-$idx.json" "$@" \
       > "$out/gates/$kind-$idx.txt" 2>&1 || rc=$?
     local regressed
-    regressed="$(jq -r '[.checks[]? | select(.status == "regression") | .name] | join(" ")' \
+    regressed="$(jq -r '[.outcome.checks[]? | select(.status == "regression") | .name] | join(" ")' \
       "$out/gates/$kind-$idx.json" 2>/dev/null || echo "?")"
     echo "$kind,$idx,$rc,$regressed" >> "$out/gates.csv"
   }
