@@ -7,9 +7,13 @@
 //! `result.json`. Frequency caps are written back on exit, on error (drop) and on Ctrl-C /
 //! SIGTERM ([`CapsSignalGuard`]).
 
+mod args;
 mod caps_signal;
 
+pub use args::{DEFAULT_SYSFS_ROOT, check_args};
 pub use caps_signal::CapsSignalGuard;
+
+use args::{check_fixed, check_sensor_choice};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -127,6 +131,10 @@ pub struct GovernorHook {
     shared: Arc<Shared>,
     describe: String,
     failed: bool,
+    /// `--governor fixed`: the level held for the whole run (no sensor, no ticks).
+    fixed: Option<usize>,
+    /// With `fixed` and a thread actuator: whether the held thread count is applied yet.
+    fixed_threads_applied: bool,
 }
 
 impl std::fmt::Debug for GovernorHook {
@@ -196,6 +204,7 @@ impl GovernorHook {
         device: &DeviceSpec,
     ) -> Result<Option<Self>> {
         let handset = device.handset();
+        check_fixed(a)?;
         if a.governor == GovernorKind::Off {
             return Ok(None);
         }
@@ -205,7 +214,13 @@ impl GovernorHook {
             None => a.governor_model.as_deref().map(sim_profile).transpose()?,
         };
         let root = &a.governor_sysfs_root;
-        let sensor = if device.handset().is_some() {
+        let fixed = match a.governor {
+            GovernorKind::Fixed => a.governor_level,
+            _ => None,
+        };
+        let sensor = if fixed.is_some() {
+            None
+        } else if device.handset().is_some() {
             check_sensor_choice(&a.governor_sensor)?;
             None
         } else {
@@ -262,7 +277,18 @@ impl GovernorHook {
         } else {
             Box::new(Chain::new(parts)?)
         };
+        let mut actuator = actuator;
         let levels = actuator.levels();
+        if let Some(level) = fixed {
+            if level >= levels {
+                bail!(
+                    "--governor-level {level}: the {} actuator has levels 0 to {}",
+                    a.governor_actuator.name(),
+                    levels - 1
+                );
+            }
+            actuator.apply(level)?;
+        }
         let (table, plant) =
             level_table(a.governor_actuator, levels, model.as_ref(), a.target_temp);
         let policy = match a.governor {
@@ -276,10 +302,13 @@ impl GovernorHook {
                 trip_c: a.target_temp,
                 hyst_c: crate::sim::governor::STEP_HYST_C,
             }),
-            GovernorKind::Off => Policy::Off,
+            GovernorKind::Off | GovernorKind::Fixed => Policy::Off,
         };
         let gov = Governor::with_level_outputs(policy, table)?;
-        let describe = describe(a, sensor.as_ref(), levels, device);
+        let describe = match fixed {
+            Some(level) => describe_fixed(a, level, levels, &actuator.state(), device),
+            None => describe(a, sensor.as_ref(), levels, device),
+        };
         let shared = Arc::new(Shared::default());
         for g in [
             &shared.temp,
@@ -289,6 +318,13 @@ impl GovernorHook {
             &shared.cap0,
         ] {
             store(g, None);
+        }
+        if let Some(level) = fixed {
+            let st = actuator.state();
+            shared.level.store(level as u64, Ordering::Relaxed);
+            store(&shared.busy, st.busy);
+            store(&shared.threads, st.threads.map(|n| n as f64));
+            store(&shared.cap0, st.caps.first().map(|c| *c as f64));
         }
         let now = Instant::now();
         Ok(Some(Self {
@@ -316,6 +352,8 @@ impl GovernorHook {
             shared,
             describe,
             failed: false,
+            fixed,
+            fixed_threads_applied: false,
         }))
     }
 
@@ -329,6 +367,13 @@ impl GovernorHook {
             bail!("the simulated caps actuator needs the handset's OPP link");
         }
         self.pace = pace;
+        if self.fixed.is_some() {
+            // A held level reads no sensor; a simulated caps actuator asks its OPP once.
+            if let (Some(w), Some(p)) = (&self.sim_cap, &self.pace) {
+                p.request(w.load(Ordering::Relaxed));
+            }
+            return Ok(());
+        }
         let zones = sensor_zones(root, &self.sensor_choice)?;
         let names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
         self.describe = format!(
@@ -376,7 +421,14 @@ impl GovernorHook {
         let due = self
             .last_tick
             .is_none_or(|t| now.saturating_duration_since(t) >= self.period);
-        if due && !self.failed {
+        if self.fixed.is_some() {
+            if self.threads_wanted && !self.fixed_threads_applied {
+                if let Some(n) = self.actuator.state().threads {
+                    threads.set_threads(n);
+                }
+                self.fixed_threads_applied = true;
+            }
+        } else if due && !self.failed {
             self.last_tick = Some(now);
             self.tick(now, threads);
         }
@@ -391,7 +443,7 @@ impl GovernorHook {
                 query,
                 token,
                 temp_c: self.last_temp,
-                level: rec.map_or(0, |r| r.level),
+                level: rec.map_or(self.fixed.unwrap_or(0), |r| r.level),
                 output: rec.map_or(f64::NAN, |r| r.output),
                 status: rec.map_or(StepStatus::Started, |r| r.status),
                 busy: st.busy,
@@ -597,7 +649,9 @@ impl GovernorHook {
             "{}: {} ticks, final level {}/{}, max temperature {}, {:.2} s idle inserted, {} sensor dropout ticks",
             self.kind.name(),
             self.ticks.len(),
-            self.last.as_ref().map_or(0, |r| r.level),
+            self.last
+                .as_ref()
+                .map_or(self.fixed.unwrap_or(0), |r| r.level),
             self.gov.levels().saturating_sub(1),
             max_t.map_or("-".into(), |t| format!("{t:.2} °C")),
             idle,
@@ -635,7 +689,8 @@ impl GovernorHook {
             "tokens": self.tokens.len(),
             "max_temp_c": max_temp,
             "mean_temp_c": mean_temp,
-            "final_level": self.last.as_ref().map(|r| r.level),
+            "final_level": self.last.as_ref().map(|r| r.level).or(self.fixed),
+            "fixed_level": self.fixed,
             "level_changes": changes,
             "sensor_dropout_ticks": dropouts,
             "idle_inserted_s": pauses / 1e3,
@@ -643,72 +698,6 @@ impl GovernorHook {
             "warnings": self.warnings,
         })
     }
-}
-
-/// Checks the governor flags for a run on `device` (the target and period ranges) and
-/// refuses, by name, those that cannot apply there. On a simulated handset:
-/// `--allow-sysfs-caps`, `--governor-sysfs-root`, `--governor-model` (the handset is the
-/// model), and the caps actuators unless the run's decode is `paced` to the handset's OPP
-/// ([`crate::sim::pace::Pacer`]; without it a cap would lower the simulated power but not the
-/// real speed). Runs call it before they create anything.
-pub fn check_args(a: &GovernorArgs, device: &DeviceSpec, paced: bool) -> Result<()> {
-    if a.governor == GovernorKind::Off {
-        return Ok(());
-    }
-    if device.handset().is_some() {
-        let mut given = Vec::new();
-        if !paced
-            && matches!(
-                a.governor_actuator,
-                ActuatorArg::Caps | ActuatorArg::CapsDuty
-            )
-        {
-            given.push(format!(
-                "--governor-actuator {}",
-                a.governor_actuator.name()
-            ));
-        }
-        if a.allow_sysfs_caps {
-            given.push("--allow-sysfs-caps".into());
-        }
-        if a.governor_sysfs_root != std::path::Path::new(DEFAULT_SYSFS_ROOT) {
-            given.push("--governor-sysfs-root".into());
-        }
-        if a.governor_model.is_some() {
-            given.push("--governor-model".into());
-        }
-        if !given.is_empty() {
-            bail!(
-                "{} not supported with --device {}: on a simulated handset the governor \
-                 reads the handset's own tree and takes its gains from the handset's model, \
-                 and its actuators are those that change the real runtime's work (duty, \
-                 threads, threads-duty; caps and caps-duty only in the dialogue scenario, \
-                 whose decode follows the handset's clock)",
-                given.join(", "),
-                device.id()
-            );
-        }
-    }
-    if !(a.target_temp.is_finite() && (0.0..=120.0).contains(&a.target_temp)) {
-        bail!("--target-temp {}: must be in [0, 120] °C", a.target_temp);
-    }
-    if !(10..=60_000).contains(&a.governor_period_ms) {
-        bail!(
-            "--governor-period-ms {}: must be in [10, 60000]",
-            a.governor_period_ms
-        );
-    }
-    Ok(())
-}
-
-/// The default of `--governor-sysfs-root`.
-pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
-
-fn check_sensor_choice(choice: &str) -> Result<()> {
-    if !matches!(choice, "skin" | "soc") && !choice.starts_with("zone:") {
-        bail!("--governor-sensor {choice}: expected skin, soc or zone:NAME");
-    }
-    Ok(())
 }
 
 fn describe(
@@ -734,6 +723,39 @@ fn describe(
         a.governor_sensor,
         a.governor_actuator.name(),
         a.governor_period_ms
+    )
+}
+
+fn describe_fixed(
+    a: &GovernorArgs,
+    level: usize,
+    levels: usize,
+    st: &ActuatorState,
+    device: &DeviceSpec,
+) -> String {
+    let mut held = Vec::new();
+    if let Some(b) = st.busy {
+        held.push(format!("busy {b:.2}"));
+    }
+    if let Some(n) = st.threads {
+        held.push(format!("{n} threads"));
+    }
+    if !st.caps.is_empty() {
+        held.push(format!(
+            "caps {}",
+            st.caps
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(";")
+        ));
+    }
+    format!(
+        "fixed at level {level} of 0–{} on {}, actuator {} ({}), no sensor",
+        levels - 1,
+        device.id(),
+        a.governor_actuator.name(),
+        held.join(", ")
     )
 }
 

@@ -457,7 +457,7 @@ fn bad_inventory_and_suite_exit_2_before_touching_devices() {
     assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr)
-            .contains("expected `local`, `adb:<serial>` or `sim:<profile>`")
+            .contains("expected `local`, `adb:<serial>` or `sim:<profile>[,thermal-speedup=K]`")
     );
     std::fs::write(
         root.join("bad-suite.toml"),

@@ -216,6 +216,14 @@ fn history_lists_every_night_with_values_verdicts_and_baselines() {
     // N3's ttft regression and the drifting tpot of N3 and N4.
     assert_eq!(html.matches("FAIL regression").count(), 1);
     assert_eq!(html.matches("FAIL drift").count(), 2);
+    // The intervals are error bars on each night, not two more lines with a legend; each of
+    // the three failing nights is a red cross (two strokes) on its chart.
+    assert!(!html.contains("95% low") && !html.contains("95% high"));
+    let red_strokes = html
+        .lines()
+        .filter(|l| l.starts_with("<line") && l.contains("stroke=\"#FF0000\""))
+        .count();
+    assert_eq!(red_strokes, 3 * 2);
     assert!(html.contains("unreadable: "));
     assert!(
         html.contains(

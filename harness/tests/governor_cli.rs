@@ -481,3 +481,44 @@ fn the_pace_of_a_simulated_handset_is_its_frequency_ratio() {
         p.max_level()
     );
 }
+
+#[test]
+fn a_fixed_level_goes_with_governor_fixed_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let out_s = out.to_str().unwrap();
+    refused(
+        &["run", "--governor-level", "3", "--out", out_s],
+        "--governor-level applies to --governor fixed only (not off)",
+    );
+    refused(
+        &["run", "--governor", "fixed", "--out", out_s],
+        "--governor fixed needs --governor-level N",
+    );
+    refused(
+        &[
+            "run",
+            "--governor",
+            "fixed",
+            "--governor-level",
+            "2",
+            "--governor-period-ms",
+            "500",
+            "--out",
+            out_s,
+        ],
+        "--governor-period-ms not used with --governor fixed",
+    );
+    assert!(!out.exists(), "nothing is written before the refusal");
+    refused(
+        &[
+            "governor",
+            "sim",
+            "--device",
+            "sim:pixel-8-pro",
+            "--governor",
+            "fixed",
+        ],
+        "the simulation compares off, step and pid",
+    );
+}

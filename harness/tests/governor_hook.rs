@@ -34,6 +34,7 @@ fn args(root: &Path, kind: GovernorKind, actuator: ActuatorArg, target: f64) -> 
         governor_period_ms: 10,
         governor_sysfs_root: root.to_path_buf(),
         governor_model: None,
+        governor_level: None,
     }
 }
 
@@ -124,6 +125,99 @@ fn duty_cycle_idles_between_decode_steps_when_hot() {
     assert_eq!(j["policy"], "step");
     assert_eq!(j["final_level"], 8);
     assert!(j["idle_inserted_s"].as_f64().unwrap() > 0.0);
+}
+
+/// `--governor fixed --governor-level 3`: busy 0.85 from the first token to the last, on a
+/// hot handset as on a host with no thermal zone at all (no sensor is read).
+#[test]
+fn fixed_level_holds_the_duty_cycle_without_a_sensor() {
+    let dev = hot_device();
+    let no_zones = tempfile::tempdir().unwrap();
+    for root in [dev.root(), no_zones.path()] {
+        let mut a = args(root, GovernorKind::Fixed, ActuatorArg::Duty, 42.0);
+        a.governor_period_ms = 1000;
+        a.governor_level = Some(3);
+        let mut hook = GovernorHook::new(&a, 4).unwrap().unwrap();
+        let th = FakeThreads::default();
+        let wall = decode(&mut hook, 6, Duration::from_millis(15), &th);
+        let rows = hook.tokens();
+        assert_eq!(rows.len(), 6);
+        let mut idle = 0.0;
+        for r in rows {
+            assert_eq!((r.level, r.temp_c), (3, None), "{r:?}");
+            assert!((r.busy.unwrap() - 0.85).abs() < 1e-12, "{r:?}");
+            // pause = compute·(1 − b)/b with compute ≥ 15 ms.
+            assert!(r.pause_ms >= 15.0 * 0.15 / 0.85 * 0.99, "{r:?}");
+            idle += r.pause_ms;
+        }
+        assert!(wall.as_secs_f64() * 1e3 >= 6.0 * 15.0 + idle * 0.99);
+        assert!(hook.ticks().is_empty());
+        assert!(th.0.lock().unwrap().is_empty());
+        let j = hook.summary_json();
+        assert_eq!(j["policy"], "fixed");
+        assert_eq!(j["fixed_level"], 3);
+        assert_eq!(j["final_level"], 3);
+        assert!(hook.describe().contains("busy 0.85"), "{}", hook.describe());
+    }
+}
+
+#[test]
+fn fixed_thread_level_reaches_the_kernels_once() {
+    let no_zones = tempfile::tempdir().unwrap();
+    let mut a = args(
+        no_zones.path(),
+        GovernorKind::Fixed,
+        ActuatorArg::Threads,
+        42.0,
+    );
+    a.governor_period_ms = 1000;
+    a.governor_level = Some(2);
+    let mut hook = GovernorHook::new(&a, 4).unwrap().unwrap();
+    let th = FakeThreads::default();
+    decode(&mut hook, 4, Duration::from_millis(5), &th);
+    assert_eq!(*th.0.lock().unwrap(), vec![2]);
+    assert!(
+        hook.tokens()
+            .iter()
+            .all(|r| r.threads == Some(2) && r.level == 2)
+    );
+}
+
+#[test]
+fn fixed_level_flags_are_checked() {
+    let no_zones = tempfile::tempdir().unwrap();
+    let err = |a: &GovernorArgs| GovernorHook::new(a, 4).unwrap_err().to_string();
+    let mut a = args(
+        no_zones.path(),
+        GovernorKind::Fixed,
+        ActuatorArg::Duty,
+        42.0,
+    );
+    a.governor_period_ms = 1000;
+    assert!(
+        err(&a).contains("--governor fixed needs --governor-level"),
+        "{}",
+        err(&a)
+    );
+    a.governor_level = Some(17);
+    assert!(err(&a).contains("levels 0 to 16"), "{}", err(&a));
+    a.governor_level = Some(1);
+    a.target_temp = 40.0;
+    assert!(
+        err(&a).contains("--target-temp not used with --governor fixed"),
+        "{}",
+        err(&a)
+    );
+    let mut b = args(no_zones.path(), GovernorKind::Off, ActuatorArg::Duty, 42.0);
+    b.governor_level = Some(1);
+    let e =
+        pocketperf::governor_hook::check_args(&b, &pocketperf::telemetry::DeviceSpec::Local, false)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("--governor-level applies to --governor fixed only"),
+        "{e}"
+    );
 }
 
 #[test]

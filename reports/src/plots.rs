@@ -173,6 +173,101 @@ pub fn line_chart(
     Ok(Some(svg))
 }
 
+/// One point of an [`interval_chart`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntervalPoint {
+    /// Position on the x axis.
+    pub x: f64,
+    /// The value.
+    pub value: f64,
+    /// Its interval `(lo, hi)`, drawn as an error bar, when known.
+    pub interval: Option<(f64, f64)>,
+    /// Marked with a red cross (a failing verdict).
+    pub failed: bool,
+}
+
+/// A line through the values, a dot at each, a vertical error bar over each interval and a red
+/// cross on each failed point. Points whose x or value is not [`plottable`] are left out, and
+/// intervals with a bound that is not; `None` when no point remains.
+pub fn interval_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    points: &[IntervalPoint],
+) -> Result<Option<String>> {
+    let pts: Vec<&IntervalPoint> = points
+        .iter()
+        .filter(|p| plottable(p.x) && plottable(p.value))
+        .collect();
+    if pts.is_empty() {
+        return Ok(None);
+    }
+    let bar = |p: &IntervalPoint| match p.interval {
+        Some((lo, hi)) if plottable(lo) && plottable(hi) => Some((lo, hi)),
+        _ => None,
+    };
+    let xs = pts.iter().map(|p| p.x);
+    let (x0, x1) = (
+        xs.clone().fold(f64::INFINITY, f64::min),
+        xs.fold(f64::NEG_INFINITY, f64::max),
+    );
+    let ys = pts.iter().flat_map(|p| {
+        let (lo, hi) = bar(p).unwrap_or((p.value, p.value));
+        [p.value, lo, hi]
+    });
+    let (y0, y1) = (
+        ys.clone().fold(f64::INFINITY, f64::min),
+        ys.fold(f64::NEG_INFINITY, f64::max),
+    );
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let mut chart = frame(
+            &root,
+            title,
+            x_label,
+            y_label,
+            padded(x0, x1),
+            padded(y0, y1),
+        )?;
+        let colour = PALETTE[0];
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.x, p.value)),
+                colour.stroke_width(2),
+            ))
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(pts.iter().filter_map(|p| {
+                let (lo, hi) = bar(p)?;
+                Some(ErrorBar::new_vertical(
+                    p.x,
+                    lo,
+                    p.value,
+                    hi,
+                    BLACK.stroke_width(1),
+                    10,
+                ))
+            }))
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|p| Circle::new((p.x, p.value), 3, colour.filled())),
+            )
+            .map_err(|e| plot_err(title, e))?;
+        chart
+            .draw_series(
+                pts.iter()
+                    .filter(|p| p.failed)
+                    .map(|p| Cross::new((p.x, p.value), 6, RED.stroke_width(2))),
+            )
+            .map_err(|e| plot_err(title, e))?;
+        root.present().map_err(|e| plot_err(title, e))?;
+    }
+    Ok(Some(svg))
+}
+
 /// Width of the legend column of line charts with named series, pixels.
 const LEGEND_WIDTH: u32 = 210;
 /// Legend rows that fit beside a chart.
@@ -579,4 +674,52 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> Result<Option<Stri
         root.present().map_err(|e| plot_err(title, e))?;
     }
     Ok(Some(svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(x: f64, interval: Option<(f64, f64)>, failed: bool) -> IntervalPoint {
+        IntervalPoint {
+            x,
+            value: 10.0 + x,
+            interval,
+            failed,
+        }
+    }
+
+    /// `<line>` elements drawn in `colour` (the strokes of error bars and crosses).
+    fn stroked(svg: &str, colour: &str) -> usize {
+        let stroke = format!("stroke=\"{colour}\"");
+        svg.lines()
+            .filter(|l| l.starts_with("<line") && l.contains(&stroke))
+            .count()
+    }
+
+    #[test]
+    fn interval_chart_draws_an_error_bar_per_interval_and_a_cross_per_failure() {
+        let bare: Vec<IntervalPoint> = (1..=4).map(|x| point(f64::from(x), None, false)).collect();
+        let mut marked = bare.clone();
+        // Intervals inside the values' range (11 to 14), so both charts share their axes.
+        marked[0].interval = Some((11.0, 12.0));
+        marked[2].interval = Some((12.5, 14.0));
+        // A bound beyond the plot limit: no bar.
+        marked[3].interval = Some((13.0, f64::INFINITY));
+        marked[1].failed = true;
+        let a = interval_chart("t", "x", "y", &bare).unwrap().unwrap();
+        let b = interval_chart("t", "x", "y", &marked).unwrap().unwrap();
+        // An error bar is three black lines (the bar and its two caps); a cross two red ones.
+        assert_eq!(
+            stroked(&b, "#000000") - stroked(&a, "#000000"),
+            2 * 3,
+            "{b}"
+        );
+        assert_eq!(stroked(&b, "#FF0000"), 2, "{b}");
+        assert_eq!(stroked(&a, "#FF0000"), 0);
+        assert_eq!(
+            interval_chart("t", "x", "y", &[point(f64::NAN, None, false)]).unwrap(),
+            None
+        );
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
@@ -29,6 +29,9 @@ pub enum GovernorKind {
     Pid,
     /// The step_wise-like baseline.
     Step,
+    /// No control: the actuator held at --governor-level for the whole run, no sensor read
+    /// (a fixed, known slowdown; `run` and `generate` only).
+    Fixed,
 }
 
 impl GovernorKind {
@@ -37,6 +40,7 @@ impl GovernorKind {
             GovernorKind::Off => "off",
             GovernorKind::Pid => "pid",
             GovernorKind::Step => "step",
+            GovernorKind::Fixed => "fixed",
         }
     }
 }
@@ -114,6 +118,11 @@ pub fn governor_cmd(cmd: &GovernorCmd) -> Result<i32> {
 }
 
 fn sim(a: &SimArgs) -> Result<i32> {
+    if a.governor == GovernorKind::Fixed {
+        bail!(
+            "governor sim --governor fixed: the simulation compares off, step and pid; a fixed level is a `run` or `generate` setting (--governor fixed --governor-level N)"
+        );
+    }
     let model = sim_profile(&a.device)?;
     let mut handset = model.clone();
     if let Some(t) = a.ambient {
@@ -158,7 +167,8 @@ fn sim(a: &SimArgs) -> Result<i32> {
 
 fn summary_of(cmp: &Comparison, g: GovernorKind) -> &SimSummary {
     match g {
-        GovernorKind::Off => &cmp.off.summary,
+        // `sim` refuses `fixed` before anything runs.
+        GovernorKind::Off | GovernorKind::Fixed => &cmp.off.summary,
         GovernorKind::Step => &cmp.step.summary,
         GovernorKind::Pid => &cmp.pid.summary,
     }
@@ -265,6 +275,11 @@ pub struct GovernorArgs {
     /// default: a generic plant on a normalized output (see docs/GOVERNOR.md).
     #[arg(long)]
     pub governor_model: Option<String>,
+    /// With --governor fixed (and only then): the actuator level held for the whole run, 0 =
+    /// unthrottled; with the duty actuator level k keeps the decode busy 1 − 0.05·k of the
+    /// time (0 to 16).
+    #[arg(long)]
+    pub governor_level: Option<usize>,
 }
 
 /// Actuators of a real decode loop.

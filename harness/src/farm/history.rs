@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pocketperf_reports::plots::{Series, line_chart};
+use pocketperf_reports::plots::{IntervalPoint, interval_chart};
 use pocketperf_reports::render::html_helpers::{figure, page_end, page_start};
 use pocketperf_reports::render::{csv_after_comments, escape_html, metric_rows, num};
 use pocketperf_reports::schema;
@@ -334,7 +334,8 @@ pub fn to_csv(h: &History, results: &Path) -> String {
 }
 
 /// `history.html`: the header table, then per device, step and metric a chart of the nights
-/// (value and interval bounds against the night's index) and its table with the verdicts
+/// (each night's value against its index, its 95% interval as an error bar, a failing verdict
+/// as a red cross) and its table with the verdicts
 /// (failing ones marked `FAIL`) and baselines; then the nights that could not be read.
 pub fn to_html(h: &History, results: &Path) -> String {
     let mut s = page_start("PocketPerf farm history");
@@ -365,28 +366,17 @@ pub fn to_html(h: &History, results: &Path) -> String {
         let title = format!("{device} / {step} / {metric}");
         let _ = writeln!(s, "<h2>{}</h2>", escape_html(&title));
         let x = |r: &HistoryRow| index.get(r.night.as_str()).copied().unwrap_or(0) as f64;
-        let mut series = vec![Series {
-            name: "value".into(),
-            points: rows.iter().map(|r| (x(r), r.value)).collect(),
-        }];
-        for (name, get) in [
-            (
-                "95% low",
-                (|r: &HistoryRow| r.lo) as fn(&HistoryRow) -> Option<f64>,
-            ),
-            ("95% high", |r: &HistoryRow| r.hi),
-        ] {
-            let points: Vec<(f64, f64)> =
-                rows.iter().filter_map(|r| Some((x(r), get(r)?))).collect();
-            if !points.is_empty() {
-                series.push(Series {
-                    name: name.into(),
-                    points,
-                });
-            }
-        }
+        let points: Vec<IntervalPoint> = rows
+            .iter()
+            .map(|r| IntervalPoint {
+                x: x(r),
+                value: r.value,
+                interval: r.lo.zip(r.hi),
+                failed: r.failing(),
+            })
+            .collect();
         let unit = rows.first().map(|r| r.unit.as_str()).unwrap_or("");
-        match line_chart(&title, "night (see table)", unit, &series) {
+        match interval_chart(&title, "night (see table)", unit, &points) {
             Ok(svg) => s += &figure(&title, svg),
             Err(e) => {
                 let _ = writeln!(s, "<p>chart not drawn: {}</p>", escape_html(&e.to_string()));

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::FarmError;
+pub use super::cooldown::CooldownSpec;
 pub use super::names::{BUILTIN_PLACEHOLDERS, valid_name};
 
 /// How the farm reaches a device.
@@ -24,9 +25,10 @@ pub enum TransportSpec {
         /// The serial as `adb devices` prints it (any characters but NUL).
         serial: String,
     },
-    /// A simulated handset run on this host (`--device sim:<profile>`).
+    /// A simulated handset run on this host (`--device sim:<profile>[,thermal-speedup=K]`).
     Sim {
-        /// Profile name, one of `sim::model::profile_names()`.
+        /// Profile name, one of `sim::model::profile_names()`, with the options `--device`
+        /// takes after it (`pixel-8-pro,thermal-speedup=100`).
         profile: String,
     },
 }
@@ -71,18 +73,20 @@ impl FromStr for TransportSpec {
         }
         if let Some(profile) = s.strip_prefix("sim:") {
             let known = crate::sim::model::profile_names();
-            if !known.contains(&profile) {
+            let name = profile.split(',').next().unwrap_or_default();
+            if !known.contains(&name) {
                 return Err(format!(
                     "`{s}`: unknown simulated handset (known: {})",
                     known.join(", ")
                 ));
             }
+            crate::telemetry::DeviceSpec::parse(s).map_err(|e| format!("`{s}`: {e}"))?;
             return Ok(TransportSpec::Sim {
                 profile: profile.to_string(),
             });
         }
         Err(format!(
-            "`{s}`: expected `local`, `adb:<serial>` or `sim:<profile>`"
+            "`{s}`: expected `local`, `adb:<serial>` or `sim:<profile>[,thermal-speedup=K]`"
         ))
     }
 }
@@ -97,8 +101,81 @@ struct RawDefaults {
     remote_dir: Option<String>,
     adb: Option<String>,
     max_parallel_host: Option<usize>,
+    cooldown: Option<bool>,
+    cooldown_margin_c: Option<f64>,
+    cooldown_timeout_s: Option<f64>,
+    cooldown_poll_s: Option<f64>,
+    cooldown_idle_soc_c: Option<f64>,
+    cooldown_idle_skin_c: Option<f64>,
     #[serde(default)]
     vars: BTreeMap<String, String>,
+}
+
+/// The cool-down keys, as `[defaults]` or a `[[device]]` gives them (the same six in both:
+/// serde cannot refuse unknown keys across a flattened struct).
+#[derive(Debug, Default)]
+struct RawCooldown {
+    cooldown: Option<bool>,
+    cooldown_margin_c: Option<f64>,
+    cooldown_timeout_s: Option<f64>,
+    cooldown_poll_s: Option<f64>,
+    cooldown_idle_soc_c: Option<f64>,
+    cooldown_idle_skin_c: Option<f64>,
+}
+
+impl RawCooldown {
+    /// This device's keys over the defaults'.
+    fn over(&self, d: &RawCooldown) -> RawCooldown {
+        RawCooldown {
+            cooldown: self.cooldown.or(d.cooldown),
+            cooldown_margin_c: self.cooldown_margin_c.or(d.cooldown_margin_c),
+            cooldown_timeout_s: self.cooldown_timeout_s.or(d.cooldown_timeout_s),
+            cooldown_poll_s: self.cooldown_poll_s.or(d.cooldown_poll_s),
+            cooldown_idle_soc_c: self.cooldown_idle_soc_c.or(d.cooldown_idle_soc_c),
+            cooldown_idle_skin_c: self.cooldown_idle_skin_c.or(d.cooldown_idle_skin_c),
+        }
+    }
+
+    /// Validated settings; an error names the key.
+    fn resolve(&self) -> Result<CooldownSpec, String> {
+        let d = CooldownSpec::default();
+        let margin_c = self.cooldown_margin_c.unwrap_or(d.margin_c);
+        if !(margin_c.is_finite() && (0.0..=50.0).contains(&margin_c)) {
+            return Err(format!(
+                "`cooldown_margin_c` = {margin_c}: must be 0 to 50 (°C above the idle level)"
+            ));
+        }
+        let secs = |key: &str, v: Option<f64>, default: Duration, min: f64| {
+            let s = v.map_or(default.as_secs_f64(), |s| s);
+            if !(s.is_finite() && s >= min && s <= 86_400.0) {
+                return Err(format!(
+                    "`{key}` = {s}: must be a number of seconds from {min} to 86400"
+                ));
+            }
+            Ok(Duration::from_secs_f64(s))
+        };
+        let timeout = secs(
+            "cooldown_timeout_s",
+            self.cooldown_timeout_s,
+            d.timeout,
+            0.0,
+        )?;
+        let poll = secs("cooldown_poll_s", self.cooldown_poll_s, d.poll, 0.01)?;
+        let temp = |key: &str, v: Option<f64>| match v {
+            Some(t) if !(t.is_finite() && (-40.0..=150.0).contains(&t)) => Err(format!(
+                "`{key}` = {t}: must be a temperature from -40 to 150 °C"
+            )),
+            _ => Ok(v),
+        };
+        Ok(CooldownSpec {
+            enabled: self.cooldown.unwrap_or(d.enabled),
+            margin_c,
+            timeout,
+            poll,
+            idle_soc_c: temp("cooldown_idle_soc_c", self.cooldown_idle_soc_c)?,
+            idle_skin_c: temp("cooldown_idle_skin_c", self.cooldown_idle_skin_c)?,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +189,13 @@ struct RawDevice {
     retry_delay_s: Option<f64>,
     step_timeout_s: Option<f64>,
     transfer_timeout_s: Option<f64>,
+    sysfs_root: Option<PathBuf>,
+    cooldown: Option<bool>,
+    cooldown_margin_c: Option<f64>,
+    cooldown_timeout_s: Option<f64>,
+    cooldown_poll_s: Option<f64>,
+    cooldown_idle_soc_c: Option<f64>,
+    cooldown_idle_skin_c: Option<f64>,
     #[serde(default)]
     vars: BTreeMap<String, String>,
 }
@@ -148,6 +232,11 @@ pub struct DeviceSpec {
     pub adb: String,
     /// Extra placeholders for the suite's step arguments (`{threads}`, ...).
     pub vars: BTreeMap<String, String>,
+    /// The cool-down before each step ([`super::cooldown`]).
+    pub cooldown: CooldownSpec,
+    /// A `local` device's sysfs mount for its temperatures, battery and charger (default
+    /// `/sys`).
+    pub sysfs_root: Option<PathBuf>,
 }
 
 /// The parsed inventory.
@@ -211,8 +300,27 @@ impl Inventory {
             remote_dir: None,
             adb: None,
             max_parallel_host: None,
+            cooldown: None,
+            cooldown_margin_c: None,
+            cooldown_timeout_s: None,
+            cooldown_poll_s: None,
+            cooldown_idle_soc_c: None,
+            cooldown_idle_skin_c: None,
             vars: BTreeMap::new(),
         });
+        let d_cool = RawCooldown {
+            cooldown: d.cooldown,
+            cooldown_margin_c: d.cooldown_margin_c,
+            cooldown_timeout_s: d.cooldown_timeout_s,
+            cooldown_poll_s: d.cooldown_poll_s,
+            cooldown_idle_soc_c: d.cooldown_idle_soc_c,
+            cooldown_idle_skin_c: d.cooldown_idle_skin_c,
+        };
+        // The defaults' own values are checked even when every device overrides them.
+        d_cool.resolve().map_err(|problem| FarmError::Inventory {
+            path: path.into(),
+            problem: format!("[defaults]: {problem}"),
+        })?;
         let max_parallel_host = d.max_parallel_host.unwrap_or(1);
         if !(1..=256).contains(&max_parallel_host) {
             return Err(FarmError::Inventory {
@@ -264,6 +372,28 @@ impl Inventory {
                     return Err(bad(format!("vars.{k} would shadow a built-in placeholder")));
                 }
             }
+            let cooldown = RawCooldown {
+                cooldown: r.cooldown,
+                cooldown_margin_c: r.cooldown_margin_c,
+                cooldown_timeout_s: r.cooldown_timeout_s,
+                cooldown_poll_s: r.cooldown_poll_s,
+                cooldown_idle_soc_c: r.cooldown_idle_soc_c,
+                cooldown_idle_skin_c: r.cooldown_idle_skin_c,
+            }
+            .over(&d_cool)
+            .resolve()
+            .map_err(bad)?;
+            let sysfs_root = match (&transport, r.sysfs_root) {
+                (TransportSpec::Local, Some(p)) => {
+                    Some(if p.is_relative() { base.join(p) } else { p })
+                }
+                (_, Some(_)) => {
+                    return Err(bad(
+                        "`sysfs_root` applies to `local` devices only (a phone is read through adb, a simulated handset from its own tree)".into(),
+                    ));
+                }
+                (_, None) => None,
+            };
             let name = r.name.clone();
             devices.push(DeviceSpec {
                 name,
@@ -293,6 +423,8 @@ impl Inventory {
                 )?,
                 adb: d.adb.clone().unwrap_or_else(|| "adb".into()),
                 vars,
+                cooldown,
+                sysfs_root,
             });
         }
         Ok(Inventory {

@@ -16,6 +16,7 @@
 //! Size: over 800 lines: the per-device thread (push, run, pull, retries) and the dated
 //! result tree with its compare/gate step. The result-tree step is the seam for a split.
 
+pub mod cooldown;
 pub mod history;
 pub mod inventory;
 pub mod names;
@@ -176,6 +177,9 @@ pub struct StepReport {
     pub log: Option<String>,
     /// Problems that did not fail the step (e.g. the HTML report could not be written).
     pub notes: Vec<String>,
+    /// The device before the step's last attempt: cool-down, temperatures, battery,
+    /// chargers ([`cooldown`]).
+    pub start: Option<cooldown::StepStart>,
 }
 
 /// A failed attempt of a device.
@@ -439,6 +443,8 @@ fn attempt_device(
     remote_dir: &str,
     local_dir: &Path,
     steps: &mut [StepReport],
+    sensors: &mut (dyn cooldown::Sensors + '_),
+    idle: &mut Option<cooldown::Idle>,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<(), (Option<String>, FarmError)> {
     let bare = |e: FarmError| (None, e);
@@ -488,9 +494,13 @@ fn attempt_device(
                     problem,
                 })
             })?;
-        let code = t
-            .run(remote_dir, &r_bin, &args, &r_log, dev.step_timeout)
-            .map_err(at)?;
+        let start = cooldown::cool_down(&dev.cooldown, sensors, idle, &|m| {
+            progress(&format!("{}: {}: {m}", dev.name, step.name))
+        });
+        steps[i].start = Some(start);
+        let ran = t.run(remote_dir, &r_bin, &args, &r_log, dev.step_timeout);
+        sensors.step_ran();
+        let code = ran.map_err(at)?;
         steps[i].exit_code = Some(code);
         let log_name = format!("{}.log", step.name);
         let local_log = local_dir.join(&log_name);
@@ -577,6 +587,7 @@ fn run_device(
                 dir: None,
                 log: None,
                 notes: Vec::new(),
+                start: None,
             })
             .collect(),
         errors: Vec::new(),
@@ -623,6 +634,23 @@ fn run_device(
         t => Box::new(LocalTransport::new(t.to_string())),
     };
     let binary = dev.binary.clone().unwrap_or_else(|| opts.binary.clone());
+    let mut sensors: Box<dyn cooldown::Sensors> = match &dev.transport {
+        TransportSpec::Local => Box::new(cooldown::SysfsSensors(
+            dev.sysfs_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/sys")),
+        )),
+        TransportSpec::Adb { serial } => Box::new(cooldown::AdbSensors {
+            adb: AdbTransport::new(&dev.adb, serial.clone(), dev.transfer_timeout),
+            binary: remote_join(&remote_dir, "pocketperf"),
+            timeout: dev.transfer_timeout,
+        }),
+        TransportSpec::Sim { .. } => match cooldown::SimBench::new(&dev.transport.device_arg()) {
+            Ok(b) => Box::new(b),
+            Err(e) => Box::new(cooldown::Unreadable(format!("simulated handset: {e}"))),
+        },
+    };
+    let mut idle = None;
     for attempt in 1..=dev.retries.saturating_add(1) {
         if attempt > 1 {
             progress(&format!(
@@ -642,6 +670,8 @@ fn run_device(
             &remote_dir,
             &local_dir,
             &mut report.steps,
+            sensors.as_mut(),
+            &mut idle,
             progress,
         ) {
             Ok(()) => {
@@ -1003,6 +1033,52 @@ impl FarmReport {
                         escape_md(&e.error)
                     );
                 }
+            }
+        }
+        let starts: Vec<(&DeviceReport, &StepReport, &cooldown::StepStart)> = self
+            .devices
+            .iter()
+            .flat_map(|d| {
+                d.steps
+                    .iter()
+                    .filter_map(move |st| st.start.as_ref().map(|x| (d, st, x)))
+            })
+            .collect();
+        if !starts.is_empty() {
+            s.push_str("\n## Device at the start of each step\n\n| device | step | cool-down | waited s | SoC °C before → start | skin °C before → start | battery | chargers online |\n|---|---|---|---:|---|---|---|---|\n");
+            let t = |v: Option<f64>| v.map_or("-".to_string(), |t| format!("{t:.1}"));
+            for (d, st, x) in starts {
+                let (b, a) = (
+                    x.before.clone().unwrap_or_default(),
+                    x.start.clone().unwrap_or_default(),
+                );
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {}{} | {:.1} | {} → {} | {} → {} | {} | {} |",
+                    escape_md(&d.name),
+                    escape_md(&st.name),
+                    x.cooldown,
+                    x.detail
+                        .as_ref()
+                        .map(|e| format!(": {}", escape_md(e)))
+                        .unwrap_or_default(),
+                    x.waited_s,
+                    t(b.soc_c),
+                    t(a.soc_c),
+                    t(b.skin_c),
+                    t(a.skin_c),
+                    match (a.battery_pct, &a.battery_status) {
+                        (Some(p), Some(st)) => format!("{p}% {}", escape_md(st)),
+                        (Some(p), None) => format!("{p}%"),
+                        (None, Some(st)) => escape_md(st),
+                        (None, None) => "-".into(),
+                    },
+                    if a.chargers_online.is_empty() {
+                        "none".to_string()
+                    } else {
+                        escape_md(&a.chargers_online.join(", "))
+                    }
+                );
             }
         }
         if !self.gates.is_empty() {

@@ -173,6 +173,8 @@ pub struct Battery {
     pub energy_counter_attr: Option<String>,
     /// Battery `temp` (tenths of °C in the ABI) in °C.
     pub temp_c: Option<f64>,
+    /// `capacity`: state of charge, % (integer in the ABI).
+    pub capacity_pct: Option<i64>,
 }
 
 /// A non-battery power supply (charger input).
@@ -695,6 +697,7 @@ fn probe_battery(name: String, dir: PathBuf) -> Battery {
         })
         .unwrap_or((None, None));
     let temp_c = read_i64(&dir.join("temp")).ok().map(|t| t as f64 / 10.0);
+    let capacity_pct = read_i64(&dir.join("capacity")).ok();
     Battery {
         name,
         dir,
@@ -711,6 +714,7 @@ fn probe_battery(name: String, dir: PathBuf) -> Battery {
         energy_counter_uwh,
         energy_counter_attr,
         temp_c,
+        capacity_pct,
     }
 }
 
