@@ -5,7 +5,9 @@
 //! kernels' thread count, writes sysfs frequency caps when explicitly allowed), and records
 //! the governor state per token for `tokens.csv`, for telemetry gauges and for
 //! `result.json`. Frequency caps are written back on exit, on error (drop) and on Ctrl-C /
-//! SIGTERM ([`CapsSignalGuard`]).
+//! SIGTERM ([`CapsSignalGuard`]). On a simulated handset a PID on the handset's power table
+//! is calibrated to the busy share the decode really gets ([`GainSchedule`]: CPU time over
+//! wall time of each token's work, as the handset's driver counts it).
 
 mod caps_signal;
 
@@ -18,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use pocketperf_runtime::governor::{
-    Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, Governor, GovernorRecord,
-    PidConfig, PlantModel, Policy, StepStatus, StepWiseConfig, SysfsFreqCap, ThreadCount,
-    TuningGoal, ZoneSensor, ZoneSpec,
+    Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, GainSchedule, Governor,
+    GovernorRecord, PidConfig, PlantModel, Policy, ScheduleConfig, StepStatus, StepWiseConfig,
+    SysfsFreqCap, ThreadCount, TuningGoal, ZoneSensor, ZoneSpec,
 };
 use pocketperf_runtime::session::Engine;
 use serde::Serialize;
@@ -70,6 +72,8 @@ pub struct TokenGov {
     pub caps: Vec<u64>,
     /// Idle inserted after this token, ms.
     pub pause_ms: f64,
+    /// The busy share the PID's table is calibrated to, once calibrated.
+    pub busy_share: Option<f64>,
 }
 
 /// Latest governor state for telemetry gauges (lock-free).
@@ -81,6 +85,7 @@ struct Shared {
     busy: AtomicU64,
     threads: AtomicU64,
     cap0: AtomicU64,
+    share: AtomicU64,
 }
 
 const NONE_BITS: u64 = u64::MAX;
@@ -109,6 +114,15 @@ pub struct GovernorHook {
     sim_cap: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// The simulated handset's OPP link, once attached.
     pace: Option<Arc<SimPace>>,
+    /// On a simulated handset with a PID on the handset's power table: the calibration to
+    /// the busy share the decode gets.
+    schedule: Option<GainSchedule>,
+    /// Where the handset's count of the workload's CPU time is read (its driver's link).
+    cpu_link: Option<Arc<SimPace>>,
+    /// The workload's CPU time at the mark, ns.
+    mark_cpu_ns: u64,
+    /// The runtime's threads: the capacity a busy share of 1 means.
+    capacity_threads: usize,
     actuator: Box<dyn Actuator>,
     duty: Option<DutyCycleHandle>,
     threads_wanted: bool,
@@ -263,8 +277,19 @@ impl GovernorHook {
             Box::new(Chain::new(parts)?)
         };
         let levels = actuator.levels();
-        let (table, plant) =
+        let (table, plant, floor) =
             level_table(a.governor_actuator, levels, model.as_ref(), a.target_temp);
+        let schedule = match (a.governor, floor) {
+            (GovernorKind::Pid, Some(floor)) if on_sim => Some(GainSchedule::new(
+                ScheduleConfig::default(),
+                table.clone(),
+                floor,
+                plant,
+                TuningGoal::default(),
+                a.target_temp,
+            )?),
+            _ => None,
+        };
         let policy = match a.governor {
             GovernorKind::Pid => Policy::Pid(PidConfig::tuned(
                 a.target_temp,
@@ -287,6 +312,7 @@ impl GovernorHook {
             &shared.busy,
             &shared.threads,
             &shared.cap0,
+            &shared.share,
         ] {
             store(g, None);
         }
@@ -298,6 +324,10 @@ impl GovernorHook {
             sensor_choice: a.governor_sensor.clone(),
             sim_cap,
             pace: None,
+            schedule,
+            cpu_link: None,
+            mark_cpu_ns: 0,
+            capacity_threads: max_threads.max(1),
             actuator,
             duty: duty_handle,
             threads_wanted,
@@ -328,6 +358,9 @@ impl GovernorHook {
         if self.sim_cap.is_some() && pace.is_none() {
             bail!("the simulated caps actuator needs the handset's OPP link");
         }
+        if let Some(p) = &pace {
+            self.cpu_link = Some(p.clone());
+        }
         self.pace = pace;
         let zones = sensor_zones(root, &self.sensor_choice)?;
         let names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
@@ -342,6 +375,41 @@ impl GovernorHook {
         Ok(())
     }
 
+    /// Reads the workload's CPU time, for the busy-share calibration, as the simulated
+    /// handset's driver counts it (`pace`: its link; [`SimPace::counted_cpu_ns`]). Without
+    /// it the process's CPU time is read.
+    pub fn count_cpu_with(&mut self, pace: Arc<SimPace>) {
+        self.cpu_link = Some(pace);
+    }
+
+    fn cpu_ns(&self) -> u64 {
+        match &self.cpu_link {
+            Some(p) => p.counted_cpu_ns(),
+            None => crate::sim::cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        }
+    }
+
+    /// Adds one piece of the decode's work to the busy-share measurement: `cpu_ns` of CPU
+    /// time over `wall` of the work's wall time, on the runtime's threads.
+    pub fn observe_work(&mut self, cpu_ns: u64, wall: Duration) {
+        let cap = self.capacity_threads as f64;
+        if let Some(s) = self.schedule.as_mut() {
+            s.observe(cpu_ns as f64 / 1e9 / cap, wall.as_secs_f64());
+        }
+    }
+
+    /// The busy-share calibration, with a PID on a simulated handset's power table.
+    pub fn schedule(&self) -> Option<&GainSchedule> {
+        self.schedule.as_ref()
+    }
+
+    fn share_in_force(&self) -> Option<f64> {
+        self.schedule
+            .as_ref()
+            .filter(|s| !s.events().is_empty())
+            .map(GainSchedule::scale)
+    }
+
     /// One line saying what runs.
     pub fn describe(&self) -> &str {
         &self.describe
@@ -350,6 +418,9 @@ impl GovernorHook {
     /// Marks the start of a generation: the first token's compute time counts from here.
     pub fn begin(&mut self) {
         self.mark = Instant::now();
+        if self.schedule.is_some() {
+            self.mark_cpu_ns = self.cpu_ns();
+        }
     }
 
     /// Called by the decode loop after token `token` of query `query`: ticks the governor when
@@ -359,6 +430,10 @@ impl GovernorHook {
     pub fn on_token(&mut self, query: u64, token: usize, threads: &dyn ThreadControl) {
         let now = Instant::now();
         let compute = now.saturating_duration_since(self.mark);
+        if self.schedule.is_some() {
+            let cpu = self.cpu_ns().saturating_sub(self.mark_cpu_ns);
+            self.observe_work(cpu, compute);
+        }
         let due = self
             .last_tick
             .is_none_or(|t| now.saturating_duration_since(t) >= self.period);
@@ -383,11 +458,15 @@ impl GovernorHook {
             threads: st.threads,
             caps: st.caps.clone(),
             pause_ms: pause.as_secs_f64() * 1e3,
+            busy_share: self.share_in_force(),
         });
         if !pause.is_zero() {
             std::thread::sleep(pause);
         }
         self.mark = Instant::now();
+        if self.schedule.is_some() {
+            self.mark_cpu_ns = self.cpu_ns();
+        }
     }
 
     fn tick(&mut self, now: Instant, threads: &dyn ThreadControl) {
@@ -399,6 +478,14 @@ impl GovernorHook {
             }
             return;
         };
+        if let Some(s) = self.schedule.as_mut()
+            && let Err(e) = s.update(t_s, &mut self.gov)
+        {
+            self.warnings.push(format!(
+                "governor calibration to the busy share failed at t = {t_s:.1} s: {e}; the table in force is kept"
+            ));
+            self.schedule = None;
+        }
         match self.gov.tick(t_s, sensor, &mut *self.actuator) {
             Ok(rec) => {
                 self.note_sensor(&rec);
@@ -481,6 +568,7 @@ impl GovernorHook {
         store(&s.busy, st.busy);
         store(&s.threads, st.threads.map(|n| n as f64));
         store(&s.cap0, st.caps.first().map(|c| *c as f64));
+        store(&s.share, self.share_in_force());
     }
 
     /// Telemetry gauges with the latest governor state (register them with the sampler).
@@ -500,6 +588,7 @@ impl GovernorHook {
             ("governor.busy".into(), g(|s| load(&s.busy), sh)),
             ("governor.threads".into(), g(|s| load(&s.threads), sh)),
             ("governor.cap0".into(), g(|s| load(&s.cap0), sh)),
+            ("governor.busy_share".into(), g(|s| load(&s.share), sh)),
         ]
     }
 
@@ -519,7 +608,7 @@ impl GovernorHook {
     }
 
     /// Columns appended to `tokens.csv`.
-    pub fn csv_columns(&self) -> [&'static str; 8] {
+    pub fn csv_columns(&self) -> [&'static str; 9] {
         [
             "gov_temp_c",
             "gov_level",
@@ -529,6 +618,7 @@ impl GovernorHook {
             "gov_threads",
             "gov_caps",
             "gov_pause_ms",
+            "gov_busy_share",
         ]
     }
 
@@ -548,7 +638,7 @@ impl GovernorHook {
         index: &HashMap<(u64, usize), usize>,
         query: u64,
         token: usize,
-    ) -> [String; 8] {
+    ) -> [String; 9] {
         let Some(t) = index.get(&(query, token)).map(|&i| &self.tokens[i]) else {
             return Default::default();
         };
@@ -566,6 +656,7 @@ impl GovernorHook {
                 .collect::<Vec<_>>()
                 .join(";"),
             format!("{:.3}", t.pause_ms),
+            opt(t.busy_share, 4),
         ]
     }
 
@@ -621,6 +712,13 @@ impl GovernorHook {
             "idle_inserted_s": pauses / 1e3,
             "stopped": self.failed,
             "warnings": self.warnings,
+            "calibration": self.schedule.as_ref().map(|s| serde_json::json!({
+                "busy_share_estimate": s.estimate(),
+                "scale": self.share_in_force(),
+                "settings": s.config(),
+                "model_level_outputs": s.model_table(),
+                "events": s.events(),
+            })),
         })
     }
 }
@@ -717,8 +815,9 @@ fn describe(
     )
 }
 
-/// Level table and plant for a real decode loop. With a handset model: the model's platform
-/// power at each level (W) and its RC plant; otherwise (or for the thread actuator, which has
+/// Level table and plant for a real decode loop, and the table's idle floor when it is a
+/// power table. With a handset model: the model's platform power at each level (W), its RC
+/// plant and its idle power; otherwise (or for the thread actuator, which has
 /// no power table) an even normalized table (1 → 0) with a generic plant: half the range
 /// sustainable, the time constants of the model when there is one, else the snapdragon
 /// profile's.
@@ -727,7 +826,7 @@ fn level_table(
     levels: usize,
     model: Option<&HandsetProfile>,
     target_c: f64,
-) -> (Vec<f64>, PlantModel) {
+) -> (Vec<f64>, PlantModel, Option<f64>) {
     if let Some(m) = model {
         let lad = match kind {
             ActuatorArg::Duty => Some(crate::sim::governor::ladder(m, SimActuator::Duty)),
@@ -740,6 +839,7 @@ fn level_table(
             return (
                 table,
                 crate::sim::governor::plant_model(m, SimSensor::Skin, target_c),
+                Some(m.idle_w),
             );
         }
     }
@@ -762,5 +862,6 @@ fn level_table(
             tau_slow_s: slow,
             tau_fast_s: fast,
         },
+        None,
     )
 }

@@ -310,6 +310,25 @@ impl Pid {
         self.last_t = None;
     }
 
+    /// Replaces the configuration and the level table (same number of levels) and continues
+    /// from the current level without a bump: the output becomes what that level delivers on
+    /// the new table, and the next update restarts the controller bumplessly (as after a gap).
+    pub fn retune(&mut self, cfg: PidConfig, outputs: Vec<f64>) -> Result<()> {
+        if outputs.len() != self.levels {
+            return Err(Error::Governor(format!(
+                "re-tuning with {} levels, the controller has {}",
+                outputs.len(),
+                self.levels
+            )));
+        }
+        let fresh = Self::with_level_outputs(cfg, outputs)?;
+        let (level, last_valid_t) = (self.level, self.last_valid_t);
+        *self = fresh;
+        self.last_valid_t = last_valid_t;
+        self.set_current_level(level);
+        Ok(())
+    }
+
     /// The output level `level` delivers.
     pub fn output_for_level(&self, level: usize) -> f64 {
         self.table[level.min(self.levels - 1)]
