@@ -713,6 +713,7 @@ impl GovernorHook {
             "stopped": self.failed,
             "warnings": self.warnings,
             "calibration": self.schedule.as_ref().map(|s| serde_json::json!({
+                "measured_s": s.measured_s(),
                 "busy_share_estimate": s.estimate(),
                 "scale": self.share_in_force(),
                 "settings": s.config(),

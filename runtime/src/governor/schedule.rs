@@ -169,6 +169,11 @@ impl GainSchedule {
         }
     }
 
+    /// Work time measured so far, s.
+    pub fn measured_s(&self) -> f64 {
+        self.measured_s
+    }
+
     /// The current estimate of the busy share (unclamped), once warm.
     pub fn estimate(&self) -> Option<f64> {
         self.estimate
