@@ -4,8 +4,10 @@
 //! floor)` (`floor` = the idle power, which does not scale), and a PID tuned on the model's
 //! table sees a plant `s` times weaker than it was tuned for. [`GainSchedule`] measures `s`
 //! (CPU time over wall time of the unthrottled work, through a slow filter), rescales the
-//! table by it and re-tunes the PID on the rescaled table ([`PidConfig::tuned`]), bumplessly,
-//! whenever the estimate moves by more than a tolerance from the share in force. Every
+//! table by it and re-tunes the PID on the rescaled table ([`PidConfig::tuned`]) whenever the
+//! estimate moves by more than a tolerance from the share in force; the PID keeps the budget
+//! it asks for, and the level moves to the one that delivers it on the rescaled table
+//! ([`Pid::retune`]). Every
 //! re-tuning is recorded ([`CalibrationEvent`]). `docs/GOVERNOR.md`, "Calibration to the
 //! measured busy share".
 
@@ -53,8 +55,8 @@ impl Default for ScheduleConfig {
     fn default() -> Self {
         Self {
             warmup_s: 2.0,
-            tau_s: 20.0,
-            tolerance: 0.1,
+            tau_s: 10.0,
+            tolerance: 0.05,
             min_share: 0.05,
         }
     }
@@ -274,13 +276,13 @@ mod tests {
         assert_eq!(s.estimate(), None);
         s.observe(0.5, 1.0);
         assert!((s.estimate().unwrap() - 0.4).abs() < 1e-12);
-        // One piece of 5 s at share 0.9 moves it by 5/25 of the way.
+        // One piece of 5 s at share 0.9 moves it by 5/15 of the way.
         s.observe(4.5, 5.0);
-        assert!((s.estimate().unwrap() - (0.4 + 0.2 * 0.5)).abs() < 1e-12);
+        assert!((s.estimate().unwrap() - (0.4 + 0.5 / 3.0)).abs() < 1e-12);
         // Invalid pieces change nothing.
         s.observe(f64::NAN, 1.0);
         s.observe(1.0, 0.0);
-        assert!((s.estimate().unwrap() - 0.5).abs() < 1e-12);
+        assert!((s.estimate().unwrap() - (0.4 + 0.5 / 3.0)).abs() < 1e-12);
     }
 
     #[test]
@@ -300,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lower_share_retunes_the_pid_on_the_scaled_table_at_the_same_level() {
+    fn a_lower_share_retunes_the_pid_on_the_scaled_table() {
         let mut s = schedule();
         let (cfg, table) = s.tuned_for(1.0).unwrap();
         let mut gov = Governor::with_level_outputs(Policy::Pid(cfg.clone()), table).unwrap();
@@ -314,9 +316,33 @@ mod tests {
         // The gap bracketing the sustainable 2.0 W is half as wide: half the gain.
         assert!((pid.config().k_po - cfg.k_po / 2.0).abs() < 1e-12);
         assert_eq!(pid.config().sustainable_output, 2.0);
+        // Unthrottled, it stays unthrottled: the budget is clamped to the new range.
+        assert_eq!((pid.level(), pid.output()), (0, 3.0));
         // A share below the minimum is clamped.
         let mut low = schedule();
         low.observe(0.02, 2.0);
         assert_eq!(low.update(1.0, &mut gov).unwrap().unwrap().scale, 0.05);
+    }
+
+    #[test]
+    fn re_tuning_keeps_the_budget_and_moves_to_the_level_that_delivers_it() {
+        let s = schedule();
+        let (cfg, table) = s.tuned_for(1.0).unwrap();
+        let mut pid = Pid::with_level_outputs(cfg.clone(), table.clone()).unwrap();
+        pid.set_current_level(2);
+        assert_eq!(pid.output(), 3.0);
+        let (half, scaled) = s.tuned_for(0.5).unwrap();
+        pid.retune(half.clone(), scaled).unwrap();
+        // 3 W is level 0 on [3, 2.5, 2, 1.5].
+        assert_eq!((pid.level(), pid.output()), (0, 3.0));
+        assert_eq!(pid.config(), &half);
+        // Scaled by 0.625: [3.5, 2.875, 2.25, 1.625]; 3 W lies at level 0.8, 1.2 levels from
+        // level 2 (beyond the 0.7 of hysteresis): the nearest level, 1.
+        let mut p2 = Pid::with_level_outputs(cfg, table).unwrap();
+        p2.set_current_level(2);
+        let (c, t) = s.tuned_for(0.625).unwrap();
+        p2.retune(c, t).unwrap();
+        assert_eq!(p2.level(), 1);
+        assert!(p2.retune(half, vec![3.0, 2.0]).is_err());
     }
 }
