@@ -686,4 +686,3 @@ impl GovernorHook {
         })
     }
 }
-

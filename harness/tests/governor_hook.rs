@@ -354,7 +354,12 @@ fn on_a_simulated_handset_the_pid_table_is_calibrated_to_the_measured_busy_share
     hook.attach_sim(dev.root(), None).unwrap();
     // 2 s of the decode's work at 0.3 of its one thread: the warm-up is complete.
     hook.observe_work(600_000_000, Duration::from_secs(2));
-    decode(&mut hook, 1, Duration::from_millis(1), &FakeThreads::default());
+    decode(
+        &mut hook,
+        1,
+        Duration::from_millis(1),
+        &FakeThreads::default(),
+    );
     let g = hook.summary_json();
     let ev = &g["calibration"]["events"][0];
     assert_eq!(ev["retuned"], true, "{g}");
@@ -368,7 +373,10 @@ fn on_a_simulated_handset_the_pid_table_is_calibrated_to_the_measured_busy_share
     for (k, v) in table.iter().enumerate() {
         let b = 1.0 - 0.05 * k as f64;
         let expect = p.idle_w + scale * b * p.active_w(p.max_level());
-        assert!((v.as_f64().unwrap() - expect).abs() < 1e-9, "level {k}: {v}");
+        assert!(
+            (v.as_f64().unwrap() - expect).abs() < 1e-9,
+            "level {k}: {v}"
+        );
     }
     assert_eq!(g["level_outputs"], ev["level_outputs"]);
     assert_eq!(hook.tokens()[0].busy_share, Some(scale));

@@ -264,8 +264,7 @@ fn at_share(share: f64, calibrate: bool) -> governor_sim::SimRun {
 }
 
 #[test]
-fn a_pid_calibrated_to_a_busy_share_of_a_fifth_holds_the_target_and_the_model_tuned_one_does_not()
-{
+fn a_pid_calibrated_to_a_busy_share_of_a_fifth_holds_the_target_and_the_model_tuned_one_does_not() {
     let p = prof("snapdragon-8gen3");
     let run = at_share(0.2, true);
     // Calibrated once, after the 2 s warm-up, to 0.2: the table is the model's power at a
@@ -288,7 +287,10 @@ fn a_pid_calibrated_to_a_busy_share_of_a_fifth_holds_the_target_and_the_model_tu
     let raw = at_share(0.2, false);
     assert!(raw.calibration.is_empty());
     let r = &raw.summary;
-    assert!(r.settling_time_s.is_none() && r.final_error_c > 0.5, "{r:?}");
+    assert!(
+        r.settling_time_s.is_none() && r.final_error_c > 0.5,
+        "{r:?}"
+    );
     let last = raw.trace.last().unwrap();
     assert!(last.skin_c < 32.0 - 0.5, "{last:?}");
 }
