@@ -5,15 +5,19 @@
 //! kernels' thread count, writes sysfs frequency caps when explicitly allowed), and records
 //! the governor state per token for `tokens.csv`, for telemetry gauges and for
 //! `result.json`. Frequency caps are written back on exit, on error (drop) and on Ctrl-C /
-//! SIGTERM ([`CapsSignalGuard`]).
+//! SIGTERM ([`CapsSignalGuard`]). On a simulated handset a PID on the handset's power table
+//! is calibrated to the busy share the decode really gets ([`GainSchedule`]: CPU time over
+//! wall time of each token's work, as the handset's driver counts it).
 
 mod args;
 mod caps_signal;
+mod setup;
 
 pub use args::{DEFAULT_SYSFS_ROOT, check_args};
 pub use caps_signal::CapsSignalGuard;
 
 use args::{check_fixed, check_sensor_choice};
+use setup::{describe, describe_fixed, level_table, sensor_zones};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,19 +26,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use pocketperf_runtime::governor::{
-    Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, Governor, GovernorRecord,
-    PidConfig, PlantModel, Policy, StepStatus, StepWiseConfig, SysfsFreqCap, ThreadCount,
-    TuningGoal, ZoneSensor, ZoneSpec,
+    Actuator, ActuatorState, Chain, DutyCycle, DutyCycleHandle, GainSchedule, Governor,
+    GovernorRecord, PidConfig, Policy, ScheduleConfig, StepStatus, StepWiseConfig, SysfsFreqCap,
+    ThreadCount, TuningGoal, ZoneSensor,
 };
 use pocketperf_runtime::session::Engine;
 use serde::Serialize;
 
 use crate::cmd::governor::sim_profile;
 use crate::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
-use crate::sim::governor::{SimActuator, SimSensor, status_name};
-use crate::sim::model::{HandsetProfile, profile};
+use crate::sim::governor::status_name;
 use crate::sim::pace::{SimFreqCap, SimPace};
-use crate::telemetry::probe::{ZoneRole, probe};
 use crate::telemetry::{DeviceSpec, Gauge};
 
 /// The run's governor hook, shared between the decoder and the code that writes the outputs.
@@ -74,6 +76,8 @@ pub struct TokenGov {
     pub caps: Vec<u64>,
     /// Idle inserted after this token, ms.
     pub pause_ms: f64,
+    /// The busy share the PID's table is calibrated to, once calibrated.
+    pub busy_share: Option<f64>,
 }
 
 /// Latest governor state for telemetry gauges (lock-free).
@@ -85,6 +89,7 @@ struct Shared {
     busy: AtomicU64,
     threads: AtomicU64,
     cap0: AtomicU64,
+    share: AtomicU64,
 }
 
 const NONE_BITS: u64 = u64::MAX;
@@ -113,6 +118,15 @@ pub struct GovernorHook {
     sim_cap: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// The simulated handset's OPP link, once attached.
     pace: Option<Arc<SimPace>>,
+    /// On a simulated handset with a PID on the handset's power table: the calibration to
+    /// the busy share the decode gets.
+    schedule: Option<GainSchedule>,
+    /// Where the handset's count of the workload's CPU time is read (its driver's link).
+    cpu_link: Option<Arc<SimPace>>,
+    /// The workload's CPU time at the mark, ns.
+    mark_cpu_ns: u64,
+    /// The runtime's threads: the capacity a busy share of 1 means.
+    capacity_threads: usize,
     actuator: Box<dyn Actuator>,
     duty: Option<DutyCycleHandle>,
     threads_wanted: bool,
@@ -144,45 +158,6 @@ impl std::fmt::Debug for GovernorHook {
             .field("describe", &self.describe)
             .finish()
     }
-}
-
-fn sensor_zones(root: &std::path::Path, choice: &str) -> Result<Vec<ZoneSpec>> {
-    let p = probe(root);
-    let scale = |u: crate::telemetry::probe::TempUnit| u.to_celsius(1000) / 1000.0;
-    let pick: Vec<ZoneSpec> = p
-        .thermal_zones
-        .iter()
-        .filter(|z| match choice {
-            "skin" => z.role == ZoneRole::Skin,
-            "soc" => z.role == ZoneRole::Soc,
-            other => other.strip_prefix("zone:") == Some(z.name.as_str()),
-        })
-        .map(|z| ZoneSpec {
-            name: z.name.clone(),
-            path: z.dir.join("temp"),
-            scale: scale(z.unit),
-        })
-        .collect();
-    if !matches!(choice, "skin" | "soc") && !choice.starts_with("zone:") {
-        bail!("--governor-sensor {choice}: expected skin, soc or zone:NAME");
-    }
-    if pick.is_empty() {
-        let names: Vec<String> = p
-            .thermal_zones
-            .iter()
-            .map(|z| format!("{} ({:?})", z.name, z.role))
-            .collect();
-        bail!(
-            "--governor-sensor {choice}: no matching readable thermal zone under {} (zones: {})",
-            root.display(),
-            if names.is_empty() {
-                "none".into()
-            } else {
-                names.join(", ")
-            }
-        );
-    }
-    Ok(pick)
 }
 
 impl GovernorHook {
@@ -289,8 +264,19 @@ impl GovernorHook {
             }
             actuator.apply(level)?;
         }
-        let (table, plant) =
+        let (table, plant, floor) =
             level_table(a.governor_actuator, levels, model.as_ref(), a.target_temp);
+        let schedule = match (a.governor, floor) {
+            (GovernorKind::Pid, Some(floor)) if on_sim => Some(GainSchedule::new(
+                ScheduleConfig::default(),
+                table.clone(),
+                floor,
+                plant,
+                TuningGoal::default(),
+                a.target_temp,
+            )?),
+            _ => None,
+        };
         let policy = match a.governor {
             GovernorKind::Pid => Policy::Pid(PidConfig::tuned(
                 a.target_temp,
@@ -316,6 +302,7 @@ impl GovernorHook {
             &shared.busy,
             &shared.threads,
             &shared.cap0,
+            &shared.share,
         ] {
             store(g, None);
         }
@@ -334,6 +321,10 @@ impl GovernorHook {
             sensor_choice: a.governor_sensor.clone(),
             sim_cap,
             pace: None,
+            schedule,
+            cpu_link: None,
+            mark_cpu_ns: 0,
+            capacity_threads: max_threads.max(1),
             actuator,
             duty: duty_handle,
             threads_wanted,
@@ -366,6 +357,9 @@ impl GovernorHook {
         if self.sim_cap.is_some() && pace.is_none() {
             bail!("the simulated caps actuator needs the handset's OPP link");
         }
+        if let Some(p) = &pace {
+            self.cpu_link = Some(p.clone());
+        }
         self.pace = pace;
         if self.fixed.is_some() {
             // A held level reads no sensor; a simulated caps actuator asks its OPP once.
@@ -387,6 +381,41 @@ impl GovernorHook {
         Ok(())
     }
 
+    /// Reads the workload's CPU time, for the busy-share calibration, as the simulated
+    /// handset's driver counts it (`pace`: its link; [`SimPace::counted_cpu_ns`]). Without
+    /// it the process's CPU time is read.
+    pub fn count_cpu_with(&mut self, pace: Arc<SimPace>) {
+        self.cpu_link = Some(pace);
+    }
+
+    fn cpu_ns(&self) -> u64 {
+        match &self.cpu_link {
+            Some(p) => p.counted_cpu_ns(),
+            None => crate::sim::cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        }
+    }
+
+    /// Adds one piece of the decode's work to the busy-share measurement: `cpu_ns` of CPU
+    /// time over `wall` of the work's wall time, on the runtime's threads.
+    pub fn observe_work(&mut self, cpu_ns: u64, wall: Duration) {
+        let cap = self.capacity_threads as f64;
+        if let Some(s) = self.schedule.as_mut() {
+            s.observe(cpu_ns as f64 / 1e9 / cap, wall.as_secs_f64());
+        }
+    }
+
+    /// The busy-share calibration, with a PID on a simulated handset's power table.
+    pub fn schedule(&self) -> Option<&GainSchedule> {
+        self.schedule.as_ref()
+    }
+
+    fn share_in_force(&self) -> Option<f64> {
+        self.schedule
+            .as_ref()
+            .filter(|s| !s.events().is_empty())
+            .map(GainSchedule::scale)
+    }
+
     /// One line saying what runs.
     pub fn describe(&self) -> &str {
         &self.describe
@@ -395,6 +424,9 @@ impl GovernorHook {
     /// Marks the start of a generation: the first token's compute time counts from here.
     pub fn begin(&mut self) {
         self.mark = Instant::now();
+        if self.schedule.is_some() {
+            self.mark_cpu_ns = self.cpu_ns();
+        }
     }
 
     /// Called by the decode loop after token `token` of query `query`: ticks the governor when
@@ -418,6 +450,10 @@ impl GovernorHook {
         }
         let now = Instant::now();
         let compute = now.saturating_duration_since(self.mark);
+        if self.schedule.is_some() {
+            let cpu = self.cpu_ns().saturating_sub(self.mark_cpu_ns);
+            self.observe_work(cpu, compute);
+        }
         let due = self
             .last_tick
             .is_none_or(|t| now.saturating_duration_since(t) >= self.period);
@@ -438,6 +474,7 @@ impl GovernorHook {
             (Some(d), false) => d.pause_after_token(compute),
             _ => Duration::ZERO,
         };
+        let share = self.share_in_force();
         for (i, &(query, token)) in tokens.iter().enumerate() {
             self.tokens.push(TokenGov {
                 query,
@@ -454,12 +491,16 @@ impl GovernorHook {
                 } else {
                     0.0
                 },
+                busy_share: share,
             });
         }
         if !pause.is_zero() {
             std::thread::sleep(pause);
         }
         self.mark = Instant::now();
+        if self.schedule.is_some() {
+            self.mark_cpu_ns = self.cpu_ns();
+        }
     }
 
     fn tick(&mut self, now: Instant, threads: &dyn ThreadControl) {
@@ -471,6 +512,14 @@ impl GovernorHook {
             }
             return;
         };
+        if let Some(s) = self.schedule.as_mut()
+            && let Err(e) = s.update(t_s, &mut self.gov)
+        {
+            self.warnings.push(format!(
+                "governor calibration to the busy share failed at t = {t_s:.1} s: {e}; the table in force is kept"
+            ));
+            self.schedule = None;
+        }
         match self.gov.tick(t_s, sensor, &mut *self.actuator) {
             Ok(rec) => {
                 self.note_sensor(&rec);
@@ -553,6 +602,7 @@ impl GovernorHook {
         store(&s.busy, st.busy);
         store(&s.threads, st.threads.map(|n| n as f64));
         store(&s.cap0, st.caps.first().map(|c| *c as f64));
+        store(&s.share, self.share_in_force());
     }
 
     /// Telemetry gauges with the latest governor state (register them with the sampler).
@@ -572,6 +622,7 @@ impl GovernorHook {
             ("governor.busy".into(), g(|s| load(&s.busy), sh)),
             ("governor.threads".into(), g(|s| load(&s.threads), sh)),
             ("governor.cap0".into(), g(|s| load(&s.cap0), sh)),
+            ("governor.busy_share".into(), g(|s| load(&s.share), sh)),
         ]
     }
 
@@ -591,7 +642,7 @@ impl GovernorHook {
     }
 
     /// Columns appended to `tokens.csv`.
-    pub fn csv_columns(&self) -> [&'static str; 8] {
+    pub fn csv_columns(&self) -> [&'static str; 9] {
         [
             "gov_temp_c",
             "gov_level",
@@ -601,6 +652,7 @@ impl GovernorHook {
             "gov_threads",
             "gov_caps",
             "gov_pause_ms",
+            "gov_busy_share",
         ]
     }
 
@@ -620,7 +672,7 @@ impl GovernorHook {
         index: &HashMap<(u64, usize), usize>,
         query: u64,
         token: usize,
-    ) -> [String; 8] {
+    ) -> [String; 9] {
         let Some(t) = index.get(&(query, token)).map(|&i| &self.tokens[i]) else {
             return Default::default();
         };
@@ -638,6 +690,7 @@ impl GovernorHook {
                 .collect::<Vec<_>>()
                 .join(";"),
             format!("{:.3}", t.pause_ms),
+            opt(t.busy_share, 4),
         ]
     }
 
@@ -696,113 +749,14 @@ impl GovernorHook {
             "idle_inserted_s": pauses / 1e3,
             "stopped": self.failed,
             "warnings": self.warnings,
+            "calibration": self.schedule.as_ref().map(|s| serde_json::json!({
+                "measured_s": s.measured_s(),
+                "busy_share_estimate": s.estimate(),
+                "scale": self.share_in_force(),
+                "settings": s.config(),
+                "model_level_outputs": s.model_table(),
+                "events": s.events(),
+            })),
         })
     }
-}
-
-fn describe(
-    a: &GovernorArgs,
-    sensor: Option<&ZoneSensor>,
-    levels: usize,
-    device: &DeviceSpec,
-) -> String {
-    let zones = sensor.map_or_else(
-        || format!("on {}", device.id()),
-        |s| {
-            s.zones()
-                .iter()
-                .map(|z| z.name.as_str())
-                .collect::<Vec<_>>()
-                .join("+")
-        },
-    );
-    format!(
-        "{} at {:.1} °C, sensor {} ({zones}), actuator {} ({levels} levels), period {} ms",
-        a.governor.name(),
-        a.target_temp,
-        a.governor_sensor,
-        a.governor_actuator.name(),
-        a.governor_period_ms
-    )
-}
-
-fn describe_fixed(
-    a: &GovernorArgs,
-    level: usize,
-    levels: usize,
-    st: &ActuatorState,
-    device: &DeviceSpec,
-) -> String {
-    let mut held = Vec::new();
-    if let Some(b) = st.busy {
-        held.push(format!("busy {b:.2}"));
-    }
-    if let Some(n) = st.threads {
-        held.push(format!("{n} threads"));
-    }
-    if !st.caps.is_empty() {
-        held.push(format!(
-            "caps {}",
-            st.caps
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(";")
-        ));
-    }
-    format!(
-        "fixed at level {level} of 0–{} on {}, actuator {} ({}), no sensor",
-        levels - 1,
-        device.id(),
-        a.governor_actuator.name(),
-        held.join(", ")
-    )
-}
-
-/// Level table and plant for a real decode loop. With a handset model: the model's platform
-/// power at each level (W) and its RC plant; otherwise (or for the thread actuator, which has
-/// no power table) an even normalized table (1 → 0) with a generic plant: half the range
-/// sustainable, the time constants of the model when there is one, else the snapdragon
-/// profile's.
-fn level_table(
-    kind: ActuatorArg,
-    levels: usize,
-    model: Option<&HandsetProfile>,
-    target_c: f64,
-) -> (Vec<f64>, PlantModel) {
-    if let Some(m) = model {
-        let lad = match kind {
-            ActuatorArg::Duty => Some(crate::sim::governor::ladder(m, SimActuator::Duty)),
-            ActuatorArg::Caps => Some(crate::sim::governor::ladder(m, SimActuator::Caps)),
-            ActuatorArg::CapsDuty => Some(crate::sim::governor::ladder(m, SimActuator::CapsDuty)),
-            _ => None,
-        };
-        if let Some(l) = lad.filter(|l| l.len() == levels) {
-            let table = l.iter().map(|o| o.power_w).collect();
-            return (
-                table,
-                crate::sim::governor::plant_model(m, SimSensor::Skin, target_c),
-            );
-        }
-    }
-    let table = if levels <= 1 {
-        vec![1.0]
-    } else {
-        (0..levels)
-            .map(|k| 1.0 - k as f64 / (levels - 1) as f64)
-            .collect()
-    };
-    let (slow, fast) = model
-        .cloned()
-        .or_else(|| profile("snapdragon-8gen3"))
-        .map(|p| crate::sim::governor::time_constants(&p))
-        .unwrap_or((760.0, 18.0));
-    (
-        table,
-        PlantModel {
-            sustainable_output: 0.5,
-            tau_slow_s: slow,
-            tau_fast_s: fast,
-        },
-    )
 }

@@ -12,8 +12,8 @@
 //!   power, energy, RSS, the governor's gauges, the SUT's cumulative page faults) and
 //!   `tokens_per_s`, the output tokens of the timed pass per bucket of time;
 //! - process `governor`: an instant with the governor's state at the first timed token, then
-//!   one per action (a change of level, threads, caps or idle pause), at the time of the
-//!   token after which it was taken.
+//!   one per action (a change of level, threads, caps, idle pause or calibrated busy
+//!   share), at the time of the token after which it was taken.
 //!
 //! Size stays bounded for long runs: at most [`MAX_TOKEN_INSTANTS`] token instants (every
 //! k-th token of each query, k recorded as `token_stride`) and at most
@@ -104,11 +104,16 @@ pub fn governor_actions(
                 || p.threads != g.threads
                 || p.caps != g.caps
                 || (p.pause_ms > 0.0) != (g.pause_ms > 0.0)
+                || p.busy_share != g.busy_share
         });
+        let calibrated = prev.is_some_and(|p| p.busy_share != g.busy_share);
         if changed && let Some(t) = time_of(g.query, g.token) {
             out.push(TraceAction {
                 t_ns: t,
-                name: format!("governor level {}", g.level),
+                name: match (calibrated, g.busy_share) {
+                    (true, Some(s)) => format!("governor calibrated to busy share {s:.3}"),
+                    _ => format!("governor level {}", g.level),
+                },
                 args: json!({
                     "query": g.query,
                     "token": g.token,
@@ -119,6 +124,7 @@ pub fn governor_actions(
                     "output": g.output,
                     "temp_c": g.temp_c,
                     "status": g.status,
+                    "busy_share": g.busy_share,
                 }),
             });
         }
@@ -546,9 +552,11 @@ mod tests {
             threads: Some(2),
             caps: Vec::new(),
             pause_ms: 0.0,
+            busy_share: None,
         };
-        // Two warm-up tokens of query 0, then the timed pass's query 0 and 1.
-        let rec = vec![
+        // Two warm-up tokens of query 0, then the timed pass's query 0 and 1; the table is
+        // calibrated at the timed query 1's first token.
+        let mut rec = vec![
             g(0, 0, 0),
             g(0, 1, 1),
             g(0, 0, 1),
@@ -556,6 +564,8 @@ mod tests {
             g(1, 0, 2),
             g(1, 1, 0),
         ];
+        rec[4].busy_share = Some(0.25);
+        rec[5].busy_share = Some(0.25);
         let times: HashMap<(u64, usize), u64> =
             [((0, 0), 10), ((0, 1), 20), ((1, 0), 30), ((1, 1), 40)].into();
         let a = governor_actions(&rec, 2, |q, k| times.get(&(q, k)).copied());
@@ -566,6 +576,7 @@ mod tests {
             [
                 (10, "governor level 1"),
                 (20, "governor level 2"),
+                (30, "governor calibrated to busy share 0.250"),
                 (40, "governor level 0")
             ]
         );

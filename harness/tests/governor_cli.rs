@@ -158,6 +158,50 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
         "telemetry {peak}, governor {hottest}"
     );
     assert!(t.column("governor.busy").is_some());
+    assert!(t.column("governor.busy_share").is_some());
+
+    // The PID's table is the handset's duty ladder, calibrated to the busy share the decode
+    // gets once 2 s of its work are measured: every calibrated table is idle + share·(model
+    // − idle), and tokens.csv carries the share in force from then on.
+    let p = pocketperf::sim::model::profile("snapdragon-8gen3").unwrap();
+    let cal = &g["calibration"];
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let model = floats(&cal["model_level_outputs"]);
+    let ladder: Vec<f64> =
+        pocketperf::sim::governor::ladder(&p, pocketperf::sim::governor::SimActuator::Duty)
+            .iter()
+            .map(|o| o.power_w)
+            .collect();
+    assert_eq!(model.len(), ladder.len());
+    for (m, l) in model.iter().zip(&ladder) {
+        assert!((m - l).abs() < 1e-9, "{model:?} vs {ladder:?}");
+    }
+    let measured = cal["measured_s"].as_f64().unwrap();
+    let events = cal["events"].as_array().unwrap();
+    assert_eq!(events.is_empty(), measured < 2.0, "{cal}");
+    for ev in events {
+        let scale = ev["scale"].as_f64().unwrap();
+        assert!((0.05..=1.0).contains(&scale), "{ev}");
+        for (got, m) in floats(&ev["level_outputs"]).iter().zip(&model) {
+            let expect = p.idle_w + scale * (m - p.idle_w);
+            assert!((got - expect).abs() < 1e-9, "{got} vs {expect}");
+        }
+    }
+    let shares = column(&header, &rows, "gov_busy_share");
+    if let Some(last) = events.last() {
+        let scale = last["scale"].as_f64().unwrap();
+        let end: f64 = shares.last().unwrap().parse().unwrap();
+        assert!((end - scale).abs() < 1e-4, "{end} vs {scale}");
+        assert!(shares[0].is_empty(), "{shares:?}");
+    } else {
+        assert!(shares.iter().all(String::is_empty), "{shares:?}");
+    }
 }
 
 #[test]

@@ -1,17 +1,18 @@
 //! The governor inside a real decode loop ([`GovernorHook`]), on a simulated handset's sysfs
 //! tree: the duty cycle really idles, the thread count reaches the kernels, sensor dropouts
 //! hold the level and are reported, frequency caps need the opt-in and are written back on
-//! drop and on Ctrl-C, and the state reaches tokens.csv cells and telemetry gauges.
+//! drop and on Ctrl-C, the state reaches tokens.csv cells and telemetry gauges, and on a
+//! simulated handset a PID's power table is calibrated to the measured busy share.
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pocketperf::cmd::governor::{ActuatorArg, GovernorArgs, GovernorKind};
-use pocketperf::governor_hook::{GovernorHook, ThreadControl};
+use pocketperf::governor_hook::{DEFAULT_SYSFS_ROOT, GovernorHook, ThreadControl};
 use pocketperf::sim::SimDevice;
 use pocketperf::sim::model::Activity;
-use pocketperf::telemetry::{SamplerConfig, SamplerCore, probe};
+use pocketperf::telemetry::{DeviceSpec, SamplerConfig, SamplerCore, probe};
 
 /// Records the thread counts the hook asks for.
 #[derive(Default)]
@@ -432,4 +433,49 @@ fn governor_state_reaches_telemetry_gauges() {
     assert_eq!(at("governor.busy"), Some(0.9));
     assert!((at("governor.temp.c").unwrap() - dev.model().skin_c()).abs() < 0.002);
     assert_eq!(at("governor.threads"), None);
+}
+
+#[test]
+fn on_a_simulated_handset_the_pid_table_is_calibrated_to_the_measured_busy_share() {
+    let dev = hot_device();
+    let sim = DeviceSpec::Sim {
+        profile: "snapdragon-8gen3".into(),
+        thermal_speedup: 1,
+    };
+    let sys = Path::new(DEFAULT_SYSFS_ROOT);
+    let a = args(sys, GovernorKind::Pid, ActuatorArg::Duty, 38.0);
+    let mut hook = GovernorHook::new_on(&a, 1, &sim).unwrap().unwrap();
+    hook.attach_sim(dev.root(), None).unwrap();
+    // 2 s of the decode's work at 0.3 of its one thread: the warm-up is complete.
+    hook.observe_work(600_000_000, Duration::from_secs(2));
+    decode(
+        &mut hook,
+        1,
+        Duration::from_millis(1),
+        &FakeThreads::default(),
+    );
+    let g = hook.summary_json();
+    let ev = &g["calibration"]["events"][0];
+    assert_eq!(ev["retuned"], true, "{g}");
+    // The one real token moved the estimate by at most 1 ms / 20 s of the way.
+    let scale = ev["scale"].as_f64().unwrap();
+    assert!((scale - 0.3).abs() < 1e-3, "{ev}");
+    // Level k of the duty ladder (busy 1 − 0.05·k at the top OPP) draws idle + share·b·active.
+    let p = pocketperf::sim::model::profile("snapdragon-8gen3").unwrap();
+    let table = ev["level_outputs"].as_array().unwrap();
+    assert_eq!(table.len(), 17);
+    for (k, v) in table.iter().enumerate() {
+        let b = 1.0 - 0.05 * k as f64;
+        let expect = p.idle_w + scale * b * p.active_w(p.max_level());
+        assert!(
+            (v.as_f64().unwrap() - expect).abs() < 1e-9,
+            "level {k}: {v}"
+        );
+    }
+    assert_eq!(g["level_outputs"], ev["level_outputs"]);
+    assert_eq!(hook.tokens()[0].busy_share, Some(scale));
+    // step has no gains to calibrate.
+    let s = args(sys, GovernorKind::Step, ActuatorArg::Duty, 38.0);
+    let step = GovernorHook::new_on(&s, 1, &sim).unwrap().unwrap();
+    assert!(step.summary_json()["calibration"].is_null());
 }

@@ -1,14 +1,16 @@
 //! The thermal governor in closed loop on the simulated handsets, in virtual time: the issue's
 //! acceptance (skin target 42 °C, ambient 25 °C, 30 simulated minutes) on both profiles, the
 //! closed-form sustainable throughput against an independent brute force, sensor dropout,
-//! a model/handset mismatch, and the `pocketperf governor sim` command.
+//! a model/handset mismatch, a decode that gets a fifth of the capacity the model assumes
+//! (with and without calibration to that busy share), and the `pocketperf governor sim`
+//! command.
 
 use pocketperf::sim::governor::{
     self as governor_sim, SimActuator, SimPolicy, SimSensor, SimSpec, compare, ladder, simulate,
     sustainable, time_constants,
 };
 use pocketperf::sim::model::{Activity, HandsetModel, HandsetProfile, profile, profile_names};
-use pocketperf_runtime::governor::StepStatus;
+use pocketperf_runtime::governor::{ScheduleConfig, StepStatus};
 
 fn prof(name: &str) -> HandsetProfile {
     profile(name).expect("built-in profile")
@@ -248,6 +250,62 @@ fn duty_only_reaches_its_own_closed_form() {
     assert!(got < 0.75 * sustainable(&p, 42.0).tokens_per_s);
 }
 
+/// A duty-only PID on the snapdragon at 32 °C (P* = 7/4 = 1.75 W) whose decode gets
+/// `share` of the capacity the ladder assumes, calibrated or not.
+fn at_share(share: f64, calibrate: bool) -> governor_sim::SimRun {
+    let p = prof("snapdragon-8gen3");
+    let mut spec = SimSpec::new(p.clone(), 32.0, 40.0);
+    spec.actuator = SimActuator::Duty;
+    spec.busy_share = share;
+    spec.calibrate = calibrate.then(ScheduleConfig::default);
+    let lad = ladder(&p, SimActuator::Duty);
+    let cfg = governor_sim::pid_config(&p, SimSensor::Skin, 32.0, &lad).unwrap();
+    simulate(&spec, &SimPolicy::Pid(cfg)).unwrap()
+}
+
+#[test]
+fn a_pid_calibrated_to_a_busy_share_of_a_fifth_holds_the_target_and_the_model_tuned_one_does_not() {
+    let p = prof("snapdragon-8gen3");
+    let run = at_share(0.2, true);
+    // Calibrated once, after the 2 s warm-up, to 0.2: the table is the model's power at a
+    // fifth of each level's busy fraction, idle + 0.2·b·active(top).
+    assert_eq!(run.calibration.len(), 1, "{:?}", run.calibration);
+    let ev = &run.calibration[0];
+    assert!(ev.retuned && (ev.scale - 0.2).abs() < 1e-12, "{ev:?}");
+    assert!((ev.t_s - 2.0).abs() < 1e-9, "{ev:?}");
+    let lad = ladder(&p, SimActuator::Duty);
+    assert_eq!(ev.level_outputs.len(), lad.len());
+    for (got, o) in ev.level_outputs.iter().zip(&lad) {
+        let expect = p.idle_w + 0.2 * o.busy * p.active_w(p.max_level());
+        assert!((got - expect).abs() < 1e-12, "{got} vs {expect}");
+    }
+    let s = &run.summary;
+    assert!(s.settling_time_s.is_some(), "{s:?}");
+    assert!(s.final_error_c <= 0.5, "{s:?}");
+    // Model-tuned: the PID believes each duty level draws five times what it does; its
+    // proportional term has to hold the skin well below the target to ask for enough power.
+    let raw = at_share(0.2, false);
+    assert!(raw.calibration.is_empty());
+    let r = &raw.summary;
+    assert!(
+        r.settling_time_s.is_none() && r.final_error_c > 0.5,
+        "{r:?}"
+    );
+    let last = raw.trace.last().unwrap();
+    assert!(last.skin_c < 32.0 - 0.5, "{last:?}");
+}
+
+#[test]
+fn calibration_at_a_busy_share_of_one_changes_nothing() {
+    let plain = at_share(1.0, false);
+    let cal = at_share(1.0, true);
+    assert_eq!(cal.calibration.len(), 1);
+    let ev = &cal.calibration[0];
+    assert!(!ev.retuned && ev.scale == 1.0 && (ev.measured_share - 1.0).abs() < 1e-12);
+    assert_eq!(plain.summary, cal.summary);
+    assert_eq!(plain.trace, cal.trace);
+}
+
 #[test]
 fn bad_settings_are_refused() {
     let p = prof("snapdragon-8gen3");
@@ -261,6 +319,9 @@ fn bad_settings_are_refused() {
     assert!(simulate(&spec, &SimPolicy::Off).is_err());
     spec.minutes = 30.0;
     spec.period_s = 0.0;
+    assert!(simulate(&spec, &SimPolicy::Off).is_err());
+    spec.period_s = 1.0;
+    spec.busy_share = 0.0;
     assert!(simulate(&spec, &SimPolicy::Off).is_err());
 }
 

@@ -237,7 +237,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     )?;
     if let Some(g) = &governor {
         if let Some(root) = telemetry.sim_root() {
-            g.borrow_mut().attach_sim(root, None)?;
+            let mut g = g.borrow_mut();
+            g.attach_sim(root, None)?;
+            // Not paced (no caps here), but the busy share is measured on the handset's terms.
+            if let Some(p) = telemetry.sim_pace() {
+                g.count_cpu_with(p);
+            }
         }
         eprintln!("governor: {}", g.borrow().describe());
     }

@@ -832,6 +832,7 @@ impl SimDriver {
                     if let Some(p) = &pace {
                         let m = device.model();
                         p.set_in_force(m.freq_level().min(m.vendor_cap_level()));
+                        p.set_driver_cpu_ns(cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID));
                     }
                     if let Some(c) = &clock {
                         trace.push(TruthPoint {

@@ -19,8 +19,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use pocketperf_runtime::governor::{
-    Actuator, ActuatorState, Governor, PidConfig, PlantModel, Policy, StepStatus, StepWiseConfig,
-    ThermalSensor, TuningGoal,
+    Actuator, ActuatorState, CalibrationEvent, GainSchedule, Governor, PidConfig, PlantModel,
+    Policy, ScheduleConfig, StepStatus, StepWiseConfig, ThermalSensor, TuningGoal,
 };
 use serde::Serialize;
 
@@ -291,6 +291,13 @@ pub struct SimSpec {
     pub settle_band_c: f64,
     /// Final window over which the sustained oscillation and steady rate are measured, s.
     pub final_window_s: f64,
+    /// Share of the capacity the ladder assumes that the workload really gets (1 on the
+    /// model's handset; a loaded host gives a real decode less): every level's busy fraction
+    /// is multiplied by it.
+    pub busy_share: f64,
+    /// With a PID: calibrate its table to the measured busy share ([`GainSchedule`]; the
+    /// workload's CPU time over its work time is the share, measured each period).
+    pub calibrate: Option<ScheduleConfig>,
 }
 
 impl SimSpec {
@@ -308,6 +315,8 @@ impl SimSpec {
             dropout: None,
             settle_band_c: 0.5,
             final_window_s: 600.0,
+            busy_share: 1.0,
+            calibrate: None,
         }
     }
 
@@ -324,6 +333,9 @@ impl SimSpec {
         }
         if !(self.period_s.is_finite() && self.period_s > 0.0 && self.period_s <= 60.0) {
             return bad("period", self.period_s, "must be in (0, 60] s");
+        }
+        if !(self.busy_share.is_finite() && self.busy_share > 0.0 && self.busy_share <= 1.0) {
+            return bad("busy share", self.busy_share, "must be in (0, 1]");
         }
         if !(self.target_c.is_finite() && self.target_c > self.handset.ambient_c) {
             return bad(
@@ -399,6 +411,8 @@ pub struct SimSummary {
 pub struct SimRun {
     pub summary: SimSummary,
     pub trace: Vec<TracePoint>,
+    /// The calibrations to the busy share (with [`SimSpec::calibrate`] and a PID).
+    pub calibration: Vec<CalibrationEvent>,
 }
 
 /// The actuator of a simulated handset: a ladder of operating points.
@@ -459,6 +473,17 @@ pub fn simulate(spec: &SimSpec, policy: &SimPolicy) -> Result<SimRun> {
         SimPolicy::Step(c) => Policy::Step(c.clone()),
         SimPolicy::Pid(c) => Policy::Pid(c.clone()),
     };
+    let mut schedule = match (&spec.calibrate, policy) {
+        (Some(c), SimPolicy::Pid(_)) => Some(GainSchedule::new(
+            *c,
+            table.clone(),
+            spec.model.idle_w,
+            plant_model(&spec.model, spec.sensor, spec.target_c),
+            TuningGoal::default(),
+            spec.target_c,
+        )?),
+        _ => None,
+    };
     let mut gov = Governor::with_level_outputs(gov_policy, table)?;
     let freq_khz: Vec<u32> = spec.handset.opps.iter().map(|o| o.freq_khz).collect();
     let mut act = LadderActuator {
@@ -481,6 +506,9 @@ pub fn simulate(spec: &SimSpec, policy: &SimPolicy) -> Result<SimRun> {
             SimSensor::Soc => model.die_c(),
         };
         let mut sensor = Reading((!silent).then(|| (raw * 1000.0).round() / 1000.0));
+        if let Some(s) = schedule.as_mut() {
+            s.update(t, &mut gov)?;
+        }
         let rec = gov.tick(t, &mut sensor, &mut act)?;
         match rec.status {
             StepStatus::SensorDropout => dropouts += 1,
@@ -492,18 +520,24 @@ pub fn simulate(spec: &SimSpec, policy: &SimPolicy) -> Result<SimRun> {
             prev_level = rec.level;
         }
         let op = lad[act.level];
+        let busy = op.busy * spec.busy_share;
         let out = model.step(
             spec.period_s,
             Activity {
-                busy: op.busy,
+                busy,
                 freq_level: op.freq_level,
             },
         );
+        // The work of this period: `op.busy` of it, at the share of the capacity it gets.
+        if let Some(s) = schedule.as_mut() {
+            s.observe(busy * spec.period_s, op.busy * spec.period_s);
+        }
         let capped = out.vendor_throttling || out.vendor_cap_level < top;
         if capped {
             vendor_s += spec.period_s;
         }
-        vendor_lost += (op.tokens_per_s - out.tokens_per_s).max(0.0) * spec.period_s;
+        vendor_lost +=
+            (op.tokens_per_s * spec.busy_share - out.tokens_per_s).max(0.0) * spec.period_s;
         trace.push(TracePoint {
             t_s: out.t_s,
             skin_c: out.skin_c,
@@ -533,7 +567,11 @@ pub fn simulate(spec: &SimSpec, policy: &SimPolicy) -> Result<SimRun> {
             failsafe,
         },
     );
-    Ok(SimRun { summary, trace })
+    Ok(SimRun {
+        summary,
+        trace,
+        calibration: schedule.map(|s| s.events().to_vec()).unwrap_or_default(),
+    })
 }
 
 struct Extra {
@@ -593,7 +631,7 @@ fn summarize(spec: &SimSpec, policy: &'static str, trace: &[TracePoint], x: Extr
         final_error_c,
         vendor_throttling_s: x.vendor_s,
         vendor_lost_tokens: x.vendor_lost,
-        unthrottled_tokens: spec.handset.base_tokens_per_s * end,
+        unthrottled_tokens: spec.handset.base_tokens_per_s * spec.busy_share * end,
         energy_j: x.energy_j,
         level_changes: x.changes,
         sensor_dropouts: x.dropouts,

@@ -29,6 +29,7 @@ pub struct SimPace {
     requested: Arc<AtomicUsize>,
     in_force: AtomicUsize,
     stretched_cpu_ns: AtomicU64,
+    driver_cpu_ns: AtomicU64,
     freqs_khz: Vec<u32>,
 }
 
@@ -40,6 +41,7 @@ impl SimPace {
             requested: Arc::new(AtomicUsize::new(top)),
             in_force: AtomicUsize::new(top),
             stretched_cpu_ns: AtomicU64::new(0),
+            driver_cpu_ns: AtomicU64::new(0),
             freqs_khz: profile.opps.iter().map(|o| o.freq_khz).collect(),
         })
     }
@@ -80,6 +82,20 @@ impl SimPace {
     /// CPU-equivalent ns the stretches stand for, so far.
     pub fn stretched_cpu_ns(&self) -> u64 {
         self.stretched_cpu_ns.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the driver thread's own CPU time (the driver, after each model step).
+    pub fn set_driver_cpu_ns(&self, ns: u64) {
+        self.driver_cpu_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The CPU time the handset counts as the workload's, ns: the process's CPU time less
+    /// the driver thread's (as of its last step), plus the stretches. Its growth over wall
+    /// time and the runtime's threads is the busy fraction the handset's power follows.
+    pub fn counted_cpu_ns(&self) -> u64 {
+        process_cpu_ns()
+            .saturating_sub(self.driver_cpu_ns.load(Ordering::Relaxed))
+            .saturating_add(self.stretched_cpu_ns())
     }
 
     fn top(&self) -> usize {

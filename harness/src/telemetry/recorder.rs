@@ -702,6 +702,11 @@ impl ScenarioTelemetry {
         self.inner.sim_root()
     }
 
+    /// The simulated handset's OPP and CPU-time link, on a simulated handset.
+    pub fn sim_pace(&self) -> Option<Arc<SimPace>> {
+        self.inner.sim_pace()
+    }
+
     /// Stops, attributes every completed query, writes `telemetry.json`.
     pub fn finish(
         self,

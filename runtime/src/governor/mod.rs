@@ -4,7 +4,8 @@
 //! the sysfs thermal-zone sensor (`ZoneSensor`: one zone or the max over several), the
 //! runtime's unprivileged actuators (`DutyCycle`, `ThreadCount`), the opt-in privileged one
 //! (`SysfsFreqCap`), their composition (`Chain`), the tuning rule that derives PID gains from a
-//! plant model (`PidConfig::tuned`), and the per-step serializable record.
+//! plant model (`PidConfig::tuned`), gain scheduling on the measured busy share
+//! (`GainSchedule`), and the per-step serializable record.
 //!
 //! Spec anchors: the PID follows the shape of Linux's power allocator (IPA,
 //! `drivers/thermal/gov_power_allocator.c`): error = target − T, separate proportional gains
@@ -22,18 +23,21 @@
 //! `table[k]` (e.g. the platform power of each OPP, in W, as IPA's power actors report it),
 //! and the output is quantized on that table.
 //!
-//! Files: [`pid`] (the PID controller, its configuration and tuning rule), [`step_wise`] (the
+//! Files: [`pid`] (the PID controller, its configuration and tuning rule), [`schedule`] (the
+//! table rescaled to the measured busy share and the PID re-tuned on it), [`step_wise`] (the
 //! step_wise baseline), [`actuators`] (duty cycle, thread count, their chain), [`sysfs`]
 //! (the thermal-zone sensor and the frequency-cap actuator); this file holds the traits, the
 //! level tables, the per-step record and the [`Governor`] that runs one policy.
 
 mod actuators;
 mod pid;
+mod schedule;
 mod step_wise;
 mod sysfs;
 
 pub use actuators::*;
 pub use pid::*;
+pub use schedule::*;
 pub use step_wise::*;
 pub use sysfs::*;
 
@@ -267,6 +271,19 @@ impl Governor {
 
     pub fn levels(&self) -> usize {
         self.levels
+    }
+
+    /// Re-tunes the PID with `cfg` on the level table `outputs` (same number of levels),
+    /// bumplessly from the level in force ([`Pid::retune`]). Only a PID governor has gains.
+    pub fn retune(&mut self, cfg: PidConfig, outputs: Vec<f64>) -> Result<()> {
+        let Controller::Pid(p) = &mut self.ctl else {
+            return Err(Error::Governor(
+                "only a PID governor can be re-tuned".into(),
+            ));
+        };
+        p.retune(cfg, outputs.clone())?;
+        self.table = Some(outputs);
+        Ok(())
     }
 
     /// The PID controller, when that is the policy.

@@ -310,6 +310,33 @@ impl Pid {
         self.last_t = None;
     }
 
+    /// Replaces the configuration and the level table (same number of levels) and keeps
+    /// the controller's state: its output (the budget it asks for, clamped to the new output
+    /// range), integral (clamped to the new limit), filtered measurement and clock. The level
+    /// becomes the one that delivers that output on the new table (with the usual
+    /// hysteresis), so when the table is recalibrated to what each level really delivers,
+    /// the actuator moves at once to the level that delivers the budget.
+    pub fn retune(&mut self, cfg: PidConfig, outputs: Vec<f64>) -> Result<()> {
+        if outputs.len() != self.levels {
+            return Err(Error::Governor(format!(
+                "re-tuning with {} levels, the controller has {}",
+                outputs.len(),
+                self.levels
+            )));
+        }
+        let mut fresh = Self::with_level_outputs(cfg, outputs)?;
+        let c = &fresh.cfg;
+        fresh.last_t = self.last_t;
+        fresh.last_valid_t = self.last_valid_t;
+        fresh.filtered = self.filtered;
+        fresh.integral = self.integral.clamp(-c.integral_limit, c.integral_limit);
+        fresh.output = self.output.clamp(c.output_min, c.output_max);
+        fresh.level = self.level.min(fresh.levels - 1);
+        fresh.level = fresh.quantize(fresh.output);
+        *self = fresh;
+        Ok(())
+    }
+
     /// The output level `level` delivers.
     pub fn output_for_level(&self, level: usize) -> f64 {
         self.table[level.min(self.levels - 1)]

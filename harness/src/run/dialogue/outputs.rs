@@ -95,7 +95,7 @@ pub fn intervals(records: &[DialogueRecord]) -> Vec<(String, u64, u64, u64)> {
 
 /// Writes `tokens.csv` (one row per generated token, ms from the first dialogue's start;
 /// `query` numbers the turns as in `performance.per_query`).
-/// With a governor, its per-token columns follow (`gov_temp_c` … `gov_pause_ms`, as in the
+/// With a governor, its per-token columns follow (`gov_temp_c` … `gov_busy_share`, as in the
 /// other scenarios' `tokens.csv`).
 pub fn write_tokens_csv(
     dir: &Path,
