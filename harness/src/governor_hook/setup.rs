@@ -1,5 +1,5 @@
-//! Setting the hook up: which flags apply on which device ([`check_args`]), the sensor's
-//! zones, the level table and plant the governor is tuned on, and the line that says what runs.
+//! Setting the hook up: the sensor's zones, the level table and plant the governor is tuned
+//! on, and the line that says what runs (a controller, or `--governor fixed`'s held level).
 
 use anyhow::{Result, bail};
 use pocketperf_runtime::governor::{ActuatorState, PlantModel, ZoneSensor, ZoneSpec};
