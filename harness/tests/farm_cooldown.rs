@@ -4,66 +4,23 @@
 //! local devices read captured sysfs trees (battery charge, charger state, static
 //! temperatures). Inventory keys are checked with errors naming the key.
 
-use std::path::Path;
-use std::process::Command;
+mod farm_util;
 
+use std::path::Path;
+
+use farm_util::farm_night;
 use pocketperf::farm::inventory::Inventory;
 use pocketperf_testkit::fixtures::{Links, copy_tree_as};
-
-const BIN: &str = env!("CARGO_BIN_EXE_pocketperf");
-
-const STAND_IN: &str = r#"#!/bin/sh
-out=
-while [ $# -gt 0 ]; do
-  case "$1" in --out) out="$2"; shift ;; esac
-  shift
-done
-sleep 0.6
-mkdir -p "$out" && cp "$FAKE_FIXTURE/result.json" "$out/"
-"#;
 
 /// Runs a two-step farm over `devices` (the `[[device]]` tables and any `[defaults]`) and
 /// returns `farm.json`.
 fn farm(root: &Path, devices: &str) -> serde_json::Value {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = root.join("stand-in");
-    std::fs::write(&exe, STAND_IN).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(root.join("m.gguf"), "model\n").unwrap();
-    std::fs::write(root.join("devices.toml"), devices).unwrap();
-    std::fs::write(
-        root.join("suite.toml"),
-        "name = \"t\"\n[[step]]\nname = \"one\"\nargs = [\"run\", \"--out\", \"{out}\"]\n\
-         [[step]]\nname = \"two\"\nargs = [\"run\", \"--out\", \"{out}\"]\n",
-    )
-    .unwrap();
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/tests/fixtures/real-singlestream-a");
-    let o = Command::new(BIN)
-        .current_dir(root)
-        .env("FAKE_FIXTURE", fixture)
-        .args([
-            "farm",
-            "run",
-            "--devices",
-            "devices.toml",
-            "--suite",
-            "suite.toml",
-        ])
-        .args([
-            "--out", "results", "--binary", "stand-in", "--model", "m.gguf",
-        ])
-        .output()
-        .unwrap();
-    let night = std::fs::read_dir(root.join("results"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.join("farm.json").is_file())
-        .unwrap_or_else(|| panic!("{}", pocketperf_testkit::output_text(&o)));
+    let suite = "name = \"t\"\n[[step]]\nname = \"one\"\nargs = [\"run\", \"--out\", \"{out}\"]\n\
+                 [[step]]\nname = \"two\"\nargs = [\"run\", \"--out\", \"{out}\"]\n";
+    let (_, night, report) = farm_night(root, devices, suite, 0.6);
     let md = std::fs::read_to_string(night.join("farm.md")).unwrap();
     assert!(md.contains("## Device at the start of each step"), "{md}");
-    serde_json::from_str(&std::fs::read_to_string(night.join("farm.json")).unwrap()).unwrap()
+    report
 }
 
 /// The `start` record of `device`'s `step`.

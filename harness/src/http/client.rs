@@ -177,6 +177,12 @@ impl HttpClient {
         &self.base
     }
 
+    /// The system under test as the results name it: the server's model id, this address and
+    /// the endpoint `api` uses.
+    pub fn sut_name(&self, model: &ServerModel, api: ApiKind) -> String {
+        format!("{} over HTTP at {} ({})", model.id, self.base, api.path())
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -353,12 +353,7 @@ impl HttpSut {
             reason,
         })?;
         let model = client.model()?;
-        let name = format!(
-            "{} over HTTP at {} ({})",
-            model.id,
-            client.base(),
-            cfg.api.path()
-        );
+        let name = client.sut_name(&model, cfg.api);
         let (jobs_tx, jobs_rx) = channel::<Query>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
         let (ev_tx, ev_rx) = channel();

@@ -46,12 +46,7 @@ impl<'t> HttpDialogueSut<'t> {
         let client = HttpClient::new(&cfg.base_url, 1, cfg.request_timeout, cfg.stall_timeout)
             .map_err(|e| anyhow!(e))?;
         let model = client.model()?;
-        let name = format!(
-            "{} over HTTP at {} ({})",
-            model.id,
-            client.base(),
-            cfg.api.path()
-        );
+        let name = client.sut_name(&model, cfg.api);
         Ok(HttpDialogueSut {
             tokenizer,
             client,
