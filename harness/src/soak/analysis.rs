@@ -254,19 +254,11 @@ pub struct Plan {
 
 impl Plan {
     /// The plan of a soak of `cfg` with windows `w` on a device that offered `thermal_zones`
-    /// temperature sensors (`None`: not journaled), against a server that reports its memory
-    /// or not (`memory_reported`).
-    pub fn new(
-        cfg: &SoakConfig,
-        w: ResolvedWindows,
-        thermal_zones: Option<usize>,
-        memory_reported: bool,
-    ) -> Plan {
+    /// temperature sensors (`None`: not journaled).
+    pub fn new(cfg: &SoakConfig, w: ResolvedWindows, thermal_zones: Option<usize>) -> Plan {
         let d = cfg.duration_s;
         let after = d - w.warmup_s;
-        let memory = if !memory_reported {
-            Err("the server does not report its memory".to_string())
-        } else if after <= 0.0 {
+        let memory = if after <= 0.0 {
             Err(format!(
                 "the soak ({}) is no longer than its warm-up ({})",
                 format_duration(d),
@@ -436,10 +428,10 @@ pub fn analyze(entries: &[Entry], cfg: &SoakConfig, warm_served: u64) -> Analysi
         .chain(&timeouts)
         .filter(|f| f.failure.item == ItemKey::Stats)
         .count() as u64;
-    // A server that answered `stats` with `unknown_op` and never with a sample does not
-    // report its memory (a server over HTTP other than ours).
-    let memory_reported = !(rss_points.is_empty() && counts.stats_unsupported > 0);
-    let plan = Plan::new(cfg, windows, counts.thermal_zones, memory_reported);
+    let mut plan = Plan::new(cfg, windows, counts.thermal_zones);
+    if rss_points.is_empty() && counts.stats_unsupported > 0 {
+        plan.memory = Err("the server does not report its memory".to_string());
+    }
     let mut checks = vec![
         evidence_check(&counts, status, soak_time_s, cfg.duration_s),
         check(
@@ -1302,7 +1294,7 @@ mod tests {
         assert_eq!(span, 200.0);
         assert!((rate - 12.0 * 3600.0 / 200.0).abs() < 1e-9);
         let c = cfg(1000.0);
-        let plan = Plan::new(&c, c.windows(), None, true);
+        let plan = Plan::new(&c, c.windows(), None);
         let ctx = (&plan, RunStatus::Completed, &Counts::default());
         assert_eq!(
             major_faults_check(&refs, 100.0, 0, 100.0, ctx).verdict,
