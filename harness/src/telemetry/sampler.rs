@@ -692,6 +692,11 @@ impl SamplerCore {
         let mut write = || -> csv::Result<()> {
             if !self.header_written {
                 self.header_written = true;
+                // Where `t_s = 0` lies on the caller's clock, so that readers can place the
+                // intervals of result.json and telemetry.json (caller-clock ns) on the rows.
+                if let Some(t0) = self.start_ns {
+                    self.metadata.push((T0_NS_KEY.to_string(), t0.to_string()));
+                }
                 start_rows(w, &self.metadata, &self.columns)?;
             }
             let CsvOut::Rows(w) = w else {
@@ -822,6 +827,10 @@ enum CsvOut {
     /// Writing the header failed (the error is kept by the sampler).
     Failed,
 }
+
+/// Metadata key of the first sample's instant on the caller's clock, ns: row `t_s` was taken
+/// at `t0_ns + t_s·10⁹` on that clock.
+pub const T0_NS_KEY: &str = "t0_ns";
 
 /// Writes the `# key=value` comment lines (line breaks in values become spaces) straight to
 /// the file, then hands it to a `csv::Writer` that writes the header record `t_s,<columns>`
