@@ -136,14 +136,21 @@ impl Phones {
     }
 
     /// Runs a two-step suite (`one`, `two`) over `[defaults]` and one `[[device]]` per
-    /// `(name, serial, extra keys)`, each with a remote directory of its own; expects exit 0.
+    /// `(name, serial, extra keys)`, each with a remote directory of its own whose name a
+    /// naively quoted `probe` command line would run (`pwned-*`); expects exit 0 and that
+    /// nothing ran.
     fn run(&self, defaults: &str, devices: &[(&str, &str, &str)]) -> Night {
         let root = self.tmp.path();
         let mut toml = format!("[defaults]\n{defaults}\n");
         for (name, serial, extra) in devices {
             toml.push_str(&format!(
                 "\n[[device]]\nname = \"{name}\"\ntransport = \"adb:{serial}\"\nremote_dir = {}\n{extra}\n",
-                toml::Value::String(root.join(format!("on-{name}")).to_str().unwrap().into()),
+                toml::Value::String(
+                    root.join(format!("on {name} 'it''s' \"$(touch pwned-{name})\" `touch pwned`"))
+                        .to_str()
+                        .unwrap()
+                        .into()
+                ),
             ));
         }
         std::fs::write(root.join("devices.toml"), toml).unwrap();
