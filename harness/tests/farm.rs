@@ -1,90 +1,20 @@
 //! The device farm end to end, with a fake `adb` on `PATH` emulating two phones (storage in
 //! directories of this host, `adb shell` through a real `sh`), plus a simulated handset over
-//! the local transport. The binary pushed is a stand-in that checks what the farm pushed and
-//! writes a recorded real run (`reports/tests/fixtures/`) as the step's result.
+//! the local transport (the fake `adb` and the stand-in are `adb_util`'s). The binary pushed is
+//! a stand-in that checks what the farm pushed and writes a recorded real run
+//! (`reports/tests/fixtures/`) as the step's result.
 //! Also: the remote quoting round-trips through every POSIX shell installed here.
+
+mod adb_util;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use adb_util::{FAKE_POCKETPERF, fixture, write_exe};
 use pocketperf::farm::shell;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pocketperf");
-
-const FAKE_ADB: &str = r#"#!/bin/sh
-# Fake adb: devices are directories under $FAKE_ADB_STATE/devices/<serial>; their storage is
-# this host's filesystem. Every invocation's argv is logged, NUL-separated, in a file of its
-# own (the farm drives devices in parallel; one shared log would interleave records).
-state="$FAKE_ADB_STATE"
-mkdir -p "$state/argv"
-rec=$(mktemp "$state/argv/call.XXXXXXXX") || exit 1
-for a in "$@"; do printf '%s\000' "$a"; done > "$rec"
-[ "$1" = "-s" ] || { echo "fake adb: expected -s SERIAL first" >&2; exit 1; }
-serial="$2"; shift 2
-dev="$state/devices/$serial"
-[ -d "$dev" ] || { echo "error: device '$serial' not found" >&2; exit 1; }
-if [ -f "$dev/offline" ]; then
-  n=$(cat "$dev/offline_calls" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$dev/offline_calls"
-  back=$(cat "$dev/back_after" 2>/dev/null || echo -1)
-  if [ "$back" -ge 0 ] && [ "$n" -gt "$back" ]; then
-    rm -f "$dev/offline" "$dev/offline_calls"
-  else
-    echo "error: device '$serial' not found" >&2; exit 1
-  fi
-fi
-cmd="$1"; shift
-case "$cmd" in
-  get-state) echo device ;;
-  push) [ $# -eq 2 ] || exit 1; cp "$1" "$2" || exit 1; echo "$1: 1 file pushed." ;;
-  pull) [ $# -eq 2 ] || exit 1; cp -R "$1" "$2" || exit 1; echo "$1: 1 file pulled." ;;
-  shell)
-    [ $# -eq 1 ] || { echo "fake adb: the farm passes one command line" >&2; exit 1; }
-    case "$1" in *"2>&1"*)
-      runs=$(cat "$dev/runs" 2>/dev/null || echo 0); runs=$((runs + 1)); echo "$runs" > "$dev/runs"
-      if [ "$runs" -eq "$(cat "$dev/drop_at_run" 2>/dev/null || echo 0)" ]; then
-        touch "$dev/offline"; echo "error: closed" >&2; exit 1
-      fi ;;
-    esac
-    cd "$state" && FAKE_FIXTURE="$(cat "$dev/fixture")" sh -c "$1" ;;
-  *) echo "fake adb: unsupported command $cmd" >&2; exit 1 ;;
-esac
-"#;
-
-const FAKE_POCKETPERF: &str = r#"#!/bin/sh
-# Stand-in for pocketperf on a device: checks what the farm pushed, then writes a recorded
-# real run as the step's result directory.
-echo "fake pocketperf: $*"
-out=; model=; device=; config=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) out="$2"; shift ;;
-    --model) model="$2"; shift ;;
-    --device) device="$2"; shift ;;
-    --config) config="$2"; shift ;;
-  esac
-  shift
-done
-echo "device=$device"
-[ -n "$out" ] || { echo "no --out" >&2; exit 2; }
-grep -q "fake gguf" "$model" || { echo "model $model was not pushed" >&2; exit 2; }
-[ -z "$config" ] || grep -q "min_query_count" "$config" || { echo "config $config was not pushed" >&2; exit 2; }
-mkdir -p "$out" && cp "$FAKE_FIXTURE/result.json" "$FAKE_FIXTURE/tokens.csv" "$out/"
-"#;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../reports/tests/fixtures")
-        .join(name)
-        .canonicalize()
-        .unwrap()
-}
-
-fn write_exe(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
 
 /// Serials and remote paths chosen to break naive quoting, on the host or on the device.
 const SERIAL_A: &str = "A 'one' \"1\"";
@@ -93,7 +23,8 @@ const SERIAL_B: &str = "B;touch pwned-host";
 struct Farm {
     tmp: tempfile::TempDir,
     state: PathBuf,
-    bin_dir: PathBuf,
+    /// `PATH` with the fake `adb` first.
+    path: String,
 }
 
 impl Farm {
@@ -101,9 +32,7 @@ impl Farm {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         let state = root.join("adb-state");
-        let bin_dir = root.join("bin");
-        std::fs::create_dir_all(&bin_dir).unwrap();
-        write_exe(&bin_dir.join("adb"), FAKE_ADB);
+        let path = adb_util::install_adb(&root.join("bin"));
         write_exe(&root.join("fake-pocketperf"), FAKE_POCKETPERF);
         std::fs::write(root.join("fake model.gguf"), "fake gguf\n").unwrap();
         for (serial, fix) in [
@@ -176,11 +105,7 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
         .unwrap();
         // A host file an injected `rm`/`touch` would hit.
         std::fs::write(root.join("canary"), "still here").unwrap();
-        Farm {
-            tmp,
-            state,
-            bin_dir,
-        }
+        Farm { tmp, state, path }
     }
 
     fn root(&self) -> &Path {
@@ -193,14 +118,9 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
 
     /// The `farm run` command line of this farm (results into `results/`).
     fn command(&self) -> Command {
-        let path = format!(
-            "{}:{}",
-            self.bin_dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
         let mut cmd = Command::new(BIN);
         cmd.current_dir(self.root())
-            .env("PATH", path)
+            .env("PATH", &self.path)
             .env("FAKE_ADB_STATE", &self.state)
             .env("FAKE_FIXTURE", fixture("real-singlestream-a"))
             .args([
@@ -255,18 +175,7 @@ args = ["run", "--scenario", "offline", "--model", "{model}", "--device", "{devi
 
     /// Every adb invocation's argv, as the fake adb recorded it.
     fn adb_calls(&self) -> Vec<Vec<String>> {
-        let Ok(dir) = std::fs::read_dir(self.state.join("argv")) else {
-            return Vec::new();
-        };
-        dir.filter_map(|e| e.ok())
-            .map(|e| std::fs::read(e.path()).unwrap())
-            .map(|r| {
-                r.split(|&b| b == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect()
-            })
-            .collect()
+        adb_util::adb_calls(&self.state)
     }
 }
 
