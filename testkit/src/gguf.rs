@@ -60,7 +60,7 @@ pub fn synthetic_all_types() -> Vec<u8> {
         .add_metadata("t.arr_bool", Value::Array(Array::Bool(vec![true, false])))
         .add_metadata(
             "t.arr_str",
-            Value::Array(Array::String(vec!["a".into(), "".into(), "ccc".into()])),
+            Value::Array(Array::String(["a", "", "ccc"].into_iter().collect())),
         )
         .add_metadata("t.arr_u64", Value::Array(Array::U64(vec![9, 10])))
         .add_metadata("t.arr_empty", Value::Array(Array::I32(vec![])))
@@ -68,7 +68,7 @@ pub fn synthetic_all_types() -> Vec<u8> {
             "t.arr_nested",
             Value::Array(Array::Array(vec![
                 Array::I32(vec![1, 2]),
-                Array::String(vec!["x".into()]),
+                Array::String(["x"].into_iter().collect()),
             ])),
         );
     let mut rng = Rng::new(7);
@@ -254,7 +254,10 @@ pub fn tiny_llama(c: TinyLlama) -> Vec<u8> {
         .add_metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
         .add_metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .add_metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
-        .add_metadata("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
+        .add_metadata(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::String(tokens.into())),
+        )
         .add_metadata("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
         .add_metadata(
             "tokenizer.ggml.merges",

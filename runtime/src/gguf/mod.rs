@@ -15,7 +15,7 @@ mod parse;
 mod value;
 mod writer;
 
-pub use value::{Array, Value, ValueType};
+pub use value::{Array, StrList, StrListFull, Value, ValueType};
 pub use writer::{GgufWriter, MAX_ALIGNMENT, replace_file, same_file, write_aligned};
 
 use std::collections::HashMap;
@@ -267,8 +267,13 @@ impl GgufFile {
 
     /// An array of strings, borrowed.
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
+        self.get_str_list(key).map(|l| l.iter().collect())
+    }
+
+    /// An array of strings as stored (packed).
+    pub fn get_str_list(&self, key: &str) -> Result<&StrList> {
         match self.get_array(key)? {
-            Array::String(v) => Ok(v.iter().map(String::as_str).collect()),
+            Array::String(v) => Ok(v),
             a => Err(Error::Metadata {
                 key: key.to_string(),
                 reason: format!("expected ARRAY[STRING], found ARRAY[{}]", a.elem_type()),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::{
     Array, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_KV, MAX_STRING_LEN,
-    MAX_TENSORS, TensorInfo, Value, ValueType,
+    MAX_TENSORS, StrList, TensorInfo, Value, ValueType,
 };
 use crate::error::{Error, Result};
 use crate::ggml_type::GgmlType;
@@ -87,6 +87,11 @@ impl<'a> Reader<'a> {
 
     /// A GGUF string: u64 length, then that many UTF-8 bytes.
     fn string(&mut self, field: &dyn Fn() -> String) -> Result<String> {
+        self.str_ref(field).map(str::to_string)
+    }
+
+    /// [`Reader::string`], borrowed from the buffer.
+    fn str_ref(&mut self, field: &dyn Fn() -> String) -> Result<&'a str> {
         let at = self.pos;
         let len = self.u64(&|| format!("{} (length)", field()))?;
         if len > MAX_STRING_LEN {
@@ -109,7 +114,7 @@ impl<'a> Reader<'a> {
         let body_at = self.pos;
         let bytes = self.take(len as usize, field)?;
         match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_string()),
+            Ok(s) => Ok(s),
             Err(e) => Err(self.err(
                 field(),
                 body_at + e.valid_up_to(),
@@ -235,9 +240,17 @@ impl<'a> Reader<'a> {
                 Array::Bool(out)
             }
             ValueType::String => {
-                let mut out = Vec::with_capacity(reserve(len));
+                let mut out = StrList::with_capacity(reserve(len));
                 for i in 0..n {
-                    out.push(self.string(&|| format!("{}[{i}]", field()))?);
+                    let at = self.pos;
+                    let s = self.str_ref(&|| format!("{}[{i}]", field()))?;
+                    out.push(s).map_err(|_| {
+                        self.err(
+                            format!("{}[{i}]", field()),
+                            at,
+                            "the array's strings pass 4 GiB together".to_string(),
+                        )
+                    })?;
                 }
                 Array::String(out)
             }

@@ -15,6 +15,7 @@ use fancy_regex::Regex;
 
 use super::fast_hash::{FxBuild, PieceIds, TextIds};
 use crate::error::{Error, Result};
+use crate::gguf::StrList;
 
 /// The GPT-2 split pattern (contractions, letters, numbers, other, trailing whitespace).
 const GPT2_PATTERN: &str =
@@ -157,7 +158,7 @@ const CACHE_CAP: usize = 1 << 18;
 impl BpeModel {
     pub(crate) fn new(
         pre: PreTokenizer,
-        tokens: &[String],
+        tokens: &StrList,
         token_ids: &PieceIds,
         merges: &[&str],
     ) -> Result<BpeModel> {

@@ -6,6 +6,7 @@
 //! probe against the piece it points to. The keys come from the model file, so flooding
 //! resistance buys nothing here.
 
+use crate::gguf::StrList;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -83,13 +84,13 @@ fn hash_of(s: &str) -> u64 {
 /// The pieces of a vocabulary and the id of each piece text; on duplicates the first id
 /// wins.
 pub(crate) struct PieceIds {
-    tokens: Vec<String>,
+    tokens: StrList,
     slots: Vec<u32>,
     mask: usize,
 }
 
 impl PieceIds {
-    pub(crate) fn new(tokens: Vec<String>) -> PieceIds {
+    pub(crate) fn new(tokens: StrList) -> PieceIds {
         let size = (tokens.len() * 2).next_power_of_two().max(16);
         let mask = size - 1;
         let mut slots = vec![EMPTY; size];
@@ -101,7 +102,7 @@ impl PieceIds {
                     slots[i] = id as u32;
                     break;
                 }
-                if tokens[s as usize] == *t {
+                if &tokens[s as usize] == t {
                     break; // a duplicate: the first id stays
                 }
                 i = (i + 1) & mask;
@@ -122,7 +123,7 @@ impl PieceIds {
             if *s == EMPTY {
                 return None;
             }
-            if self.tokens[*s as usize] == piece {
+            if &self.tokens[*s as usize] == piece {
                 return Some(s);
             }
             i = (i + 1) & self.mask;
@@ -134,7 +135,7 @@ impl PieceIds {
     }
 
     /// Every piece, by id.
-    pub(crate) fn tokens(&self) -> &[String] {
+    pub(crate) fn tokens(&self) -> &StrList {
         &self.tokens
     }
 }
@@ -149,7 +150,7 @@ mod tests {
             .map(|i| format!("p{i}"))
             .chain(["p7".into()])
             .collect();
-        let ids = PieceIds::new(tokens);
+        let ids = PieceIds::new(tokens.into());
         for i in 0..5000u32 {
             assert_eq!(ids.get(&format!("p{i}")), Some(&i));
         }

@@ -31,7 +31,7 @@ pub use prompt::{Prompt, PromptInput};
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, StrList};
 use fast_hash::PieceIds;
 
 /// Token types as stored in `tokenizer.ggml.token_type` (llama.cpp's `llama_token_type`).
@@ -188,11 +188,7 @@ impl Tokenizer {
     /// Builds the tokenizer described by `tokenizer.ggml.*` metadata.
     pub fn from_gguf(g: &GgufFile) -> Result<Tokenizer> {
         let model = g.get_str("tokenizer.ggml.model")?;
-        let tokens: Vec<String> = g
-            .get_str_array("tokenizer.ggml.tokens")?
-            .into_iter()
-            .map(str::to_string)
-            .collect();
+        let tokens: StrList = g.get_str_list("tokenizer.ggml.tokens")?.clone();
         if tokens.is_empty() || tokens.len() > u32::MAX as usize / 2 {
             return Err(tok_err(format!(
                 "tokenizer.ggml.tokens has {} entries",
@@ -300,7 +296,7 @@ impl Tokenizer {
         let mut eog: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
         for (i, t) in tokens.iter().enumerate() {
             if matches!(types[i], TokenType::Control | TokenType::UserDefined)
-                && EOG_TEXTS.contains(&t.as_str())
+                && EOG_TEXTS.contains(&t)
             {
                 eog.push(i as u32);
             }
@@ -432,7 +428,7 @@ impl Tokenizer {
             if !parse_special && matches!(ty, TokenType::Control | TokenType::Unknown) {
                 continue;
             }
-            let pat = self.ids.tokens()[id as usize].as_str();
+            let pat = &self.ids.tokens()[id as usize];
             next.clear();
             let mut changed = false;
             for f in &frags {
@@ -489,7 +485,7 @@ impl Tokenizer {
 
     /// The token's text as stored in the vocabulary (byte-level form, e.g. `Ġworld`).
     pub fn token_piece(&self, id: u32) -> Option<&str> {
-        self.ids.tokens().get(id as usize).map(String::as_str)
+        self.ids.tokens().get(id as usize)
     }
 
     pub fn token_id(&self, piece: &str) -> Option<u32> {

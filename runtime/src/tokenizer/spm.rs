@@ -18,6 +18,7 @@ use std::collections::BinaryHeap;
 
 use super::fast_hash::PieceIds;
 use crate::error::{Error, Result};
+use crate::gguf::StrList;
 
 /// The space marker of SentencePiece pieces.
 pub(crate) const SPACE_MARK: char = '\u{2581}';
@@ -74,7 +75,7 @@ const NONE: usize = usize::MAX;
 impl SpmModel {
     /// Builds the model from the vocabulary and `tokenizer.ggml.scores` (one per token).
     pub(crate) fn new(
-        tokens: &[String],
+        tokens: &StrList,
         ids: &PieceIds,
         scores: &[f32],
         unk: Option<u32>,
@@ -218,13 +219,14 @@ pub(crate) fn byte_of_piece(piece: &str) -> Option<u8> {
 mod tests {
     use super::*;
 
-    fn model(pieces: &[(&str, f32)]) -> (Vec<String>, PieceIds, SpmModel) {
+    fn model(pieces: &[(&str, f32)]) -> (StrList, PieceIds, SpmModel) {
         let mut tokens: Vec<String> = pieces.iter().map(|p| p.0.to_string()).collect();
         let mut scores: Vec<f32> = pieces.iter().map(|p| p.1).collect();
         for b in 0..=255u8 {
             tokens.push(format!("<0x{b:02X}>"));
             scores.push(0.0);
         }
+        let tokens: StrList = tokens.into();
         let ids = PieceIds::new(tokens.clone());
         let m = SpmModel::new(&tokens, &ids, &scores, None, false).unwrap();
         (tokens, ids, m)
