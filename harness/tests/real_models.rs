@@ -439,4 +439,20 @@ fn gemma3_bench_at_a_depth_past_its_sliding_window_measures_every_repetition() {
         let t = r["tokens_per_s_median"].as_f64().unwrap_or(0.0);
         assert!(t.is_finite() && t > 0.0, "{r}");
     }
+    // The memory budget counts the KV of every layer, the 15 sliding-window layers' ring too:
+    // the session holds 600 + 8 + 1 = 609 positions, within the window plus the prefill
+    // batch, so each of the 18 layers keeps at least 609 slots of K and V (one KV head of 256
+    // f16 values each: 1 KiB per slot and layer), at most one 16-slot tile and a page more.
+    let m = &b["memory"];
+    let kv = m["kv_bytes"].as_u64().expect("kv_bytes");
+    let (lo, hi) = (18 * 609 * 1024, 18 * (609 + 16) * 1024 + 2 * 4096);
+    assert!(
+        (lo..=hi).contains(&kv),
+        "KV {kv} bytes outside {lo}..={hi}: {m}"
+    );
+    assert_eq!(
+        m["budget_bytes"].as_u64(),
+        Some(m["model_file_bytes"].as_u64().unwrap() + kv + (64 << 20)),
+        "{m}"
+    );
 }

@@ -64,6 +64,12 @@ fn rewind(s: &mut Session<'_>, depth: usize, ctx: &[u32]) -> Result<()> {
     Ok(())
 }
 
+/// The KV a session maps: the full-context cache and, on models with sliding-window layers
+/// (Gemma 3), their own window-sized ring.
+fn kv_bytes(f: &pocketperf_runtime::model::Forward) -> u64 {
+    (f.kv().bytes() + f.kv_swa().map_or(0, |k| k.bytes())) as u64
+}
+
 /// The rows of one model, ordered thread count → pp tests → tg tests → batched tests (each
 /// in the order of its list, then by depth), and the largest KV mapping used at once.
 pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<BenchRow>, u64)> {
@@ -97,7 +103,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
             max_batch: prefill_batch.clamp(1, 512),
             ..Default::default()
         })?;
-        kv_max = kv_max.max(s.forward_state().map_or(0, |f| f.kv().bytes() as u64));
+        kv_max = kv_max.max(s.forward_state().map_or(0, kv_bytes));
         // warm-up (page cache, pool, caches)
         s.prefill(&bench_tokens(8.min(prefill_batch.max(1)), vocab))?;
         // Rows keyed by their place in the output order.
@@ -190,7 +196,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 kv_max = kv_max.max(
                     sessions
                         .iter()
-                        .map(|x| x.forward_state().map_or(0, |f| f.kv().bytes() as u64))
+                        .map(|x| x.forward_state().map_or(0, kv_bytes))
                         .sum::<u64>(),
                 );
                 if depth > 0 {
