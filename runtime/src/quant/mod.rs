@@ -36,6 +36,7 @@
 //! share the private tier and layout types; the kernels themselves live in the per-tier
 //! modules.
 
+pub mod act;
 pub mod attn;
 pub mod blocks;
 pub mod kquants;
