@@ -519,7 +519,8 @@ mod x86 {
     }
 
     /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
-    /// up to four heads and 64 columns per pass.
+    /// up to six heads and 64 columns per pass (24 accumulators, 4 value registers and a
+    /// broadcast: each widened value row serves six heads).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn accum_f16(
@@ -542,7 +543,7 @@ mod x86 {
                 let col = 16 * c0;
                 let mut h0 = 0;
                 while h0 < nq {
-                    let hn = (nq - h0).min(4);
+                    let hn = (nq - h0).min(6);
                     let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
                     macro_rules! go {
                         ($h:literal) => {
@@ -558,7 +559,9 @@ mod x86 {
                         1 => go!(1),
                         2 => go!(2),
                         3 => go!(3),
-                        _ => go!(4),
+                        4 => go!(4),
+                        5 => go!(5),
+                        _ => go!(6),
                     }
                     h0 += hn;
                 }
