@@ -16,7 +16,9 @@
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
 //!   several context lengths;
 //! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row (Q8_1
-//!   blocks, and Q8_K for the K-quants).
+//!   blocks, and Q8_K for the K-quants);
+//! - `gelu_mul/<tier>/<n>`: Gemma 3's GeGLU gate over one FFN row (2048) and a 64-row prefill
+//!   tile, on the scalar reference tier and on the selected tier (throughput in elements).
 //!
 //! Run with `cargo bench -p pocketperf-runtime --bench kernels` (`POCKETPERF_ISA` selects the
 //! tier).
@@ -25,7 +27,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use half::f16;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::pool::ThreadPool;
-use pocketperf_runtime::quant::{self, QuantizedActs, WeightMatrix, attn};
+use pocketperf_runtime::quant::{self, QuantizedActs, WeightMatrix, act, attn};
 use std::hint::black_box;
 
 fn isa() -> quant::Isa {
@@ -299,6 +301,26 @@ fn rmsnorm_quantize(c: &mut Criterion) {
     g.finish();
 }
 
+fn gelu_mul(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gelu_mul");
+    for isa in [quant::Isa::Scalar, isa()] {
+        for n in [2048usize, 64 * 2048] {
+            // Gate values of a model's range (about ±4) and an up row.
+            let x: Vec<f32> = acts(1, n).iter().map(|v| v * 8.0).collect();
+            let u = acts(1, n);
+            let mut y = x.clone();
+            g.throughput(Throughput::Elements(n as u64));
+            g.bench_function(BenchmarkId::new(isa.to_string(), n), |b| {
+                b.iter(|| {
+                    y.copy_from_slice(&x);
+                    act::gelu_mul(isa, black_box(&mut y), &u);
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     matvec,
@@ -308,6 +330,7 @@ criterion_group!(
     matvec_head,
     gemm_k,
     attention,
-    rmsnorm_quantize
+    rmsnorm_quantize,
+    gelu_mul
 );
 criterion_main!(benches);

@@ -145,6 +145,11 @@ pub fn chunk_state(
     let (l, o) = rest.split_at_mut(nq);
     let o = &mut o[..nq * hd];
     let (s0, s1) = ((c * CHUNK).max(lo), ((c + 1) * CHUNK).min(hi));
+    // The rows' extreme positions: a block whose slots every row sees needs no mask.
+    let (pmin, pmax) = qs
+        .pos
+        .iter()
+        .fold((u32::MAX, 0), |(a, b), &p| (a.min(p), b.max(p)));
     let mut b0 = s0 / BLOCK * BLOCK;
     while b0 < s1 {
         // From a multiple of 16 so that the lanes of the sums follow the slot index; any
@@ -163,7 +168,14 @@ pub fn chunk_state(
             sc,
             BLOCK,
         );
-        for (r, &rp) in qs.pos.iter().enumerate() {
+        let (smin, smax) = kv.positions[a..e]
+            .iter()
+            .fold((u32::MAX, 0), |(x, y), &p| (x.min(p), y.max(p)));
+        // Every row sees every slot of the block (the bulk of a long causal prefix): the mask
+        // would change nothing.
+        let all_seen = smax <= pmin && pmax.checked_sub(smin).is_some_and(|d| d < qs.window);
+        let masked_rows = if all_seen { 0 } else { qs.pos.len() };
+        for (r, &rp) in qs.pos[..masked_rows].iter().enumerate() {
             for (i, &p) in kv.positions[a..e].iter().enumerate() {
                 if !qs.sees(rp, p) {
                     for h in 0..g {

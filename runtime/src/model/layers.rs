@@ -1,12 +1,12 @@
 //! Operations shared by every family: pool jobs (chunked matrix products, fused RMSNorm and
 //! activation quantization), scratch views for workers, softmax, and the scalar reference
 //! forms of RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021; adjacent-pair and NeoX
-//! layouts), SiLU and GELU (tanh form, Hendrycks & Gimpel 2016).
+//! layouts) and SiLU; GELU (tanh form) is [`crate::quant::act`].
 
 use super::config::{FfnAct, RopeLayout};
 use crate::GgmlType;
 use crate::pool::ThreadPool;
-use crate::quant::{self, Isa, OutRows, QuantizedActs, WeightMatrix, attn};
+use crate::quant::{self, Isa, OutRows, QuantizedActs, WeightMatrix, act, attn};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pass_io::Counters;
@@ -201,21 +201,11 @@ pub fn rope(x: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
     }
 }
 
-/// GELU in its tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
-}
-
 /// `g = act(g) · u`, elementwise.
 pub(super) fn gated_act(isa: Isa, act: FfnAct, g: &mut [f32], u: &[f32]) {
     match act {
         FfnAct::Silu => attn::silu_mul(isa, g, u),
-        FfnAct::GeluTanh => {
-            for (a, &b) in g.iter_mut().zip(u) {
-                *a = gelu_tanh(*a) * b;
-            }
-        }
+        FfnAct::GeluTanh => act::gelu_mul(isa, g, u),
     }
 }
 
@@ -282,15 +272,6 @@ mod tests {
         // pairs (0,2) and (1,3)
         assert!((y[0] - th.cos()).abs() < 1e-6 && (y[2] - th.sin()).abs() < 1e-6);
         assert_eq!((y[1], y[3]), (0.0, 2.0));
-    }
-
-    #[test]
-    fn gelu_tanh_values() {
-        assert_eq!(gelu_tanh(0.0), 0.0);
-        // closed form at x = 1: 0.5 (1 + tanh(sqrt(2/pi) * 1.044715))
-        let want = 0.5 * (1.0 + ((2.0f64 / std::f64::consts::PI).sqrt() * 1.044715).tanh());
-        assert!((gelu_tanh(1.0) as f64 - want).abs() < 1e-6);
-        assert!((gelu_tanh(-20.0)).abs() < 1e-6 && (gelu_tanh(20.0) - 20.0).abs() < 1e-4);
     }
 
     #[test]

@@ -59,10 +59,11 @@ mod pass_io;
 mod weights;
 mod workspace;
 
+pub use crate::quant::act::gelu_tanh;
 pub use batch::{BatchForward, SeqSet};
 pub use config::{FfnAct, ModelConfig, RopeLayout, RopeScaling};
 pub(crate) use forward::set_logits_all;
 pub use forward::{Forward, SessionOptions};
-pub use layers::{gelu_tanh, rms_norm, rope, silu};
+pub use layers::{rms_norm, rope, silu};
 pub use pass_io::Counters;
 pub use weights::{LayerWeights, Model};

@@ -52,6 +52,20 @@ pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
     }
 }
 
+/// The constants of [`exp`], shared with the SIMD forms that must return its bits
+/// ([`super::act`]).
+pub(super) mod exp_consts {
+    pub const LOG2E: f32 = f32::from_bits(0x3fb8_aa3b);
+    pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    pub const C2: f32 = f32::from_bits(0x3f00_0000);
+    pub const C3: f32 = f32::from_bits(0x3e2a_aaab);
+    pub const C4: f32 = f32::from_bits(0x3d2a_aaab);
+    pub const C5: f32 = f32::from_bits(0x3c08_8889);
+    pub const C6: f32 = f32::from_bits(0x3ab6_0b61);
+    pub const C7: f32 = f32::from_bits(0x3950_0d01);
+}
+
 /// `e^x` in single precision by one fixed sequence of IEEE-754 additions, subtractions and
 /// multiplications (no fused multiply-add, no platform `libm`), so that the CPU's scalar tier
 /// and the OpenCL kernels (`pp_exp` in `kernels/common.cl`, the same steps and constants) get
@@ -64,15 +78,7 @@ pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
 /// exact value (tested). `x < −87` gives 0 (results below e⁻⁸⁷ ≈ 1.6·10⁻³⁸ would be
 /// subnormal, which GPUs may flush), `x > 88.8` gives +∞, NaN gives NaN.
 pub fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = f32::from_bits(0x3fb8_aa3b);
-    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
-    const C2: f32 = f32::from_bits(0x3f00_0000);
-    const C3: f32 = f32::from_bits(0x3e2a_aaab);
-    const C4: f32 = f32::from_bits(0x3d2a_aaab);
-    const C5: f32 = f32::from_bits(0x3c08_8889);
-    const C6: f32 = f32::from_bits(0x3ab6_0b61);
-    const C7: f32 = f32::from_bits(0x3950_0d01);
+    use exp_consts::*;
     if x.is_nan() {
         return x;
     }
@@ -513,7 +519,8 @@ mod x86 {
     }
 
     /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
-    /// up to four heads and 64 columns per pass.
+    /// up to six heads and 64 columns per pass (24 accumulators, 4 value registers and a
+    /// broadcast: each widened value row serves six heads).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn accum_f16(
@@ -536,7 +543,7 @@ mod x86 {
                 let col = 16 * c0;
                 let mut h0 = 0;
                 while h0 < nq {
-                    let hn = (nq - h0).min(4);
+                    let hn = (nq - h0).min(6);
                     let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
                     macro_rules! go {
                         ($h:literal) => {
@@ -552,7 +559,9 @@ mod x86 {
                         1 => go!(1),
                         2 => go!(2),
                         3 => go!(3),
-                        _ => go!(4),
+                        4 => go!(4),
+                        5 => go!(5),
+                        _ => go!(6),
                     }
                     h0 += hn;
                 }

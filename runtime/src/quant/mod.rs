@@ -36,6 +36,7 @@
 //! share the private tier and layout types; the kernels themselves live in the per-tier
 //! modules.
 
+pub mod act;
 pub mod attn;
 pub mod blocks;
 pub mod kquants;
@@ -122,8 +123,25 @@ impl FromStr for Isa {
     }
 }
 
-/// Whether this CPU can run `isa`.
+/// Whether this CPU can run `isa`. Asked on every kernel call (the attention kernels of a
+/// long prefill take millions), so the answer is detected once per tier and kept.
 pub fn supported(isa: Isa) -> bool {
+    use std::sync::atomic::AtomicU8;
+    // 0: not asked yet, 1: no, 2: yes.
+    static KNOWN: [AtomicU8; 4] = [const { AtomicU8::new(0) }; 4];
+    let slot = &KNOWN[isa as usize];
+    match slot.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let yes = detect(isa);
+            slot.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+fn detect(isa: Isa) -> bool {
     match isa {
         Isa::Scalar => true,
         #[cfg(target_arch = "x86_64")]
