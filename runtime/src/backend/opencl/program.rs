@@ -32,7 +32,10 @@ const LOCAL_BUDGET: u64 = 32 * 1024;
 /// How a matrix wants its activations staged (mirrors `form_of` in common.cl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Form {
+    /// Q8_0/Q8_1-style 32-blocks (Q4_0, Q4_1, Q5_0, Q8_0 matrices).
     Int8,
+    /// Q8_K 256-blocks (K-quant matrices); staged in the Int8 layout (see common.cl).
+    Q8K,
     F16,
     F32,
 }
@@ -41,6 +44,7 @@ pub(crate) fn form_of(ty: GgmlType) -> Form {
     match ty {
         GgmlType::F16 => Form::F16,
         GgmlType::F32 => Form::F32,
+        GgmlType::Q4K | GgmlType::Q6K => Form::Q8K,
         _ => Form::Int8,
     }
 }
@@ -48,7 +52,7 @@ pub(crate) fn form_of(ty: GgmlType) -> Form {
 /// Floats of local memory that staging `tt` tokens of `cols` activations takes.
 fn stage_floats(tt: usize, cols: usize, form: Form) -> usize {
     match form {
-        Form::Int8 => tt * cols / 4 + 2 * tt * (cols / 32),
+        Form::Int8 | Form::Q8K => tt * cols / 4 + 2 * tt * (cols / 32),
         Form::F16 | Form::F32 => tt * cols,
     }
 }

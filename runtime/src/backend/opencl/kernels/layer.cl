@@ -52,7 +52,7 @@ attn_qkv(__global const float *x, __global const float *norm_w, __global const u
     }
 
     norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(wtype));
+    stage_rows(SRC_NORMED, x, norm_w, scl, N_EMBD, t0, nt, 0, st, form_of(wtype));
 
     float acc[TT];
     int row = hh * HEAD_DIM + lid;
@@ -104,38 +104,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 attn_out(__global const float *part, int nsplit, __global const uchar *wo, int to,
          __global float *x, int n) {
     __local float st[STAGE_OUT];
-    int lid = get_local_id(0);
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
-    int form = form_of(to);
-    if (nsplit == 0) {
-        // attention_exact wrote the attention rows themselves
-        stage_plain(part, Q_DIM, t0, nt, st, form);
-    } else {
-        const int nb = Q_DIM / QK;
-        const int rec = HEAD_DIM + 2;
-        for (int blk = lid; blk < nt * nb; blk += WG) {
-            int t = blk / nb, b = blk % nb;
-            int h = (b * QK) / HEAD_DIM, d0 = (b * QK) % HEAD_DIM;
-            __global const float *p = part + ((ulong)(t0 + t) * N_HEADS + h) * NSPLIT_MAX * rec;
-            float m = -INFINITY;
-            for (int i = 0; i < nsplit; i++) m = fmax(m, p[i * rec]);
-            float l = 0.0f;
-            float v[QK];
-            for (int j = 0; j < QK; j++) v[j] = 0.0f;
-            for (int i = 0; i < nsplit; i++) {
-                float mi = p[i * rec];
-                if (mi == -INFINITY) continue;
-                float e = pp_exp(mi - m);
-                l += e * p[i * rec + 1];
-                for (int j = 0; j < QK; j++) v[j] += e * p[i * rec + 2 + d0 + j];
-            }
-            float inv = (l > 0.0f) ? 1.0f / l : 0.0f;
-            for (int j = 0; j < QK; j++) v[j] *= inv;
-            stage_block(st, Q_DIM, t, b, v, form);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    // nsplit = 0: attention_exact wrote the attention rows themselves
+    stage_rows(nsplit == 0 ? SRC_PLAIN : SRC_MERGE, part, 0, 0, Q_DIM, t0, nt, nsplit, st,
+               form_of(to));
 
     int row = get_global_id(0);
     if (row >= N_EMBD) return;
@@ -154,7 +127,7 @@ ffn_gate_up(__global const float *x, __global const float *norm_w, __global cons
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
     norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(tg));
+    stage_rows(SRC_NORMED, x, norm_w, scl, N_EMBD, t0, nt, 0, st, form_of(tg));
 
     int row = get_global_id(0);
     if (row >= N_FF) return;
@@ -173,7 +146,7 @@ ffn_down(__global const float *g, __global const uchar *wd, int td, __global flo
     __local float st[STAGE_DOWN];
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
-    stage_plain(g, N_FF, t0, nt, st, form_of(td));
+    stage_rows(SRC_PLAIN, g, 0, 0, N_FF, t0, nt, 0, st, form_of(td));
 
     int row = get_global_id(0);
     if (row >= N_EMBD) return;
@@ -192,7 +165,7 @@ head(__global const float *x, __global const float *norm_w, __global const uchar
     int r0 = get_group_id(1) * TT;
     int nt = min(TT, n_rows - r0);
     norm_scales(x, N_EMBD, first + r0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, first + r0, nt, scl, st, form_of(tw));
+    stage_rows(SRC_NORMED, x, norm_w, scl, N_EMBD, first + r0, nt, 0, st, form_of(tw));
 
     int row = get_global_id(0);
     if (row >= vocab) return;
