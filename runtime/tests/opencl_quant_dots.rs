@@ -98,7 +98,7 @@ const KERNEL: &str = "
 __kernel void dots(__global const uchar *w, int wtype, int rows, int cols,
                    __global const float *x, int nt, __global float *out, __global float *deq) {
     __local float st[STAGE_T];
-    stage_rows(SRC_PLAIN, x, 0, 0, cols, 0, nt, 0, st, form_of(wtype));
+    stage_rows(SRC_PLAIN, x, 0, 0, cols, 0, nt, 0, 0, 0, 0, 0, st, form_of(wtype));
     int row = get_global_id(0);
     if (row >= rows) return;
     float acc[TT];

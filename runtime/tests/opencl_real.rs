@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 const QWEN: &str = "qwen2.5-coder-0.5b";
+const GEMMA: &str = "gemma3-270m";
 
 /// The CPU engine on its scalar tier and the OpenCL engine of one model.
 struct Pair {
@@ -28,6 +29,11 @@ struct Pair {
 fn qwen() -> &'static Pair {
     static P: OnceLock<Pair> = OnceLock::new();
     P.get_or_init(|| pair(QWEN))
+}
+
+fn gemma() -> &'static Pair {
+    static P: OnceLock<Pair> = OnceLock::new();
+    P.get_or_init(|| pair(GEMMA))
 }
 
 fn pair(name: &str) -> Pair {
@@ -189,4 +195,28 @@ fn qwen2_aligned_copy_is_imported_zero_copy_with_identical_logits() {
         .to_vec();
     let b = zc.session(opts(8)).unwrap().forward(&prompt).unwrap().to_vec();
     assert_eq!(a, b);
+}
+
+/// Gemma 3 (per-head Q/K norms, post-norms, scaled embeddings, GeGLU, sliding-window layers
+/// with their own RoPE base, tied output): the CPU scalar tier's top-1 on every reference
+/// prompt, logits close to it (the device's tanh in GELU rounds its own way).
+#[test]
+fn gemma3_top1_equals_the_cpu_scalar_tier_on_the_reference_prompts() {
+    let _g = device_lock();
+    let t = Instant::now();
+    let r = last_position_logits(GEMMA, gemma());
+    assert_eq!(r.len(), 4);
+    for (case, rms) in r {
+        assert!(rms <= 0.1, "{case}: RMS {rms:.4} from the CPU scalar tier");
+    }
+    eprintln!("{:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
+    let _g = device_lock();
+    let t = Instant::now();
+    let (cpu, cl) = perplexity_pair(GEMMA, gemma(), 2, 48);
+    assert!((cl / cpu - 1.0).abs() < 0.005, "OpenCL {cl:.4} vs CPU {cpu:.4}");
+    eprintln!("{:.1} s", t.elapsed().as_secs_f64());
 }

@@ -5,7 +5,7 @@
 use super::device::ClDeviceInfo;
 use crate::GgmlType;
 use crate::error::{Error, Result};
-use crate::model::{ModelConfig, RopeLayout};
+use crate::model::{FfnAct, ModelConfig, RopeLayout};
 use opencl3::context::Context;
 use opencl3::program::Program;
 
@@ -101,11 +101,11 @@ impl BuildPlan {
                 stage_head: need(&forms.head, tt, c.n_embd),
             };
             let bytes = [
-                p.stage_qkv + 3 * tt * hd + tt,
+                p.stage_qkv + 3 * tt * hd + 2 * tt,
                 p.stage_out,
-                p.stage_ffn + 2 * tt * WG + tt,
+                p.stage_ffn + 2 * tt * WG + 2 * tt,
                 p.stage_down,
-                p.stage_head + 2 * tt * WG + tt,
+                p.stage_head + 2 * tt * WG + 2 * tt,
                 3 * hd,
             ]
             .into_iter()
@@ -130,7 +130,7 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
     if dev.correctly_rounded_div_sqrt {
         o += " -cl-fp32-correctly-rounded-divide-sqrt";
     }
-    let defs: [(&str, usize); 19] = [
+    let defs: [(&str, usize); 21] = [
         ("N_EMBD", c.n_embd),
         ("N_FF", c.n_ff),
         ("Q_DIM", c.q_dim()),
@@ -150,6 +150,8 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
         ("STAGE_HEAD", plan.stage_head),
         ("ATT_BLOCK", crate::model::attention::BLOCK),
         ("ATT_CHUNK", crate::model::attention::CHUNK),
+        ("QK_NORM", usize::from(c.qk_norm)),
+        ("GELU", usize::from(c.ffn_act == FfnAct::GeluTanh)),
     ];
     for (k, v) in defs {
         o += &format!(" -D{k}={v}");

@@ -217,16 +217,39 @@ inline void stage_block(__local float *st, int cols, int t, int b, const float *
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
-inline void norm_scales(__global const float *x, int cols, int t0, int nt, float eps,
-                        __local float *red, __local float *scl) {
+// Value i of token t's residual row: x, or with `post` (a post-normed model) the residual
+// after a sublayer, x + RMSNorm(y) * pw with y's scales in sy (the CPU's norm_add: y
+// normalised, then added).
+inline float resid(__global const float *x, __global const float *y, __global const float *pw,
+                   __local const float *sy, int post, int cols, int t0, int t, int i) {
+    ulong o = (ulong)(t0 + t) * cols + i;
+    return post ? x[o] + (y[o] * sy[t]) * pw[i] : x[o];
+}
+
+// With `post`, writes the tile's residual rows (x + RMSNorm(y) * pw) to `dst`; called by one
+// work-group of a launch, whose other groups read only x and y.
+inline void write_resid(__global const float *x, __global const float *y,
+                        __global const float *pw, __local const float *sy, int cols, int t0,
+                        int nt, __global float *dst) {
+    for (int i = get_local_id(0); i < nt * cols; i += get_local_size(0)) {
+        int t = i / cols, c = i % cols;
+        dst[(ulong)t0 * cols + i] = resid(x, y, pw, sy, 1, cols, t0, t, c);
+    }
+}
+
+inline void norm_scales(__global const float *x, __global const float *y,
+                        __global const float *pw, __local const float *sy, int post, int cols,
+                        int t0, int nt, float eps, __local float *red, __local float *scl) {
     int lid = get_local_id(0), ls = get_local_size(0);
 #ifdef NORM_F64
     __local double *r = (__local double *)red;
     for (int t = 0; t < TT; t++) {
         double s = 0.0;
         if (t < nt) {
-            __global const float *row = x + (ulong)(t0 + t) * cols;
-            for (int i = lid; i < cols; i += ls) s += (double)row[i] * (double)row[i];
+            for (int i = lid; i < cols; i += ls) {
+                double v = (double)resid(x, y, pw, sy, post, cols, t0, t, i);
+                s += v * v;
+            }
         }
         r[t * ls + lid] = s;
     }
@@ -241,10 +264,10 @@ inline void norm_scales(__global const float *x, int cols, int t0, int nt, float
     for (int t = 0; t < TT; t++) {
         float s = 0.0f, c = 0.0f;
         if (t < nt) {
-            __global const float *row = x + (ulong)(t0 + t) * cols;
             for (int i = lid; i < cols; i += ls) {
-                float v = row[i] * row[i];
-                float e = fma(row[i], row[i], -v);
+                float r = resid(x, y, pw, sy, post, cols, t0, t, i);
+                float v = r * r;
+                float e = fma(r, r, -v);
                 float u = s + v;
                 c += (fabs(s) >= fabs(v)) ? ((s - u) + v) : ((v - u) + s);
                 c += e;
@@ -270,15 +293,37 @@ inline void norm_scales(__global const float *x, int cols, int t0, int nt, float
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+// RMSNorm scale of the n values at h (one work-item, in the CPU's order: f64 sum of squares
+// where the device has fp64, else compensated f32).
+inline float vec_scale(__local const float *h, int n, float eps) {
+#ifdef NORM_F64
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)h[i] * (double)h[i];
+    return 1.0f / sqrt((float)(s / (double)n) + eps);
+#else
+    float s = 0.0f, c = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = h[i] * h[i];
+        float u = s + v;
+        c += (fabs(s) >= fabs(v)) ? ((s - u) + v) : ((v - u) + s);
+        c += fma(h[i], h[i], -v);
+        s = u;
+    }
+    return 1.0f / sqrt((s + c) / (float)n + eps);
+#endif
+}
+
 // Where a stage's values come from.
 #define SRC_PLAIN 0  // rows of x as they are
 #define SRC_NORMED 1 // RMSNorm(x) * w, with the tile's scales in scl
 #define SRC_MERGE 2  // the merge of split-attention partials in x (see attn_out)
+// (SRC_NORMED reads resid(): with `post`, the residual x + RMSNorm(y) * pw)
 
 // Block b (32 values) of token t of the tile's source.
 inline void src_block(int src, __global const float *x, __global const float *w,
                       __local const float *scl, int cols, int t0, int t, int b, int nsplit,
-                      float *v) {
+                      __global const float *y, __global const float *pw,
+                      __local const float *sy, int post, float *v) {
     if (src == SRC_MERGE) {
         // x = partial records {m, l, acc[HEAD_DIM]} per (token, head, split); cols = Q_DIM
         const int rec = HEAD_DIM + 2;
@@ -301,7 +346,10 @@ inline void src_block(int src, __global const float *x, __global const float *w,
     }
     __global const float *row = x + (ulong)(t0 + t) * cols + b * QK;
     if (src == SRC_NORMED) {
-        for (int j = 0; j < QK; j++) v[j] = (row[j] * scl[t]) * w[b * QK + j];
+        for (int j = 0; j < QK; j++) {
+            float r = resid(x, y, pw, sy, post, cols, t0, t, b * QK + j);
+            v[j] = (r * scl[t]) * w[b * QK + j];
+        }
     } else {
         for (int j = 0; j < QK; j++) v[j] = row[j];
     }
@@ -315,14 +363,15 @@ inline void src_block(int src, __global const float *x, __global const float *w,
 // (one copy per 32-block). The values are recomputed, bit for bit, in the second pass.
 inline void stage_rows(int src, __global const float *x, __global const float *w,
                        __local const float *scl, int cols, int t0, int nt, int nsplit,
-                       __local float *st, int form) {
+                       __global const float *y, __global const float *pw,
+                       __local const float *sy, int post, __local float *st, int form) {
     int lid = get_local_id(0), ls = get_local_size(0);
     int nb = cols / QK;
     float v[QK];
     if (form != FORM_Q8K) {
         for (int blk = lid; blk < nt * nb; blk += ls) {
             int t = blk / nb, b = blk % nb;
-            src_block(src, x, w, scl, cols, t0, t, b, nsplit, v);
+            src_block(src, x, w, scl, cols, t0, t, b, nsplit, y, pw, sy, post, v);
             stage_block(st, cols, t, b, v, form);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -332,7 +381,7 @@ inline void stage_rows(int src, __global const float *x, __global const float *w
     __local float *dd = stage_s(st, cols);
     for (int blk = lid; blk < nt * nb; blk += ls) {
         int t = blk / nb, b = blk % nb;
-        src_block(src, x, w, scl, cols, t0, t, b, nsplit, v);
+        src_block(src, x, w, scl, cols, t0, t, b, nsplit, y, pw, sy, post, v);
         float amax = 0.0f, m = 0.0f;
         for (int j = 0; j < QK; j++) {
             if (fabs(v[j]) > amax) {
@@ -354,7 +403,7 @@ inline void stage_rows(int src, __global const float *x, __global const float *w
                 m = c;
             }
         }
-        src_block(src, x, w, scl, cols, t0, t, b, nsplit, v);
+        src_block(src, x, w, scl, cols, t0, t, b, nsplit, y, pw, sy, post, v);
         __local char *q = stage_q(st) + t * cols + b * QK;
         if (amax == 0.0f) {
             for (int j = 0; j < QK; j++) q[j] = 0;
