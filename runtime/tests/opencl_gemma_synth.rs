@@ -2,17 +2,27 @@
 //! window (4 positions) is far shorter than the sequence: five local layers (RoPE base
 //! 10,000, window mask) and one global (the file's base), per-head Q/K norms, post-norms,
 //! scaled embeddings, GeGLU, tied output. Prefill and decode logits against the CPU scalar
-//! tier, under both attention kernels, with buffer canaries checked after every launch.
+//! tier, under both attention kernels, with buffer canaries checked after every launch. And
+//! what the kernels do not implement is refused when the engine is created.
 
 mod synth;
-use synth::{TinyGemma, tiny_gemma3};
+use synth::{TinyGemma, rewrite, tiny_gemma3};
+
+use pocketperf_runtime::GgmlType;
+use pocketperf_runtime::gguf::Value;
 
 use pocketperf_runtime::backend::opencl::{ClAttention, ClEngine, ClOptions};
 use pocketperf_runtime::gguf::GgufFile;
 use pocketperf_runtime::model::{Forward, Model, SessionOptions};
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant::Isa;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Serialises the tests' engines: PoCL builds and runs them one at a time here.
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn model(window: usize) -> Model {
     let bytes = tiny_gemma3(TinyGemma {
@@ -83,6 +93,7 @@ fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 
 #[test]
 fn tiny_gemma3_with_a_short_sliding_window_matches_the_cpu_scalar_tier() {
+    let _g = lock();
     let m = model(4);
     let c = m.config();
     assert!(c.n_swa_layers() == 5 && c.qk_norm && c.post_norms && c.embd_scale.is_some());
@@ -101,4 +112,37 @@ fn tiny_gemma3_with_a_short_sliding_window_matches_the_cpu_scalar_tier() {
         assert!(e <= 1e-3, "{}: {e}", attention.name());
         assert!(unwindowed > 100.0 * e.max(1e-5));
     }
+}
+
+/// RoPE frequency scaling and a matrix type without a kernel are refused at load, with what is
+/// missing in the message; the same file without them loads.
+#[test]
+fn what_the_kernels_do_not_implement_is_refused_at_load() {
+    let _g = lock();
+    let base = tiny_gemma3(TinyGemma::default());
+    let load = |bytes: Vec<u8>| {
+        let m = Model::from_gguf(Arc::new(GgufFile::from_bytes("t", bytes).unwrap())).unwrap();
+        ClEngine::new(&m, &ClOptions::default()).map(|_| ())
+    };
+    load(base.clone()).unwrap();
+    let scaled = rewrite(
+        &base,
+        &[
+            ("gemma3.rope.scaling.type", Value::String("linear".into())),
+            ("gemma3.rope.scaling.factor", Value::F32(2.0)),
+        ],
+        &[],
+        vec![],
+    );
+    let e = load(scaled).unwrap_err().to_string();
+    assert!(e.contains("RoPE frequency scaling"), "{e}");
+    // a Q5_1 matrix (no OpenCL kernel): two rows of one 24-byte block
+    let q5_1 = rewrite(
+        &base,
+        &[],
+        &[],
+        vec![("extra.weight".into(), vec![32, 2], GgmlType::Q5_1, vec![0u8; 48])],
+    );
+    let e = load(q5_1).unwrap_err().to_string();
+    assert!(e.contains("extra.weight") && e.contains("Q5_1"), "{e}");
 }

@@ -1,5 +1,6 @@
-//! OpenCL backend: the same Llama-family forward pass as [`crate::model`], as fused kernels
-//! over weights kept in ggml's block formats on the device.
+//! OpenCL backend: the same forward pass as [`crate::model`] for llama, qwen2 and gemma3, as
+//! fused kernels over weights kept in ggml's block formats on the device (F32, F16, Q4_0,
+//! Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
 //!
 //! * [`device`]: platform/device listing (`pocketperf probe`) and selection.
 //! * `program`: the `.cl` sources (embedded with `include_str!`), specialised by `-D` constants.
