@@ -29,7 +29,10 @@ fn model(window: usize) -> Model {
         window,
         ..TinyGemma::default()
     });
-    Model::from_gguf(Arc::new(GgufFile::from_bytes("tiny-gemma3", bytes).unwrap())).unwrap()
+    Model::from_gguf(Arc::new(
+        GgufFile::from_bytes("tiny-gemma3", bytes).unwrap(),
+    ))
+    .unwrap()
 }
 
 fn opts() -> SessionOptions {
@@ -41,7 +44,10 @@ fn opts() -> SessionOptions {
 }
 
 fn max_rel(a: &[f32], b: &[f32]) -> f32 {
-    assert!(a.iter().chain(b).all(|v| v.is_finite()), "non-finite logits");
+    assert!(
+        a.iter().chain(b).all(|v| v.is_finite()),
+        "non-finite logits"
+    );
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
@@ -141,7 +147,12 @@ fn what_the_kernels_do_not_implement_is_refused_at_load() {
         &base,
         &[],
         &[],
-        vec![("extra.weight".into(), vec![32, 2], GgmlType::Q5_1, vec![0u8; 48])],
+        vec![(
+            "extra.weight".into(),
+            vec![32, 2],
+            GgmlType::Q5_1,
+            vec![0u8; 48],
+        )],
     );
     let e = load(q5_1).unwrap_err().to_string();
     assert!(e.contains("extra.weight") && e.contains("Q5_1"), "{e}");

@@ -74,25 +74,33 @@ fn last_position_logits(name: &str, p: &Pair) -> Vec<(String, f64)> {
             .prefill(&prompt)
             .unwrap()
             .to_vec();
-        let got = p
-            .cl
-            .session(opts(64))
-            .unwrap()
-            .prefill(&prompt)
-            .unwrap()
-            .to_vec();
-        assert!(got.iter().all(|v| v.is_finite()), "{case}: non-finite logits");
+        let got =
+            p.cl.session(opts(64))
+                .unwrap()
+                .prefill(&prompt)
+                .unwrap()
+                .to_vec();
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{case}: non-finite logits"
+        );
         let (top, _) = top2(&got);
         let (wt, margin) = top2(&want);
         let r = rms(&got, &want);
-        let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits());
+        let differ = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() != b.to_bits());
         eprintln!(
             "{name} {case}: rms vs cpu scalar {r:.4} ({} of {} logits differ in bits), top-1 \
              {top} (cpu {wt}, margin {margin:.2})",
             differ.count(),
             got.len()
         );
-        assert_eq!(top, wt, "{name} {case}: top-1 differs from the CPU scalar tier");
+        assert_eq!(
+            top, wt,
+            "{name} {case}: top-1 differs from the CPU scalar tier"
+        );
         out.push((case, r));
     }
     out
@@ -153,7 +161,10 @@ fn qwen2_perplexity_is_within_half_a_percent_of_the_cpu() {
     let _g = device_lock();
     let t = Instant::now();
     let (cpu, cl) = perplexity_pair(QWEN, qwen(), 2, 40);
-    assert!((cl / cpu - 1.0).abs() < 0.005, "OpenCL {cl:.4} vs CPU {cpu:.4}");
+    assert!(
+        (cl / cpu - 1.0).abs() < 0.005,
+        "OpenCL {cl:.4} vs CPU {cpu:.4}"
+    );
     eprintln!("{:.1} s", t.elapsed().as_secs_f64());
 }
 
@@ -171,7 +182,10 @@ fn launches_per_token(p: &Pair, tables: usize) {
     let per = d.per_token().unwrap();
     assert_eq!(d.tokens, 2);
     assert_eq!(per.launches, (5 * c.n_layers + 2) as f64);
-    assert_eq!(per.h2d_bytes, (12 + tables * c.rope_dims / 2 * 2 * 4) as f64);
+    assert_eq!(
+        per.h2d_bytes,
+        (12 + tables * c.rope_dims / 2 * 2 * 4) as f64
+    );
     assert_eq!(per.d2h_bytes, (c.vocab_size * 4) as f64);
 }
 
@@ -200,14 +214,18 @@ fn qwen2_aligned_copy_is_imported_zero_copy_with_identical_logits() {
     assert_eq!(zc.weights_import(), WeightImport::ZeroCopy);
     assert_eq!(zc.summary().uploaded_bytes, 0);
     let prompt = [785u32, 6722, 315, 9625, 374];
-    let a = p
-        .cl
+    let a =
+        p.cl.session(opts(8))
+            .unwrap()
+            .prefill(&prompt)
+            .unwrap()
+            .to_vec();
+    let b = zc
         .session(opts(8))
         .unwrap()
-        .prefill(&prompt)
+        .forward(&prompt)
         .unwrap()
         .to_vec();
-    let b = zc.session(opts(8)).unwrap().forward(&prompt).unwrap().to_vec();
     assert_eq!(a, b);
 }
 
@@ -231,6 +249,9 @@ fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
     let _g = device_lock();
     let t = Instant::now();
     let (cpu, cl) = perplexity_pair(GEMMA, gemma(), 3, 64);
-    assert!((cl / cpu - 1.0).abs() < 0.005, "OpenCL {cl:.4} vs CPU {cpu:.4}");
+    assert!(
+        (cl / cpu - 1.0).abs() < 0.005,
+        "OpenCL {cl:.4} vs CPU {cpu:.4}"
+    );
     eprintln!("{:.1} s", t.elapsed().as_secs_f64());
 }

@@ -303,12 +303,18 @@ impl ClForward {
             set(k, n, 18, &layer)?;
             set(k, n, 19, &cap)?;
             set(k, n, 21, &eps)?;
-            let [qn, kn] = lw.qk_norm.map_or([dummy, dummy], |[q, k]| [wbuf(q), wbuf(k)]);
+            let [qn, kn] = lw
+                .qk_norm
+                .map_or([dummy, dummy], |[q, k]| [wbuf(q), wbuf(k)]);
             set(k, n, 22, &qn)?;
             set(k, n, 23, &kn)?;
             // a sliding-window layer reads the second rotary table (its own RoPE base)
             let local = c.is_swa(li) && inner.inv_freq_swa.is_some();
-            let rope_off = if local { self.opts.max_batch * half * 2 } else { 0 };
+            let rope_off = if local {
+                self.opts.max_batch * half * 2
+            } else {
+                0
+            };
             set(k, n, 24, &int(rope_off, "rope table")?)?;
             set(k, n, 25, &mem(&b.h))?;
             set(k, n, 26, &mem(&b.y))?;
