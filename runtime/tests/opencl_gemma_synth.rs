@@ -2,7 +2,8 @@
 //! window (4 positions) is far shorter than the sequence: five local layers (RoPE base
 //! 10,000, window mask) and one global (the file's base), per-head Q/K norms, post-norms,
 //! scaled embeddings, GeGLU, tied output. Prefill and decode logits against the CPU scalar
-//! tier, under both attention kernels, with buffer canaries checked after every launch. And
+//! tier, under both attention kernels (and the norms' f32 path of devices without fp64), with
+//! buffer canaries checked after every launch. And
 //! what the kernels do not implement is refused when the engine is created.
 
 mod synth;
@@ -62,12 +63,13 @@ fn cpu_rows(m: &Model) -> Vec<Vec<f32>> {
     out
 }
 
-fn cl_rows(m: &Model, attention: ClAttention) -> Vec<Vec<f32>> {
+fn cl_rows(m: &Model, attention: ClAttention, no_fp64: bool) -> Vec<Vec<f32>> {
     let cl = ClEngine::new(
         m,
         &ClOptions {
             attention,
             canaries: true,
+            no_fp64,
             ..Default::default()
         },
     )
@@ -107,13 +109,20 @@ fn tiny_gemma3_with_a_short_sliding_window_matches_the_cpu_scalar_tier() {
     // the window matters here: without it the CPU's own logits move far more than the
     // OpenCL ones differ from them
     let unwindowed = worst(&cpu_rows(&model(64)), &want);
-    for attention in [ClAttention::Exact, ClAttention::Split] {
-        let got = cl_rows(&m, attention);
+    // (no_fp64: the norms' sums of squares in compensated f32, the path of devices without
+    // fp64)
+    for (attention, no_fp64) in [
+        (ClAttention::Exact, false),
+        (ClAttention::Split, false),
+        (ClAttention::Exact, true),
+    ] {
+        let got = cl_rows(&m, attention, no_fp64);
         let e = worst(&got, &want);
         eprintln!(
-            "{}: max relative logit error {e:.2e} (a window of 64 instead of 4 moves the CPU's \
-             by {unwindowed:.2e})",
-            attention.name()
+            "{}{}: max relative logit error {e:.2e} (a window of 64 instead of 4 moves the \
+             CPU's by {unwindowed:.2e})",
+            attention.name(),
+            if no_fp64 { ", no fp64" } else { "" }
         );
         assert!(e <= 1e-3, "{}: {e}", attention.name());
         assert!(unwindowed > 100.0 * e.max(1e-5));
