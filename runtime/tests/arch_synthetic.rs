@@ -285,16 +285,14 @@ fn gemma3_prefill_chunks_equal_token_by_token_decode() {
     assert!(max_diff(&one, &window_only) > 1e-2);
 }
 
-/// The OpenCL backend refuses at load what its kernels do not compute, naming the
-/// architecture, before any device is touched.
+/// The OpenCL backend loads gemma3 (its kernels compute Gemma's operations; see
+/// `opencl_gemma_synth.rs`) and refuses at load what they do not compute (RoPE scaling),
+/// before any device is touched.
 #[test]
-fn opencl_refuses_gemma3_and_rope_scaling() {
+fn opencl_loads_gemma3_and_refuses_rope_scaling() {
     use pocketperf_runtime::backend::opencl::{ClEngine, ClOptions};
     let m = gemma(4, 6);
-    let err = ClEngine::new(&m, &ClOptions::default())
-        .err()
-        .expect("gemma3 refused");
-    assert!(err.to_string().contains("gemma3"), "{err}");
+    ClEngine::new(&m, &ClOptions::default()).expect("gemma3 on OpenCL");
     let base = llama();
     let bytes = rewrite(
         &base,

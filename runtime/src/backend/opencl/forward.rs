@@ -61,10 +61,13 @@ struct Bufs {
     step: DevBuf,
     rope: DevBuf,
     scores: DevBuf,
+    /// Post-normed models: the residual after attention, and a sublayer's raw output.
+    h: DevBuf,
+    y: DevBuf,
 }
 
 impl Bufs {
-    fn all_mut(&mut self) -> [&mut DevBuf; 11] {
+    fn all_mut(&mut self) -> [&mut DevBuf; 13] {
         [
             &mut self.x,
             &mut self.q,
@@ -77,6 +80,8 @@ impl Bufs {
             &mut self.step,
             &mut self.rope,
             &mut self.scores,
+            &mut self.h,
+            &mut self.y,
         ]
     }
 }
@@ -96,8 +101,8 @@ pub struct ClForward {
     layers: Vec<[Kernel; 5]>,
     head: Kernel,
     step_host: Vec<u32>,
+    /// cos/sin per token and frequency, one table per RoPE base (global, sliding-window).
     rope_host: Vec<f32>,
-    inv_freq: Vec<f32>,
     logits: Vec<f32>,
     events: Vec<(Event, &'static str)>,
 }
@@ -173,6 +178,9 @@ impl ClForward {
         )?;
         let (b, cap) = (opts.max_batch, opts.max_seq_len);
         let rows = if opts.logits_all { b } else { 1 };
+        let half = (c.rope_dims / 2).max(1);
+        let tables = 1 + usize::from(inner.inv_freq_swa.is_some());
+        let resid = if c.post_norms { b * c.n_embd * 4 } else { 4 };
         let kv_bytes = c.n_layers * c.n_kv_heads * cap * c.head_dim * 2;
         if kv_bytes as u64 > inner.device.max_alloc_bytes {
             return Err(Error::OpenCl(format!(
@@ -194,11 +202,13 @@ impl ClForward {
             vc: nb("v_cache", kv_bytes)?,
             slot_pos: nb("slot_pos", cap * 4)?,
             step: nb("step", b * 3 * 4)?,
-            rope: nb("rope", b * (c.rope_dims / 2).max(1) * 2 * 4)?,
+            rope: nb("rope", tables * b * half * 2 * 4)?,
             scores: nb(
                 "attn_scores",
                 if exact { b * c.n_heads * cap * 4 } else { 4 },
             )?,
+            h: nb("resid_h", resid)?,
+            y: nb("sublayer_y", resid)?,
         };
         let embed = kernel(&inner, "embed")?;
         let head = kernel(&inner, "head")?;
@@ -231,10 +241,7 @@ impl ClForward {
             layers,
             head,
             step_host: vec![0; b * 3],
-            rope_host: vec![0.0; b * (c.rope_dims / 2).max(1) * 2],
-            inv_freq: (0..c.rope_dims / 2)
-                .map(|i| (c.rope_base as f64).powf(-2.0 * i as f64 / c.rope_dims as f64) as f32)
-                .collect(),
+            rope_host: vec![0.0; tables * b * half * 2],
             logits: vec![0.0; rows * c.vocab_size],
             events: Vec::with_capacity(5 * c.n_layers + 2),
             inner,
@@ -251,7 +258,10 @@ impl ClForward {
         let b = &self.bufs;
         let cap = int(self.opts.max_seq_len, "max_seq_len")?;
         let eps = c.rms_eps;
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let scale = c.attn_scale;
+        let post = c.post_norms;
+        let half = (c.rope_dims / 2).max(1);
+        let dummy = inner.dummy.get();
         let wbuf = |i: usize| w.get(i).buf.get();
         let wty = |i: usize| w.get(i).ty.id() as cl_int;
 
@@ -261,6 +271,8 @@ impl ClForward {
         set(k, n, 1, &wty(w.embd))?;
         set(k, n, 2, &mem(&b.step))?;
         set(k, n, 3, &mem(&b.x))?;
+        set(k, n, 5, &c.embd_scale.unwrap_or(1.0))?;
+        set(k, n, 6, &cl_int::from(c.embd_scale.is_some()))?;
 
         for (li, (lw, ks)) in w.layers.iter().zip(&self.layers).enumerate() {
             let layer = li as cl_int;
@@ -291,6 +303,31 @@ impl ClForward {
             set(k, n, 18, &layer)?;
             set(k, n, 19, &cap)?;
             set(k, n, 21, &eps)?;
+            let [qn, kn] = lw
+                .qk_norm
+                .map_or([dummy, dummy], |[q, k]| [wbuf(q), wbuf(k)]);
+            set(k, n, 22, &qn)?;
+            set(k, n, 23, &kn)?;
+            // a sliding-window layer reads the second rotary table (its own RoPE base)
+            let local = c.is_swa(li) && inner.inv_freq_swa.is_some();
+            let rope_off = if local {
+                self.opts.max_batch * half * 2
+            } else {
+                0
+            };
+            set(k, n, 24, &int(rope_off, "rope table")?)?;
+            set(k, n, 25, &mem(&b.h))?;
+            set(k, n, 26, &mem(&b.y))?;
+            // from the second layer on, the input is h + RMSNorm(y) * the previous post_ffw
+            let prev = li.checked_sub(1).and_then(|p| w.layers[p].post_norms);
+            set(k, n, 27, &prev.map_or(dummy, |[_, f]| wbuf(f)))?;
+            set(k, n, 28, &cl_int::from(prev.is_some()))?;
+            set(k, n, 29, &mem(&b.x))?;
+            let window = if c.is_swa(li) && c.sliding_window > 0 {
+                u32::try_from(c.sliding_window).unwrap_or(u32::MAX)
+            } else {
+                u32::MAX
+            };
 
             let (k, n) = (&ks[K_ATT], LAYER_KERNELS[K_ATT]);
             set(k, n, 0, &mem(&b.q))?;
@@ -304,18 +341,22 @@ impl ClForward {
                 set(k, n, 7, &layer)?;
                 set(k, n, 8, &cap)?;
                 set(k, n, 10, &scale)?;
+                set(k, n, 11, &window)?;
             } else {
                 set(k, n, 5, &mem(&b.part))?;
                 set(k, n, 6, &layer)?;
                 set(k, n, 7, &cap)?;
                 set(k, n, 11, &scale)?;
+                set(k, n, 12, &window)?;
             }
 
             let (k, n) = (&ks[K_OUT], LAYER_KERNELS[K_OUT]);
             set(k, n, 0, &mem(&b.part))?;
             set(k, n, 2, &wbuf(lw.wo))?;
             set(k, n, 3, &wty(lw.wo))?;
-            set(k, n, 4, &mem(&b.x))?;
+            // post-normed: y = Wo . attn (normalised by ffn_gate_up); else x += Wo . attn
+            set(k, n, 4, &mem(if post { &b.y } else { &b.x }))?;
+            set(k, n, 6, &cl_int::from(!post))?;
 
             let (k, n) = (&ks[K_FFN], LAYER_KERNELS[K_FFN]);
             set(k, n, 0, &mem(&b.x))?;
@@ -326,17 +367,27 @@ impl ClForward {
             set(k, n, 5, &wty(lw.w_up))?;
             set(k, n, 6, &mem(&b.g))?;
             set(k, n, 8, &eps)?;
+            set(k, n, 9, &mem(&b.y))?;
+            set(k, n, 10, &lw.post_norms.map_or(dummy, |[a, _]| wbuf(a)))?;
+            set(k, n, 11, &cl_int::from(lw.post_norms.is_some()))?;
+            set(k, n, 12, &mem(&b.h))?;
 
             let (k, n) = (&ks[K_DOWN], LAYER_KERNELS[K_DOWN]);
             set(k, n, 0, &mem(&b.g))?;
             set(k, n, 1, &wbuf(lw.w_down))?;
             set(k, n, 2, &wty(lw.w_down))?;
-            set(k, n, 3, &mem(&b.x))?;
+            set(k, n, 3, &mem(if post { &b.y } else { &b.x }))?;
+            set(k, n, 5, &cl_int::from(!post))?;
         }
 
         let k = &self.head;
         let n = "head";
-        set(k, n, 0, &mem(&b.x))?;
+        // post-normed: the final residual is h + RMSNorm(y) * the last post_ffw
+        let last = w.layers.last().and_then(|l| l.post_norms);
+        set(k, n, 0, &mem(if last.is_some() { &b.h } else { &b.x }))?;
+        set(k, n, 9, &mem(&b.y))?;
+        set(k, n, 10, &last.map_or(dummy, |[_, f]| wbuf(f)))?;
+        set(k, n, 11, &cl_int::from(last.is_some()))?;
         set(k, n, 1, &wbuf(w.output_norm))?;
         set(k, n, 2, &wbuf(w.output))?;
         set(k, n, 3, &wty(w.output))?;
@@ -484,24 +535,35 @@ impl ClForward {
             let pos = self.n_past + i as u32;
             let slot = self.kv.claim(pos)?;
             self.step_host[3 * i..3 * i + 3].copy_from_slice(&[t, pos, slot as u32]);
-            // cos/sin exactly as the CPU forward pass computes them (f32 product, f32 trig)
-            let half = self.inv_freq.len();
-            for (j, f) in self.inv_freq.iter().enumerate() {
-                let theta = pos as f32 * f;
-                self.rope_host[2 * (i * half + j)] = theta.cos();
-                self.rope_host[2 * (i * half + j) + 1] = theta.sin();
+            // cos/sin exactly as the CPU forward pass computes them (f32 product, f32 trig),
+            // the sliding-window layers' table `max_batch` rows after the first
+            let tabs = [Some(&inner.inv_freq), inner.inv_freq_swa.as_ref()];
+            for (ti, freqs) in tabs.into_iter().enumerate() {
+                let Some(freqs) = freqs else { continue };
+                let half = freqs.len();
+                let base = ti * self.opts.max_batch * half * 2;
+                for (j, f) in freqs.iter().enumerate() {
+                    let theta = pos as f32 * f;
+                    self.rope_host[base + 2 * (i * half + j)] = theta.cos();
+                    self.rope_host[base + 2 * (i * half + j) + 1] = theta.sin();
+                }
             }
         }
-        let half = self.inv_freq.len();
-        let rope = &self.rope_host[..2 * n * half];
-        if !rope.is_empty() {
-            // SAFETY: blocking write of `2 n half` f32 from a live host slice into the rope
-            // buffer of `2 max_batch half` f32.
+        let half = inner.inv_freq.len();
+        let tables = 1 + usize::from(inner.inv_freq_swa.is_some());
+        for ti in 0..tables {
+            let base = ti * self.opts.max_batch * half * 2;
+            let rope = &self.rope_host[base..base + 2 * n * half];
+            if rope.is_empty() {
+                continue;
+            }
+            // SAFETY: blocking write of `2 n half` f32 from a live host slice into table `ti`
+            // of the rope buffer (`tables` tables of `2 max_batch half` f32; n <= max_batch).
             unsafe {
                 self.inner.queue.enqueue_write_buffer(
                     self.bufs.rope.buffer_mut(),
                     CL_BLOCKING,
-                    0,
+                    base * 4,
                     bytemuck::cast_slice(rope),
                     &[],
                 )

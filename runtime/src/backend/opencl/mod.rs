@@ -1,5 +1,6 @@
-//! OpenCL backend: the same Llama-family forward pass as [`crate::model`], as fused kernels
-//! over weights kept in ggml's block formats on the device.
+//! OpenCL backend: the same forward pass as [`crate::model`] for llama, qwen2 and gemma3, as
+//! fused kernels over weights kept in ggml's block formats on the device (F32, F16, Q4_0,
+//! Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
 //!
 //! * [`device`]: platform/device listing (`pocketperf probe`) and selection.
 //! * `program`: the `.cl` sources (embedded with `include_str!`), specialised by `-D` constants.
@@ -125,6 +126,10 @@ pub(crate) struct Inner {
     /// Bytes of each guard region in canary mode.
     pub guard_size: usize,
     pub build_options: String,
+    /// RoPE inverse frequencies of the global layers and, if the model has sliding-window
+    /// layers, of those (the CPU model's own tables).
+    pub inv_freq: Vec<f32>,
+    pub inv_freq_swa: Option<Vec<f32>>,
 }
 
 /// A model's weights and kernels on one OpenCL device.
@@ -133,26 +138,20 @@ pub struct ClEngine {
 }
 
 /// Refuses, before touching a device, a model whose computation the kernels do not
-/// implement: anything beyond the llama/qwen2 layer (gemma3's norms, GeGLU, scaled
-/// embeddings and sliding-window layers; RoPE scaling) and weight types without a kernel.
+/// implement: an architecture other than llama, qwen2 and gemma3, RoPE frequency scaling, and
+/// weight types without a kernel. (Gemma 3's per-head Q/K norms, post-norms, scaled
+/// embeddings, GeGLU, sliding-window layers with their own RoPE base and tied output run.)
 pub fn check_model(model: &Model) -> Result<()> {
     let c = model.config();
     let unsupported = |what: &str| {
         Err(Error::OpenCl(format!(
-            "architecture `{}`: {what} is not implemented by the OpenCL kernels; run it on              the CPU backend",
+            "architecture `{}`: {what} is not implemented by the OpenCL kernels; run it on \
+             the CPU backend",
             c.arch
         )))
     };
-    if !matches!(c.arch.as_str(), "llama" | "qwen2") {
+    if !matches!(c.arch.as_str(), "llama" | "qwen2" | "gemma3") {
         return unsupported("this architecture");
-    }
-    if c.qk_norm || c.post_norms || c.embd_scale.is_some() || c.n_swa_layers() > 0 {
-        return unsupported(
-            "a layer feature of this file (Q/K norm, post-norms, scaled embeddings or sliding-window layers)",
-        );
-    }
-    if c.ffn_act != crate::model::FfnAct::Silu {
-        return unsupported("a gated activation other than SiLU");
     }
     if c.rope_scaling != crate::model::RopeScaling::None {
         return unsupported("RoPE frequency scaling");
@@ -214,6 +213,7 @@ impl ClEngine {
         let dummy = const_buffer(&ctx, &[0u8; 4], "dummy")?;
         let canaries = opts.canaries || std::env::var(CANARY_ENV).is_ok_and(|v| v == "1");
         let guard_size = (info.mem_base_addr_align as usize).max(4096);
+        let c_swa = (0..model.config().n_layers).find(|&l| model.config().is_swa(l));
         Ok(ClEngine {
             inner: Arc::new(Inner {
                 ctx,
@@ -231,6 +231,8 @@ impl ClEngine {
                 attention: opts.attention,
                 guard_size,
                 build_options,
+                inv_freq: model.rope_inv_freq().to_vec(),
+                inv_freq_swa: c_swa.map(|l| model.rope_inv_freq_for(l).to_vec()),
             }),
         })
     }

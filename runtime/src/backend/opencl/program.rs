@@ -5,7 +5,7 @@
 use super::device::ClDeviceInfo;
 use crate::GgmlType;
 use crate::error::{Error, Result};
-use crate::model::{ModelConfig, RopeLayout};
+use crate::model::{FfnAct, ModelConfig, RopeLayout};
 use opencl3::context::Context;
 use opencl3::program::Program;
 
@@ -32,7 +32,10 @@ const LOCAL_BUDGET: u64 = 32 * 1024;
 /// How a matrix wants its activations staged (mirrors `form_of` in common.cl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Form {
+    /// Q8_0/Q8_1-style 32-blocks (Q4_0, Q4_1, Q5_0, Q8_0 matrices).
     Int8,
+    /// Q8_K 256-blocks (K-quant matrices); staged in the Int8 layout (see common.cl).
+    Q8K,
     F16,
     F32,
 }
@@ -41,6 +44,7 @@ pub(crate) fn form_of(ty: GgmlType) -> Form {
     match ty {
         GgmlType::F16 => Form::F16,
         GgmlType::F32 => Form::F32,
+        GgmlType::Q4K | GgmlType::Q6K => Form::Q8K,
         _ => Form::Int8,
     }
 }
@@ -48,7 +52,7 @@ pub(crate) fn form_of(ty: GgmlType) -> Form {
 /// Floats of local memory that staging `tt` tokens of `cols` activations takes.
 fn stage_floats(tt: usize, cols: usize, form: Form) -> usize {
     match form {
-        Form::Int8 => tt * cols / 4 + 2 * tt * (cols / 32),
+        Form::Int8 | Form::Q8K => tt * cols / 4 + 2 * tt * (cols / 32),
         Form::F16 | Form::F32 => tt * cols,
     }
 }
@@ -97,11 +101,11 @@ impl BuildPlan {
                 stage_head: need(&forms.head, tt, c.n_embd),
             };
             let bytes = [
-                p.stage_qkv + 3 * tt * hd + tt,
+                p.stage_qkv + 3 * tt * hd + 2 * tt,
                 p.stage_out,
-                p.stage_ffn + 2 * tt * WG + tt,
+                p.stage_ffn + 2 * tt * WG + 2 * tt,
                 p.stage_down,
-                p.stage_head + 2 * tt * WG + tt,
+                p.stage_head + 2 * tt * WG + 2 * tt,
                 3 * hd,
             ]
             .into_iter()
@@ -126,7 +130,7 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
     if dev.correctly_rounded_div_sqrt {
         o += " -cl-fp32-correctly-rounded-divide-sqrt";
     }
-    let defs: [(&str, usize); 19] = [
+    let defs: [(&str, usize); 21] = [
         ("N_EMBD", c.n_embd),
         ("N_FF", c.n_ff),
         ("Q_DIM", c.q_dim()),
@@ -146,6 +150,8 @@ pub(crate) fn build_options(c: &ModelConfig, plan: &BuildPlan, dev: &ClDeviceInf
         ("STAGE_HEAD", plan.stage_head),
         ("ATT_BLOCK", crate::model::attention::BLOCK),
         ("ATT_CHUNK", crate::model::attention::CHUNK),
+        ("QK_NORM", usize::from(c.qk_norm)),
+        ("GELU", usize::from(c.ffn_act == FfnAct::GeluTanh)),
     ];
     for (k, v) in defs {
         o += &format!(" -D{k}={v}");

@@ -52,6 +52,10 @@ pub(crate) struct LayerWeights {
     pub w_gate: usize,
     pub w_up: usize,
     pub w_down: usize,
+    /// Per-head gains of Q and K (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: Option<[usize; 2]>,
+    /// Gains of the post-attention and post-FFN norms.
+    pub post_norms: Option<[usize; 2]>,
 }
 
 /// Every tensor the forward pass reads, as indices into `tensors`.
@@ -85,7 +89,14 @@ fn page_size() -> usize {
 pub(super) fn is_matrix_type(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q8_0
+            | GgmlType::Q4K
+            | GgmlType::Q6K
     )
 }
 
@@ -104,7 +115,15 @@ fn wanted(c: &ModelConfig) -> Vec<(String, bool)> {
             push("attn_k.bias", false);
             push("attn_v.bias", false);
         }
+        if c.qk_norm {
+            push("attn_q_norm.weight", false);
+            push("attn_k_norm.weight", false);
+        }
         push("attn_output.weight", true);
+        if c.post_norms {
+            push("post_attention_norm.weight", false);
+            push("post_ffw_norm.weight", false);
+        }
         push("ffn_norm.weight", false);
         push("ffn_gate.weight", true);
         push("ffn_up.weight", true);
@@ -219,6 +238,19 @@ pub(crate) fn import(
             w_gate: at(&n("ffn_gate.weight"))?,
             w_up: at(&n("ffn_up.weight"))?,
             w_down: at(&n("ffn_down.weight"))?,
+            qk_norm: if c.qk_norm {
+                Some([at(&n("attn_q_norm.weight"))?, at(&n("attn_k_norm.weight"))?])
+            } else {
+                None
+            },
+            post_norms: if c.post_norms {
+                Some([
+                    at(&n("post_attention_norm.weight"))?,
+                    at(&n("post_ffw_norm.weight"))?,
+                ])
+            } else {
+                None
+            },
         });
     }
     let embd = at("token_embd.weight")?;

@@ -6,12 +6,13 @@
 // position is after the query's), then, as dimension i, accumulates the values with the
 // online-softmax recurrence (running max m, running sum l, rescaled accumulator). Each
 // group writes the record {m, l, acc[HEAD_DIM]}; attn_out merges the records of the splits.
-// Slot order does not matter (positions mask), so the ring may have wrapped.
+// Slot order does not matter (positions mask), so the ring may have wrapped. A sliding-window
+// layer passes its window (a query at p sees p - window + 1 ..= p), other layers UINT_MAX.
 
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
 attention(__global const float *q, __global const half *kc, __global const half *vc,
           __global const uint *slot_pos, __global const uint *step, __global float *part,
-          int layer, int cap, int used, int nsplit, int chunk, float scale) {
+          int layer, int cap, int used, int nsplit, int chunk, float scale, uint window) {
     __local float qv[HEAD_DIM];
     __local float sc[HEAD_DIM];
     __local float pr[HEAD_DIM];
@@ -36,7 +37,7 @@ attention(__global const float *q, __global const half *kc, __global const half 
     for (int base = begin; base < end; base += HEAD_DIM) {
         int s = base + lid;
         float own = -INFINITY;
-        if (s < end && slot_pos[s] <= p) {
+        if (s < end && slot_pos[s] <= p && p - slot_pos[s] < window) {
             float d = 0.0f;
             for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
             own = d * scale;
@@ -84,7 +85,7 @@ __kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
 attention_exact(__global const float *q, __global const half *kc, __global const half *vc,
                 __global const uint *slot_pos, __global const uint *step,
                 __global float *scores, __global float *out, int layer, int cap, int used,
-                float scale) {
+                float scale, uint window) {
     __local float qv[HEAD_DIM];
     __local float red[HEAD_DIM];
 
@@ -112,7 +113,7 @@ attention_exact(__global const float *q, __global const half *kc, __global const
             float mx = -INFINITY;
             for (int s = b0 + lid; s < b1; s += HEAD_DIM) {
                 float v = -INFINITY;
-                if (slot_pos[s] <= p) {
+                if (slot_pos[s] <= p && p - slot_pos[s] < window) {
                     float d = 0.0f;
                     for (int i = 0; i < HEAD_DIM; i++) d += qv[i] * vload_half(hb + (ulong)s * HEAD_DIM + i, kc);
                     v = d * scale;

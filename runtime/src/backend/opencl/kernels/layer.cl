@@ -10,15 +10,27 @@
 // work-item computes one weight row for all of them (the prefill tiling; decode is TT = 1 in
 // use). The residual stream `x` stays f32.
 //
+// Post-normed models (Gemma 3, POST_NORMS): a sublayer's output y is RMS-normalised before
+// it joins the residual, which needs all of y's row; so attn_out and ffn_down write y, and the
+// next kernel (ffn_gate_up, the next layer's attn_qkv, head) computes the residual
+// x + RMSNorm(y) * pw in every work-group while one group stores it (to h after attention,
+// to x after the feed-forward): still five launches per layer.
+//
 // `step` holds, per token of the batch, {token id, position, KV slot}.
 
-// Embedding rows: x[t][i] = dequant(embd[token[t]])[i].
+// Embedding rows: x[t][i] = dequant(embd[token[t]])[i] (times `scale` if has_scale).
 __kernel void embed(__global const uchar *embd, int etype, __global const uint *step,
-                    __global float *x, int n) {
+                    __global float *x, int n, float scale, int has_scale) {
     int i = get_global_id(0), t = get_global_id(1);
     if (i >= N_EMBD || t >= n) return;
     uint tok = step[t * 3];
-    x[(ulong)t * N_EMBD + i] = dequant_elem(embd, etype, N_EMBD, tok, i);
+    float v = dequant_elem(embd, etype, N_EMBD, tok, i);
+    x[(ulong)t * N_EMBD + i] = has_scale ? v * scale : v;
+}
+
+// GELU, tanh form, with the CPU's operations (model/layers.rs gelu_tanh).
+inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanh(0.7978846f * x * (1.0f + 0.044715f * x * x)));
 }
 
 // One work-group per (head of Q, K or V; tile of TT tokens); work-item = dimension in the head.
@@ -28,10 +40,13 @@ attn_qkv(__global const float *x, __global const float *norm_w, __global const u
          __global const float *bq, __global const float *bk, __global const float *bv,
          int has_bias, __global const uint *step, __global const float *rope,
          __global float *qout, __global half *kc, __global half *vc, __global uint *slot_pos,
-         int layer, int cap, int n, float eps) {
+         int layer, int cap, int n, float eps, __global const float *qn,
+         __global const float *kn, int rope_off, __global const float *h,
+         __global const float *y, __global const float *pw, int post, __global float *xdst) {
     __local float st[STAGE_QKV];
     __local float red[2 * TT * HEAD_DIM] __attribute__((aligned(8)));
     __local float scl[TT];
+    __local float sy[TT];
     __local float res[TT * HEAD_DIM];
 
     int lid = get_local_id(0);
@@ -51,8 +66,13 @@ attn_qkv(__global const float *x, __global const float *norm_w, __global const u
         kind = 2; hh = g - N_HEADS - N_KV_HEADS; w = wv; wtype = tv; bias = bv;
     }
 
-    norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(wtype));
+    // the layer's input: x, or (post-normed, after the first layer) h + RMSNorm(y) * pw
+    __global const float *src = post ? h : x;
+    if (post) norm_scales(y, 0, 0, 0, 0, N_EMBD, t0, nt, eps, red, sy);
+    norm_scales(src, y, pw, sy, post, N_EMBD, t0, nt, eps, red, scl);
+    stage_rows(SRC_NORMED, src, norm_w, scl, N_EMBD, t0, nt, 0, y, pw, sy, post, st,
+               form_of(wtype));
+    if (post && g == 0) write_resid(h, y, pw, sy, N_EMBD, t0, nt, xdst);
 
     float acc[TT];
     int row = hh * HEAD_DIM + lid;
@@ -65,6 +85,17 @@ attn_qkv(__global const float *x, __global const float *norm_w, __global const u
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if QK_NORM
+    // per-head RMSNorm of Q and K before RoPE
+    if (kind != 2) {
+        if (lid < nt) scl[lid] = vec_scale(res + lid * HEAD_DIM, HEAD_DIM, eps);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __global const float *nw = (kind == 0) ? qn : kn;
+        for (int t = 0; t < nt; t++) res[t * HEAD_DIM + lid] = (res[t * HEAD_DIM + lid] * scl[t]) * nw[lid];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#endif
+    rope += rope_off;
 
     for (int t = 0; t < nt; t++) {
         uint pos = step[(t0 + t) * 3 + 1];
@@ -102,59 +133,40 @@ attn_qkv(__global const float *x, __global const float *norm_w, __global const u
 // the attention rows of attention_exact), then y = Wo . attn, x += y.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 attn_out(__global const float *part, int nsplit, __global const uchar *wo, int to,
-         __global float *x, int n) {
+         __global float *x, int n, int accumulate) {
     __local float st[STAGE_OUT];
-    int lid = get_local_id(0);
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
-    int form = form_of(to);
-    if (nsplit == 0) {
-        // attention_exact wrote the attention rows themselves
-        stage_plain(part, Q_DIM, t0, nt, st, form);
-    } else {
-        const int nb = Q_DIM / QK;
-        const int rec = HEAD_DIM + 2;
-        for (int blk = lid; blk < nt * nb; blk += WG) {
-            int t = blk / nb, b = blk % nb;
-            int h = (b * QK) / HEAD_DIM, d0 = (b * QK) % HEAD_DIM;
-            __global const float *p = part + ((ulong)(t0 + t) * N_HEADS + h) * NSPLIT_MAX * rec;
-            float m = -INFINITY;
-            for (int i = 0; i < nsplit; i++) m = fmax(m, p[i * rec]);
-            float l = 0.0f;
-            float v[QK];
-            for (int j = 0; j < QK; j++) v[j] = 0.0f;
-            for (int i = 0; i < nsplit; i++) {
-                float mi = p[i * rec];
-                if (mi == -INFINITY) continue;
-                float e = pp_exp(mi - m);
-                l += e * p[i * rec + 1];
-                for (int j = 0; j < QK; j++) v[j] += e * p[i * rec + 2 + d0 + j];
-            }
-            float inv = (l > 0.0f) ? 1.0f / l : 0.0f;
-            for (int j = 0; j < QK; j++) v[j] *= inv;
-            stage_block(st, Q_DIM, t, b, v, form);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    // nsplit = 0: attention_exact wrote the attention rows themselves
+    stage_rows(nsplit == 0 ? SRC_PLAIN : SRC_MERGE, part, 0, 0, Q_DIM, t0, nt, nsplit, 0, 0, 0,
+               0, st, form_of(to));
 
     int row = get_global_id(0);
     if (row >= N_EMBD) return;
     float acc[TT];
     row_dot_tile(wo, to, row, Q_DIM, st, nt, acc);
-    for (int t = 0; t < nt; t++) x[(ulong)(t0 + t) * N_EMBD + row] += acc[t];
+    for (int t = 0; t < nt; t++) {
+        ulong o = (ulong)(t0 + t) * N_EMBD + row;
+        x[o] = accumulate ? x[o] + acc[t] : acc[t];
+    }
 }
 
 // g = silu(Wgate . RMSNorm(x)) * (Wup . RMSNorm(x)).
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ffn_gate_up(__global const float *x, __global const float *norm_w, __global const uchar *wg,
-            __global const uchar *wu, int tg, int tu, __global float *gout, int n, float eps) {
+            __global const uchar *wu, int tg, int tu, __global float *gout, int n, float eps,
+            __global const float *y, __global const float *pw, int post, __global float *hdst) {
     __local float st[STAGE_FFN];
     __local float red[2 * TT * WG] __attribute__((aligned(8)));
     __local float scl[TT];
+    __local float sy[TT];
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
-    norm_scales(x, N_EMBD, t0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, t0, nt, scl, st, form_of(tg));
+    // post-normed: the input is x + RMSNorm(y_attention) * pw, stored to h by group 0
+    if (post) norm_scales(y, 0, 0, 0, 0, N_EMBD, t0, nt, eps, red, sy);
+    norm_scales(x, y, pw, sy, post, N_EMBD, t0, nt, eps, red, scl);
+    stage_rows(SRC_NORMED, x, norm_w, scl, N_EMBD, t0, nt, 0, y, pw, sy, post, st, form_of(tg));
+    if (post && get_group_id(0) == 0) write_resid(x, y, pw, sy, N_EMBD, t0, nt, hdst);
 
     int row = get_global_id(0);
     if (row >= N_FF) return;
@@ -163,36 +175,49 @@ ffn_gate_up(__global const float *x, __global const float *norm_w, __global cons
     row_dot_tile(wu, tu, row, N_EMBD, st, nt, ua);
     for (int t = 0; t < nt; t++) {
         float a = ga[t];
+#if GELU
+        gout[(ulong)(t0 + t) * N_FF + row] = gelu_tanh(a) * ua[t];
+#else
         gout[(ulong)(t0 + t) * N_FF + row] = (a / (1.0f + pp_exp(-a))) * ua[t];
+#endif
     }
 }
 
 // x += Wdown . g.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-ffn_down(__global const float *g, __global const uchar *wd, int td, __global float *x, int n) {
+ffn_down(__global const float *g, __global const uchar *wd, int td, __global float *x, int n,
+         int accumulate) {
     __local float st[STAGE_DOWN];
     int t0 = get_group_id(1) * TT;
     int nt = min(TT, n - t0);
-    stage_plain(g, N_FF, t0, nt, st, form_of(td));
+    stage_rows(SRC_PLAIN, g, 0, 0, N_FF, t0, nt, 0, 0, 0, 0, 0, st, form_of(td));
 
     int row = get_global_id(0);
     if (row >= N_EMBD) return;
     float acc[TT];
     row_dot_tile(wd, td, row, N_FF, st, nt, acc);
-    for (int t = 0; t < nt; t++) x[(ulong)(t0 + t) * N_EMBD + row] += acc[t];
+    for (int t = 0; t < nt; t++) {
+        ulong o = (ulong)(t0 + t) * N_EMBD + row;
+        x[o] = accumulate ? x[o] + acc[t] : acc[t];
+    }
 }
 
 // logits[r][v] = Wout[v] . RMSNorm(x[first + r]) for the n_rows rows asked for.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 head(__global const float *x, __global const float *norm_w, __global const uchar *w, int tw,
-     __global float *logits, int vocab, int first, int n_rows, float eps) {
+     __global float *logits, int vocab, int first, int n_rows, float eps,
+     __global const float *y, __global const float *pw, int post) {
     __local float st[STAGE_HEAD];
     __local float red[2 * TT * WG] __attribute__((aligned(8)));
     __local float scl[TT];
+    __local float sy[TT];
     int r0 = get_group_id(1) * TT;
     int nt = min(TT, n_rows - r0);
-    norm_scales(x, N_EMBD, first + r0, nt, eps, red, scl);
-    stage_normed(x, norm_w, N_EMBD, first + r0, nt, scl, st, form_of(tw));
+    int t0 = first + r0;
+    // post-normed: x is h, the residual is h + RMSNorm(y_ffn) * pw
+    if (post) norm_scales(y, 0, 0, 0, 0, N_EMBD, t0, nt, eps, red, sy);
+    norm_scales(x, y, pw, sy, post, N_EMBD, t0, nt, eps, red, scl);
+    stage_rows(SRC_NORMED, x, norm_w, scl, N_EMBD, t0, nt, 0, y, pw, sy, post, st, form_of(tw));
 
     int row = get_global_id(0);
     if (row >= vocab) return;
