@@ -238,8 +238,11 @@ fn gemma3_top1_equals_the_cpu_scalar_tier_on_the_reference_prompts() {
     let t = Instant::now();
     let r = last_position_logits(GEMMA, gemma());
     assert_eq!(r.len(), 4);
+    // GELU with the CPU's formula and exponential, the prompts within the 512-token window
+    // (past it the device keeps the local layers in the full ring, the CPU in a window-sized
+    // one, and their softmax sums run in another order): the logits are the CPU's bit for bit
     for (case, rms) in r {
-        assert!(rms <= 0.1, "{case}: RMS {rms:.4} from the CPU scalar tier");
+        assert_eq!(rms, 0.0, "{case}: logits differ from the CPU scalar tier");
     }
     eprintln!("{:.1} s", t.elapsed().as_secs_f64());
 }

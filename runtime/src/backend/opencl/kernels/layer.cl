@@ -28,9 +28,12 @@ __kernel void embed(__global const uchar *embd, int etype, __global const uint *
     x[(ulong)t * N_EMBD + i] = has_scale ? v * scale : v;
 }
 
-// GELU, tanh form, with the CPU's operations (model/layers.rs gelu_tanh).
+// GELU, tanh form, with the CPU's operations (quant/act.rs gelu_tanh): x / (1 + e^t),
+// t = -2*sqrt(2/pi)*x*(1 + 0.044715*x^2), with the project exponential (pp_exp), so the
+// bits equal the CPU scalar tier's where division is correctly rounded.
 inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanh(0.7978846f * x * (1.0f + 0.044715f * x * x)));
+    float t = (-2.0f * 0.7978846f) * x * (1.0f + 0.044715f * x * x);
+    return x / (1.0f + pp_exp(t));
 }
 
 // One work-group per (head of Q, K or V; tile of TT tokens); work-item = dimension in the head.
