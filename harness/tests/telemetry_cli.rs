@@ -9,8 +9,13 @@
 //! at an end `t` inside the gap `[a, b]` the interpolation is off by at most
 //! `(P_max − P_min)·(t − a)(b − t)/(b − a)` (the power anywhere between the handset's idle
 //! power and its full-load power), plus one counter step (1 µAh at the highest voltage seen)
-//! of quantization. A dialogue of a few hundred milliseconds spans only a few samples, so this
-//! bound, not a fixed percentage, is what the measurement can promise.
+//! of quantization. And the counter a sample reads is as old as the simulated handset's last
+//! step (`SIM_STEP_PERIOD`, 10 ms, later when its thread is scheduled late): both ends read
+//! energy that old, which shifts the difference by at most `P_max` times that age; two step
+//! periods are allowed. A dialogue of a second or two spans only a dozen samples, so this
+//! bound, not a fixed percentage, is what the measurement can promise (a fixed 2 % failed a
+//! CI run on a 0.36 s dialogue; the interpolation-only bound failed one at 0.70 % against a
+//! measured 1.26 %, the counter's age unaccounted for).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -114,6 +119,7 @@ fn dialogue_run_on_a_simulated_handset_writes_telemetry_and_energy() {
     );
     let resolution_j = j["summary"]["meter"]["resolution_mj"].as_f64().unwrap() / 1000.0;
     let bound = meter_error_bound_j(&t, &[start, end], resolution_j) / truth_j;
+    eprintln!("measured vs ground truth: {err:.5} (the meter's bound {bound:.5})");
     assert!(
         err <= bound,
         "measured vs ground truth: {err} over the meter's bound {bound}"
@@ -145,7 +151,7 @@ fn dialogue_run_on_a_simulated_handset_writes_telemetry_and_energy() {
 /// (s on the rows' clock): per end, linear interpolation across the bracketing sample gap with
 /// the power anywhere between the handset's idle and full-load power, plus one counter step
 /// (`resolution_j`, the meter's own statement; checked against 1 µAh at the highest voltage
-/// sampled).
+/// sampled); and the counter's age at a read, two simulation steps at full-load power.
 fn meter_error_bound_j(
     t: &pocketperf_reports::datafiles::Telemetry,
     ends: &[f64],
@@ -175,14 +181,17 @@ fn meter_error_bound_j(
         resolution_j >= counter_step_j * 0.99,
         "meter resolution {resolution_j} J below one 1 µAh count at {v_max} V"
     );
-    ends.iter()
+    let interpolation: f64 = ends
+        .iter()
         .map(|&x| {
             let i = t.t_s.partition_point(|&s| s < x);
             assert!(i > 0 && i < t.t_s.len(), "end {x} s outside the samples");
             let (a, b) = (t.t_s[i - 1], t.t_s[i]);
             (p_max - p_min) * (x - a) * (b - x) / (b - a) + resolution_j
         })
-        .sum()
+        .sum();
+    let age_s = 2.0 * pocketperf::telemetry::recorder::SIM_STEP_PERIOD.as_secs_f64();
+    interpolation + p_max * age_s
 }
 
 #[test]
