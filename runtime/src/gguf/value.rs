@@ -347,11 +347,6 @@ impl StrList {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         (0..self.len()).map(|i| &self[i])
     }
-
-    /// Heap bytes held (packed bytes and offsets).
-    pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + self.ends.capacity() * std::mem::size_of::<u32>()
-    }
 }
 
 /// [`StrList::push`] past 4 GiB of packed bytes.
@@ -363,11 +358,10 @@ impl std::ops::Index<usize> for StrList {
 
     /// The `i`-th string; panics when `i` is out of range, like indexing a slice.
     fn index(&self, i: usize) -> &str {
-        let end = self.ends[i] as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        // Offsets only ever come from `push`, which appends whole `&str`s, so every range
-        // falls on character boundaries.
-        &self.bytes[start..end]
+        // Offsets only ever come from `push`, which appends whole `&str`s, so `get` fails
+        // only past the end.
+        self.get(i)
+            .unwrap_or_else(|| panic!("index {i} out of range for {} strings", self.len()))
     }
 }
 

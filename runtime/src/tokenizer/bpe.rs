@@ -160,7 +160,7 @@ impl BpeModel {
         pre: PreTokenizer,
         tokens: &StrList,
         token_ids: &PieceIds,
-        merges: &[&str],
+        merges: &StrList,
     ) -> Result<BpeModel> {
         let n_vocab = tokens.len() as u32;
         let mut extra: Vec<String> = Vec::new();

@@ -246,10 +246,10 @@ impl Tokenizer {
                     None => "default",
                 };
                 let pre = bpe::PreTokenizer::for_name(pre_name)?;
-                let merges = g.get_str_array("tokenizer.ggml.merges")?;
+                let merges = g.get_str_list("tokenizer.ggml.merges")?;
                 let llama3 = pre.ignore_merges;
                 (
-                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, tokens, &ids, &merges)?)),
+                    Kind::Bpe(Box::new(bpe::BpeModel::new(pre, tokens, &ids, merges)?)),
                     llama3,
                 )
             }
