@@ -302,24 +302,41 @@ fn single_stream_on_a_simulated_handset_writes_energy_per_token_and_per_query() 
         "{}",
         e.j_per_token
     );
-    // Each query's measured gross energy against the handset model's ground truth (2 %).
+    // Each query's measured gross energy against the handset model's ground truth, within the
+    // meter's closed-form bound over that query's own ends (a fixed 2 % failed a CI run: a query
+    // of about a second spans only ten samples).
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("telemetry.json")).unwrap())
             .unwrap();
+    let tel = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
+    let t0_ns: u64 = tel.meta["t0_ns"].parse().unwrap();
+    let resolution_j = j["summary"]["meter"]["resolution_mj"].as_f64().unwrap() / 1000.0;
     let intervals = j["intervals"].as_array().unwrap();
     for q in &e.per_query {
         let t = intervals
             .iter()
             .find(|i| i["label"] == format!("query{}", q.id))
             .unwrap_or_else(|| panic!("query{} in telemetry.json", q.id));
-        let truth_mwh = t["truth_j"].as_f64().unwrap() / 3.6;
-        let rel = (q.gross_mwh - truth_mwh).abs() / truth_mwh;
-        assert!(
-            rel < 0.02,
-            "query {}: {} mWh vs truth {truth_mwh}",
-            q.id,
-            q.gross_mwh
+        let truth_j = t["truth_j"].as_f64().unwrap();
+        let (start, end) = (
+            (t["energy"]["start_ns"].as_u64().unwrap() - t0_ns) as f64 / 1e9,
+            (t["energy"]["end_ns"].as_u64().unwrap() - t0_ns) as f64 / 1e9,
         );
+        let bound_j = meter_error_bound_j(&tel, &[start, end], resolution_j);
+        let err_j = (q.gross_mwh * 3.6 - truth_j).abs();
+        assert!(
+            err_j <= bound_j,
+            "query {}: {} mWh vs truth {} mWh, off by {err_j} J over the meter's bound {bound_j} J",
+            q.id,
+            q.gross_mwh,
+            truth_j / 3.6
+        );
+        eprintln!(
+            "query {}: off by {err_j:.4} J, bound {bound_j:.4} J, truth {truth_j:.4} J",
+            q.id
+        );
+        // Still a bound that means something: under half the query's energy.
+        assert!(bound_j < 0.5 * truth_j, "bound {bound_j} J of {truth_j} J");
     }
     // The gate reads it as energy per token.
     let o = Command::new(env!("CARGO_BIN_EXE_pocketperf"))
