@@ -348,11 +348,6 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
             &["--prefill-chunk", "8", "--sut", "process"][..],
             "--prefill-chunk needs --sut in-process",
         ),
-        (
-            "offline",
-            &["--prefill-chunk", "8", "--backend", "opencl"][..],
-            "--prefill-chunk needs the CPU backend",
-        ),
         ("offline", &["--prefill-chunk", "0"][..], "--prefill-chunk"),
     ] {
         let o = run_scenario_with(scenario, dir.path(), extra);

@@ -4,6 +4,7 @@
 //! temperature/top-p with a seeded generator. After the first token nothing on the decode
 //! path allocates (proven by a counting-allocator test).
 
+use crate::backend::opencl::{ClCore, ClLane, ClSeq, ClSeqs};
 use crate::backend::{Backend, BackendChoice, DeviceCounters, Exec};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -13,7 +14,7 @@ use crate::quant::{self, Isa};
 use crate::residency::LoadOptions;
 use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A loaded model with its tokenizer and worker threads.
 pub struct Engine {
@@ -114,54 +115,119 @@ impl Engine {
 
     /// A decoder that advances up to `max_batch` sessions of this engine by one token each
     /// per call, reading every weight once for the whole batch (Offline scenario). Sessions
-    /// must have KV rings of at most `max_seq_len` slots.
+    /// must have KV rings of at most `max_seq_len` slots; create them with
+    /// [`BatchDecoder::session`].
     pub fn batch_decoder(&self, max_batch: usize, max_seq_len: usize) -> Result<BatchDecoder<'_>> {
         self.batch_decoder_rows(max_batch, max_batch, max_seq_len)
     }
 
     /// A batch decoder whose passes carry up to `max_rows` tokens over at most `max_batch`
     /// sessions ([`BatchDecoder::step`]: a prompt chunk of some beside a decode token of
-    /// the others; `max_rows >= max_batch`).
+    /// the others; `max_rows >= max_batch`). On the CPU backend the sessions keep their own
+    /// rings; on OpenCL the decoder holds the device rings of all `max_batch` sequences, and
+    /// its sessions ([`BatchDecoder::session`]) are sequences in them.
     pub fn batch_decoder_rows(
         &self,
         max_batch: usize,
         max_rows: usize,
         max_seq_len: usize,
     ) -> Result<BatchDecoder<'_>> {
-        if !matches!(self.backend, Backend::Cpu) {
-            return Err(Error::InvalidArgument {
-                what: "batched decode".into(),
-                reason: format!("needs the CPU backend, not {}", self.backend.name()),
-            });
-        }
-        Ok(BatchDecoder {
-            engine: self,
-            fwd: BatchForward::with_rows(
+        let fwd = match &self.backend {
+            Backend::Cpu => BatchExec::Cpu(BatchForward::with_rows(
                 &self.model,
                 max_batch,
                 max_rows,
                 max_seq_len,
                 self.pool.clone(),
                 self.isa,
-            )?,
+            )?),
+            Backend::OpenCl(cl) => {
+                if max_rows < max_batch {
+                    return Err(Error::InvalidArgument {
+                        what: "batched decode".into(),
+                        reason: format!(
+                            "{max_rows} tokens per pass cannot carry one token of each of \
+                             {max_batch} sequences"
+                        ),
+                    });
+                }
+                BatchExec::OpenCl(Arc::new(Mutex::new(cl.batch(
+                    max_batch,
+                    max_rows,
+                    max_seq_len,
+                )?)))
+            }
+        };
+        Ok(BatchDecoder {
+            engine: self,
+            fwd,
+            ones: vec![1; max_batch],
+            out: Vec::new(),
         })
     }
+}
+
+// One per batch decoder, never moved in a hot loop: keeping the CPU state inline costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum BatchExec {
+    Cpu(BatchForward),
+    /// The device rings and kernels the batch's sessions share.
+    OpenCl(Arc<Mutex<ClCore>>),
 }
 
 /// Batched decode over several [`Session`]s (see [`Engine::batch_decoder`]).
 pub struct BatchDecoder<'e> {
     engine: &'e Engine,
-    fwd: BatchForward,
+    fwd: BatchExec,
+    /// `decode`'s token counts (one per sequence).
+    ones: Vec<usize>,
+    /// OpenCL: the logits of the last pass, copied out of the shared core.
+    out: Vec<f32>,
+}
+
+fn lock(core: &Mutex<ClCore>) -> std::sync::MutexGuard<'_, ClCore> {
+    // see ClLane: slot claims live in each sequence, a poisoned lock is still consistent
+    core.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<'e> BatchDecoder<'e> {
     pub fn max_batch(&self) -> usize {
-        self.fwd.max_batch()
+        match &self.fwd {
+            BatchExec::Cpu(f) => f.max_batch(),
+            BatchExec::OpenCl(c) => lock(c).lanes(),
+        }
+    }
+
+    /// A session this decoder can advance: on the CPU backend any session of the engine
+    /// (this is [`Engine::session`]); on OpenCL a sequence in the decoder's device rings, of
+    /// their capacity (`opts.max_seq_len` 0 or equal to it), at most `max_batch` of them at a
+    /// time (a dropped session frees its place).
+    pub fn session(&self, opts: SessionOptions) -> Result<Session<'e>> {
+        match &self.fwd {
+            BatchExec::Cpu(_) => self.engine.session(opts),
+            BatchExec::OpenCl(core) => Ok(Session {
+                engine: self.engine,
+                fwd: Exec::ClLane(Box::new(ClLane::new(core.clone(), &opts)?)),
+                sampler: Sampler::new(self.engine.model.config().vocab_size),
+            }),
+        }
     }
 
     /// Counters of the batch decoder itself (weights read once per call).
     pub fn counters(&self) -> Counters {
-        self.fwd.counters
+        match &self.fwd {
+            BatchExec::Cpu(f) => f.counters,
+            BatchExec::OpenCl(c) => lock(c).counters(),
+        }
+    }
+
+    /// Device counters of the batch's passes (OpenCL only).
+    pub fn device_counters(&self) -> Option<DeviceCounters> {
+        match &self.fwd {
+            BatchExec::Cpu(_) => None,
+            BatchExec::OpenCl(c) => Some(lock(c).device_counters()),
+        }
     }
 
     /// Appends `tokens[i]` to `sessions[i]` and returns every session's next-token logits
@@ -169,13 +235,35 @@ impl<'e> BatchDecoder<'e> {
     /// [`Session::decode`] gives each session alone. Sample each row with
     /// [`Session::sample`].
     pub fn decode(&mut self, sessions: &mut [&mut Session<'e>], tokens: &[u32]) -> Result<&[f32]> {
-        let mut seqs = CpuSessions::new(sessions)?;
-        self.fwd.decode(&self.engine.model, &mut seqs, tokens)
+        match &mut self.fwd {
+            BatchExec::Cpu(f) => {
+                let mut seqs = CpuSessions::new(sessions)?;
+                f.decode(&self.engine.model, &mut seqs, tokens)
+            }
+            BatchExec::OpenCl(core) => {
+                if tokens.len() != sessions.len() || tokens.len() > self.ones.len() {
+                    return Err(Error::InvalidArgument {
+                        what: "batched decode".into(),
+                        reason: format!(
+                            "{} tokens for {} sessions (at most {})",
+                            tokens.len(),
+                            sessions.len(),
+                            self.ones.len()
+                        ),
+                    });
+                }
+                let counts = &self.ones[..tokens.len()];
+                cl_pass(core, &mut self.out, sessions, tokens, counts)
+            }
+        }
     }
 
     /// Tokens one [`BatchDecoder::step`] carries at most.
     pub fn max_rows(&self) -> usize {
-        self.fwd.max_rows()
+        match &self.fwd {
+            BatchExec::Cpu(f) => f.max_rows(),
+            BatchExec::OpenCl(c) => lock(c).max_rows(),
+        }
     }
 
     /// One mixed pass (see [`BatchForward::step`]): `sessions[i]` takes the next
@@ -188,8 +276,68 @@ impl<'e> BatchDecoder<'e> {
         tokens: &[u32],
         counts: &[usize],
     ) -> Result<&[f32]> {
-        let mut seqs = CpuSessions::new(sessions)?;
-        self.fwd.step(&self.engine.model, &mut seqs, tokens, counts)
+        match &mut self.fwd {
+            BatchExec::Cpu(f) => {
+                let mut seqs = CpuSessions::new(sessions)?;
+                f.step(&self.engine.model, &mut seqs, tokens, counts)
+            }
+            BatchExec::OpenCl(core) => cl_pass(core, &mut self.out, sessions, tokens, counts),
+        }
+    }
+}
+
+/// One pass of an OpenCL batch over `sessions` (each a sequence of `core`), its logits
+/// copied to `out`.
+fn cl_pass<'o>(
+    core: &Mutex<ClCore>,
+    out: &'o mut Vec<f32>,
+    sessions: &mut [&mut Session<'_>],
+    tokens: &[u32],
+    counts: &[usize],
+) -> Result<&'o [f32]> {
+    let mut c = lock(core);
+    let mut seqs = LaneSessions::new(sessions, core)?;
+    let logits = c.pass(&mut seqs, tokens, counts)?;
+    out.clear();
+    out.extend_from_slice(logits);
+    Ok(out)
+}
+
+/// The sessions of one OpenCL batched pass, checked to be sequences of its core.
+struct LaneSessions<'a, 'b, 'e>(&'a mut [&'b mut Session<'e>]);
+
+impl<'a, 'b, 'e> LaneSessions<'a, 'b, 'e> {
+    fn new(sessions: &'a mut [&'b mut Session<'e>], core: &Mutex<ClCore>) -> Result<Self> {
+        for (i, s) in sessions.iter().enumerate() {
+            let ok = matches!(&s.fwd, Exec::ClLane(l) if l.is_in(core));
+            if !ok {
+                return Err(Error::InvalidArgument {
+                    what: format!("batched decode session {i}"),
+                    reason: "is not a session of this batch decoder (create it with \
+                             BatchDecoder::session)"
+                        .into(),
+                });
+            }
+        }
+        Ok(LaneSessions(sessions))
+    }
+}
+
+impl ClSeqs for LaneSessions<'_, '_, '_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn seq(&self, i: usize) -> &ClSeq {
+        match &self.0[i].fwd {
+            Exec::ClLane(l) => l.seq(),
+            _ => unreachable!("LaneSessions::new checked every session"),
+        }
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut ClSeq {
+        match &mut self.0[i].fwd {
+            Exec::ClLane(l) => l.seq_mut(),
+            _ => unreachable!("LaneSessions::new checked every session"),
+        }
     }
 }
 
@@ -202,7 +350,7 @@ impl<'a, 'b, 'e> CpuSessions<'a, 'b, 'e> {
         if let Some(i) = sessions.iter().position(|s| s.fwd.cpu().is_none()) {
             return Err(Error::InvalidArgument {
                 what: format!("batched decode session {i}"),
-                reason: "runs on the OpenCL backend; batched decode runs CPU sessions".into(),
+                reason: "runs on the OpenCL backend; this batch decoder runs CPU sessions".into(),
             });
         }
         Ok(CpuSessions(sessions))
@@ -221,13 +369,13 @@ impl SeqSet for CpuSessions<'_, '_, '_> {
     fn seq(&self, i: usize) -> &Forward {
         match &self.0[i].fwd {
             Exec::Cpu(f) => f,
-            Exec::OpenCl(_) => unreachable!("CpuSessions::new checked every session"),
+            _ => unreachable!("CpuSessions::new checked every session"),
         }
     }
     fn seq_mut(&mut self, i: usize) -> &mut Forward {
         match &mut self.0[i].fwd {
             Exec::Cpu(f) => f,
-            Exec::OpenCl(_) => unreachable!("CpuSessions::new checked every session"),
+            _ => unreachable!("CpuSessions::new checked every session"),
         }
     }
 }

@@ -169,8 +169,9 @@ fn qwen2_perplexity_is_within_half_a_percent_of_the_cpu() {
 }
 
 /// Five launches per layer and two more per decoded token, with K-quant matrices and Gemma's
-/// post-norms too; the host writes the token's step entry and its rotary rows (two tables for
-/// Gemma: global and sliding-window layers) and reads the logits back.
+/// post-norms too; the host writes the token's step entry (id, position, slot: 12 bytes), its
+/// row-table entry (its ring's first slot and the slots in use: 8 bytes) and its rotary rows
+/// (two tables for Gemma: global and sliding-window layers) and reads the logits back.
 fn launches_per_token(p: &Pair, tables: usize) {
     let c = p.cl.model.config();
     let mut s = p.cl.session(opts(16)).unwrap();
@@ -184,7 +185,7 @@ fn launches_per_token(p: &Pair, tables: usize) {
     assert_eq!(per.launches, (5 * c.n_layers + 2) as f64);
     assert_eq!(
         per.h2d_bytes,
-        (12 + tables * c.rope_dims / 2 * 2 * 4) as f64
+        (12 + 8 + tables * c.rope_dims / 2 * 2 * 4) as f64
     );
     assert_eq!(per.d2h_bytes, (c.vocab_size * 4) as f64);
 }

@@ -174,7 +174,8 @@ fn perplexity_is_within_half_a_percent_of_the_cpu() {
 }
 
 /// A decoded token is 5 launches per layer plus the embedding and the head; it moves its token,
-/// position, slot and rotary table to the device and the logits back, nothing else.
+/// position, slot, row table entry (its ring's first slot and the slots in use) and rotary
+/// table to the device and the logits back, nothing else.
 #[test]
 fn a_decoded_token_costs_five_launches_per_layer_plus_two() {
     let _g = device_lock();
@@ -189,7 +190,10 @@ fn a_decoded_token_costs_five_launches_per_layer_plus_two() {
     let per = d.per_token().unwrap();
     assert_eq!(d.tokens, 3);
     assert_eq!(per.launches, (5 * c.n_layers + 2) as f64);
-    assert_eq!(per.h2d_bytes, (3 * 4 + c.rope_dims / 2 * 2 * 4) as f64);
+    assert_eq!(
+        per.h2d_bytes,
+        (3 * 4 + 2 * 4 + c.rope_dims / 2 * 2 * 4) as f64
+    );
     assert_eq!(per.d2h_bytes, (c.vocab_size * 4) as f64);
     assert!(
         per.kernel_ms.is_some_and(|ms| ms > 0.0),

@@ -318,8 +318,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sequences decoded together in the batched-decode test (rows `tg128×8`),
-    /// comma-separated (0 to skip it). Default: 8 on the CPU backend, none on OpenCL, where
-    /// batched decode is refused.
+    /// comma-separated (0 to skip it). Default: 8.
     #[arg(long)]
     pub batch: Option<String>,
     /// Size of the read-bandwidth probe buffer in MiB (0 to skip the roofline probe).
@@ -363,20 +362,11 @@ pub fn parse_list(flag: &str, s: &str) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// `--batch`: the list given (refused on OpenCL unless all zeros), else 8 on the CPU backend
-/// and none on OpenCL.
+/// `--batch`: the list given, else 8 (on either backend).
 fn batch_list(a: &BenchArgs) -> Result<Vec<usize>> {
-    let cpu = matches!(a.backend.choice(), BackendChoice::Cpu);
     Ok(match &a.batch {
-        Some(s) => {
-            let v = parse_list("--batch", s)?;
-            if !cpu && v.iter().any(|&b| b > 0) {
-                bail!("--batch {s}: batched decode needs the CPU backend, not --backend opencl");
-            }
-            v
-        }
-        None if cpu => vec![8],
-        None => vec![0],
+        Some(s) => parse_list("--batch", s)?,
+        None => vec![8],
     })
 }
 

@@ -2,7 +2,7 @@
 //! flight together (continuous batching). A request waits in a bounded queue; a free slot
 //! takes it, prefills its prompt alone and emits its first token; then every step advances all
 //! sequences in flight by one token through the runtime's batched decode (each weight read
-//! once per step, each sequence in its own KV ring). A sequence leaves its slot when it is
+//! once per step, each sequence in its own KV ring), on the CPU and OpenCL backends alike. A sequence leaves its slot when it is
 //! finished, past its deadline, or its client is gone (its event channel closed): the slot is
 //! free for the next request at the next step.
 //!
@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
+use pocketperf_runtime::backend::Backend;
 use pocketperf_runtime::model::SessionOptions;
-use pocketperf_runtime::session::{Engine, SamplingParams, Session};
+use pocketperf_runtime::session::{BatchDecoder, Engine, SamplingParams, Session};
 use pocketperf_runtime::tokenizer::{ChatMessage, StreamDecoder};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -197,6 +198,9 @@ struct Worker<'e> {
     engine: &'e Engine,
     cfg: WorkerConfig,
     state: Arc<WorkerState>,
+    /// Advances the sequences in flight together (each weight read once per step); the
+    /// sessions are its own ([`BatchDecoder::session`]).
+    batch: BatchDecoder<'e>,
     sessions: Vec<Session<'e>>,
     slots: Vec<Option<Active>>,
     /// The token ids each slot's KV holds, in order (what a later prompt may reuse).
@@ -425,8 +429,6 @@ impl<'e> Worker<'e> {
     }
 
     fn run(&mut self, rx: &Receiver<GenRequest>) {
-        // Not on the CPU backend: no batched decode, sequences advance one after another.
-        let mut batch = self.engine.batch_decoder(self.cfg.slots, self.cfg.ctx).ok();
         let mut drain_until: Option<Instant> = None;
         loop {
             if self.state.stopping.load(Ordering::Relaxed) && drain_until.is_none() {
@@ -471,13 +473,13 @@ impl<'e> Worker<'e> {
                 }
                 continue;
             }
-            self.decode_step(batch.as_mut());
+            self.decode_step();
             self.publish();
         }
     }
 
     /// Advances every sequence in flight by one token.
-    fn decode_step(&mut self, batch: Option<&mut pocketperf_runtime::session::BatchDecoder<'e>>) {
+    fn decode_step(&mut self) {
         // A client gone since the last token frees its slot before the step.
         for slot in self.slots.iter_mut() {
             if slot.as_ref().is_some_and(|a| a.events.is_closed()) {
@@ -500,34 +502,18 @@ impl<'e> Worker<'e> {
             self.cached[k].push(t);
         }
         let vocab = self.engine.model.config().vocab_size;
-        let logits: Result<Vec<f32>, String> = match batch {
-            Some(b) => {
-                let mut refs: Vec<&mut Session<'e>> = self
-                    .sessions
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(k, _)| order.contains(k))
-                    .map(|(_, s)| s)
-                    .collect();
-                b.decode(&mut refs, &tokens)
-                    .map(<[f32]>::to_vec)
-                    .map_err(|e| e.to_string())
-            }
-            None => {
-                // Not on the CPU backend: one sequence after another.
-                let mut all = Vec::with_capacity(order.len() * vocab);
-                let mut err = None;
-                for (&k, &t) in order.iter().zip(&tokens) {
-                    match self.sessions[k].decode(t) {
-                        Ok(l) => all.extend_from_slice(l),
-                        Err(e) => {
-                            err = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-                err.map_or(Ok(all), Err)
-            }
+        let logits: Result<Vec<f32>, String> = {
+            let mut refs: Vec<&mut Session<'e>> = self
+                .sessions
+                .iter_mut()
+                .enumerate()
+                .filter(|(k, _)| order.contains(k))
+                .map(|(_, s)| s)
+                .collect();
+            self.batch
+                .decode(&mut refs, &tokens)
+                .map(<[f32]>::to_vec)
+                .map_err(|e| e.to_string())
         };
         match logits {
             Ok(logits) => {
@@ -555,6 +541,9 @@ impl<'e> Worker<'e> {
     }
 }
 
+/// Prompt tokens one forward call of a slot's prefill carries at most.
+const PREFILL_CHUNK: usize = 128;
+
 /// Runs the worker on `engine` until the request channel closes (or, once
 /// [`WorkerState::stopping`] is set, until the requests in flight are done or cancelled).
 pub fn run_worker(
@@ -564,11 +553,16 @@ pub fn run_worker(
     rx: Receiver<GenRequest>,
 ) -> pocketperf_runtime::Result<()> {
     let slots = cfg.slots.max(1);
+    // Prompts are prefilled a session at a time in chunks of up to PREFILL_CHUNK tokens; on
+    // OpenCL those run in the batch's device buffers, which must hold a whole chunk.
+    let cpu = matches!(engine.backend(), Backend::Cpu);
+    let rows = if cpu { slots } else { slots.max(PREFILL_CHUNK) };
+    let batch = engine.batch_decoder_rows(slots, rows, cfg.ctx)?;
     let sessions = (0..slots)
         .map(|_| {
-            engine.session(SessionOptions {
+            batch.session(SessionOptions {
                 max_seq_len: cfg.ctx,
-                max_batch: 128,
+                max_batch: PREFILL_CHUNK,
                 ..Default::default()
             })
         })
@@ -578,6 +572,7 @@ pub fn run_worker(
         engine,
         cfg: WorkerConfig { slots, ..cfg },
         state,
+        batch,
         sessions,
         slots: (0..slots).map(|_| None).collect(),
         cached: vec![Vec::new(); slots],

@@ -113,8 +113,8 @@ impl FaultSource for RunSut<'_, '_> {
     }
 }
 
-/// `--prefill-chunk` applies to Offline's batched decoder only: the in-process SUT on the
-/// CPU backend.
+/// `--prefill-chunk` applies to Offline's batched decoder only: the in-process SUT (on
+/// either backend).
 fn check_prefill_chunk(a: &RunArgs) -> Result<()> {
     if a.prefill_chunk.is_none() {
         return Ok(());
@@ -124,12 +124,6 @@ fn check_prefill_chunk(a: &RunArgs) -> Result<()> {
     }
     if a.sut != SutArg::InProcess {
         bail!("--prefill-chunk needs --sut in-process (the batched decoder runs in this process)");
-    }
-    if a.engine.backend.backend != pocketperf_runtime::backend::BackendKind::Cpu {
-        bail!(
-            "--prefill-chunk needs the CPU backend: on {} Offline decodes one sequence at a time",
-            a.engine.backend.backend.name()
-        );
     }
     Ok(())
 }

@@ -43,8 +43,6 @@ pub struct SequentialDecoder<'e> {
     /// Thermal governor called after every token (`--governor`); shared so the caller reads
     /// its record after the run.
     governor: Option<SharedGovernor>,
-    /// Why a scenario that batches elsewhere (Offline) runs one sequence at a time here.
-    sequential_because: Option<&'static str>,
 }
 
 impl<'e> SequentialDecoder<'e> {
@@ -52,7 +50,6 @@ impl<'e> SequentialDecoder<'e> {
         SequentialDecoder {
             session,
             governor: None,
-            sequential_because: None,
         }
     }
 
@@ -73,11 +70,7 @@ impl Decoder for SequentialDecoder<'_> {
     }
 
     fn describe(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({ "kind": "sequential" });
-        if let Some(why) = self.sequential_because {
-            v["sequential_because"] = why.into();
-        }
-        v
+        serde_json::json!({ "kind": "sequential" })
     }
 
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
@@ -121,11 +114,6 @@ pub const OFFLINE_BATCH: usize = 8;
 /// "Offline with chunked prefill").
 pub const DEFAULT_PREFILL_CHUNK: usize = 32;
 
-/// Why Offline decodes one sequence at a time on the OpenCL backend (recorded in
-/// result.json `meta.settings.sut.decoder`).
-pub const OPENCL_SEQUENTIAL: &str = "the OpenCL backend runs one sequence per forward pass: \
-    the runtime's batched passes (batched decode, chunked prefill) run CPU sessions only";
-
 /// Offline's decoder: up to `slots` sequences in flight, continuous batching with chunked
 /// prefill. A free slot takes the next job at once; every pass then carries one decode
 /// token of each sequence past its prompt and up to `prefill_chunk` prompt tokens of the
@@ -157,8 +145,8 @@ struct InFlight<'j> {
 }
 
 impl<'e> BatchedDecoder<'e> {
-    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU backend), with up to
-    /// `prefill_chunk` prompt tokens per pass.
+    /// `slots` sessions of `max_seq_len` tokens each, on `engine` (CPU or OpenCL backend),
+    /// with up to `prefill_chunk` prompt tokens per pass.
     pub fn new(
         engine: &'e Engine,
         slots: usize,
@@ -170,7 +158,7 @@ impl<'e> BatchedDecoder<'e> {
         let batch = engine.batch_decoder_rows(slots, slots + prefill_chunk, max_seq_len)?;
         let sessions = (0..slots)
             .map(|_| {
-                engine.session(SessionOptions {
+                batch.session(SessionOptions {
                     max_seq_len,
                     max_batch: prefill_chunk,
                     ..Default::default()
@@ -337,8 +325,8 @@ impl Decoder for BatchedDecoder<'_> {
 
 /// The decoder for a scenario: Offline decodes its batch [`OFFLINE_BATCH`] sequences at a
 /// time with continuous batching and chunked prefill (`prefill_chunk` prompt tokens per pass
-/// at most; the governor, when set, once per pass) on the CPU backend; everything else, and
-/// Offline on OpenCL ([`OPENCL_SEQUENTIAL`]), one sequence at a time.
+/// at most; the governor, when set, once per pass) on either backend; everything else one
+/// sequence at a time.
 pub fn make_decoder<'e>(
     engine: &'e Engine,
     scenario: Scenario,
@@ -347,8 +335,7 @@ pub fn make_decoder<'e>(
     prefill_chunk: usize,
 ) -> Result<Box<dyn Decoder + 'e>> {
     let max_seq_len = library.longest_sequence().max(1);
-    let cpu = matches!(engine.backend(), pocketperf_runtime::backend::Backend::Cpu);
-    if scenario == Scenario::Offline && cpu {
+    if scenario == Scenario::Offline {
         return Ok(Box::new(
             BatchedDecoder::new(
                 engine,
@@ -364,11 +351,9 @@ pub fn make_decoder<'e>(
         max_batch: 128,
         ..Default::default()
     })?;
-    let mut d = SequentialDecoder::new(session).with_governor(governor);
-    if scenario == Scenario::Offline {
-        d.sequential_because = Some(OPENCL_SEQUENTIAL);
-    }
-    Ok(Box::new(d))
+    Ok(Box::new(
+        SequentialDecoder::new(session).with_governor(governor),
+    ))
 }
 
 /// The runtime in this process as the SUT. SingleStream and Server decode each query on the

@@ -96,6 +96,8 @@ impl Backend {
 pub enum Exec {
     Cpu(Forward),
     OpenCl(Box<opencl::ClForward>),
+    /// A session of an OpenCL batch ([`crate::session::BatchDecoder::session`]).
+    ClLane(Box<opencl::ClLane>),
 }
 
 impl Exec {
@@ -103,6 +105,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.forward(model, tokens),
             Exec::OpenCl(f) => f.forward(tokens),
+            Exec::ClLane(f) => f.forward(tokens),
         }
     }
 
@@ -110,6 +113,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.logits(),
             Exec::OpenCl(f) => f.logits(),
+            Exec::ClLane(f) => f.logits(),
         }
     }
 
@@ -117,6 +121,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.reset(),
             Exec::OpenCl(f) => f.reset(),
+            Exec::ClLane(f) => f.reset(),
         }
     }
 
@@ -124,6 +129,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.set_logits_all(on),
             Exec::OpenCl(f) => f.set_logits_all(on),
+            Exec::ClLane(f) => f.set_logits_all(on),
         }
     }
 
@@ -131,6 +137,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.truncate(n),
             Exec::OpenCl(f) => f.truncate(n),
+            Exec::ClLane(f) => f.truncate(n),
         }
     }
 
@@ -138,6 +145,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.n_past(),
             Exec::OpenCl(f) => f.n_past(),
+            Exec::ClLane(f) => f.n_past(),
         }
     }
 
@@ -145,6 +153,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.counters,
             Exec::OpenCl(f) => f.counters(),
+            Exec::ClLane(f) => f.counters(),
         }
     }
 
@@ -153,6 +162,7 @@ impl Exec {
         match self {
             Exec::Cpu(_) => None,
             Exec::OpenCl(f) => Some(f.device_counters()),
+            Exec::ClLane(f) => Some(f.device_counters()),
         }
     }
 
@@ -161,6 +171,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => f.kv(),
             Exec::OpenCl(f) => f.kv(),
+            Exec::ClLane(f) => f.kv(),
         }
     }
 
@@ -168,6 +179,7 @@ impl Exec {
         match self {
             Exec::Cpu(f) => Some(f),
             Exec::OpenCl(_) => None,
+            Exec::ClLane(_) => None,
         }
     }
 }

@@ -75,8 +75,7 @@ fn kv_bytes(f: &pocketperf_runtime::model::Forward) -> u64 {
 pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<BenchRow>, u64)> {
     let mut rows = Vec::new();
     let mut kv_max = 0u64;
-    // The OpenCL backend does not use the CPU threads (measure it once) and has no batched
-    // decode (`bench` refuses --batch there).
+    // The OpenCL backend does not use the CPU threads (measure it once).
     let cpu = matches!(m.backend.choice(), BackendChoice::Cpu);
     let threads = if cpu {
         m.threads
@@ -85,7 +84,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
     };
     let pps = m.sweep.pp_tests();
     let tgs = m.sweep.tg_tests();
-    let batches = if cpu { m.sweep.batch_tests() } else { vec![] };
+    let batches = m.sweep.batch_tests();
     let depths = &m.sweep.depth;
     let cap = m.sweep.max_tokens() + 1;
     for &t in threads {
@@ -184,11 +183,16 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                 );
             }
             for &b in &batches {
+                // the depth is prefilled a session at a time, in chunks of up to 512 tokens:
+                // on OpenCL those run in the batch's device buffers
+                let chunk = depth.clamp(1, 512);
+                let rows = if cpu { b } else { b.max(chunk) };
+                let mut dec = engine.batch_decoder_rows(b, rows, cap)?;
                 let mut sessions = (0..b)
                     .map(|_| {
-                        engine.session(SessionOptions {
+                        dec.session(SessionOptions {
                             max_seq_len: cap,
-                            max_batch: depth.clamp(1, 512),
+                            max_batch: chunk,
                             ..Default::default()
                         })
                     })
@@ -208,7 +212,6 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                         x.prefill(&ctx)?;
                     }
                 }
-                let mut dec = engine.batch_decoder(b, cap)?;
                 for (i, &tg) in tgs.iter().enumerate() {
                     progress(&format!(
                         "{}: tg{tg} x {b} sequences depth {depth} at {t} threads",

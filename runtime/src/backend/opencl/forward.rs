@@ -1,10 +1,15 @@
-//! One sequence on the OpenCL device: the device-side KV ring, activation buffers, the kernel
+//! Sequences on the OpenCL device: the device-side KV rings, activation buffers, the kernel
 //! objects of every layer (static arguments set once) and the launch sequence of a forward
-//! call.
+//! pass.
 //!
-//! The ring's bookkeeping (slot claims, `error`/`sliding` policy, truncate) is the CPU's
-//! [`KvCache`] with a 1×1×1 geometry: the same code decides every slot, while K and V live in
-//! device buffers laid out `[layer][kv_head][slot][head_dim]` in f16 like the CPU ring.
+//! A [`ClCore`] holds the rings of `lanes` sequences side by side and runs passes whose rows
+//! (tokens) may come from several of them: one sequence's prompt chunk, or one decode token
+//! of each of several sequences (batched decode), every weight read once per pass. A
+//! [`ClSeq`] is one sequence's place in a core: its lane and its ring's bookkeeping (slot
+//! claims, `error`/`sliding` policy, truncate), the CPU's [`KvCache`] with a 1×1×1 geometry,
+//! so the same code decides every slot, while K and V live in device buffers laid out
+//! `[layer][kv_head][lane × capacity + slot][head_dim]` in f16 like the CPU ring.
+//! [`ClForward`] is a session of its own: a one-lane core and its sequence.
 
 use super::canary::DevBuf;
 use super::program::{NSPLIT_MAX, SPLIT_MIN_SLOTS, WG};
@@ -18,7 +23,7 @@ use opencl3::kernel::Kernel;
 use opencl3::memory::ClMem;
 use opencl3::types::{CL_BLOCKING, cl_int, cl_mem};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const K_QKV: usize = 0;
 const K_ATT: usize = 1;
@@ -37,10 +42,8 @@ const LAYER_KERNELS: [&str; 5] = [
 mod arg {
     pub const EMBED_N: u32 = 4;
     pub const QKV_N: u32 = 20;
-    pub const ATT_USED: u32 = 8;
     pub const ATT_NSPLIT: u32 = 9;
     pub const ATT_CHUNK: u32 = 10;
-    pub const EXACT_USED: u32 = 9;
     pub const OUT_NSPLIT: u32 = 1;
     pub const OUT_N: u32 = 5;
     pub const FFN_N: u32 = 7;
@@ -59,6 +62,8 @@ struct Bufs {
     vc: DevBuf,
     slot_pos: DevBuf,
     step: DevBuf,
+    /// Per row: the first slot of its lane's ring, and the slots that lane uses.
+    rows: DevBuf,
     rope: DevBuf,
     scores: DevBuf,
     /// Post-normed models: the residual after attention, and a sublayer's raw output.
@@ -67,7 +72,7 @@ struct Bufs {
 }
 
 impl Bufs {
-    fn all_mut(&mut self) -> [&mut DevBuf; 13] {
+    fn all_mut(&mut self) -> [&mut DevBuf; 14] {
         [
             &mut self.x,
             &mut self.q,
@@ -78,6 +83,7 @@ impl Bufs {
             &mut self.vc,
             &mut self.slot_pos,
             &mut self.step,
+            &mut self.rows,
             &mut self.rope,
             &mut self.scores,
             &mut self.h,
@@ -86,14 +92,104 @@ impl Bufs {
     }
 }
 
-/// Forward-pass state of one sequence on the device.
-pub struct ClForward {
-    inner: Arc<Inner>,
-    opts: SessionOptions,
-    /// Whether the logits buffer holds a row per batch token (created with `logits_all`).
-    all_rows: bool,
+/// One sequence's place in a [`ClCore`]: its lane (ring) and the ring's bookkeeping.
+pub struct ClSeq {
+    lane: usize,
     kv: KvCache,
     n_past: u32,
+    /// Tokens one of its own forward calls carries at most (its `max_batch`).
+    chunk: usize,
+    /// This sequence's calls and tokens (weight reads are the core's, once per pass).
+    counters: Counters,
+}
+
+impl ClSeq {
+    fn new(
+        lane: usize,
+        capacity: usize,
+        policy: crate::kv::KvPolicy,
+        chunk: usize,
+    ) -> Result<Self> {
+        Ok(ClSeq {
+            lane,
+            chunk,
+            kv: KvCache::new(
+                KvShape {
+                    n_layers: 1,
+                    n_kv_heads: 1,
+                    head_dim: 1,
+                    capacity,
+                },
+                policy,
+            )?,
+            n_past: 0,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn lane(&self) -> usize {
+        self.lane
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past as usize
+    }
+
+    /// Slot bookkeeping of the ring (its capacity and policy are the session's).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn reset(&mut self) {
+        self.kv.reset();
+        self.n_past = 0;
+    }
+
+    /// Rewinds to the first `n` tokens (their K/V stay on the device).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.kv.truncate(n)?;
+        self.n_past = n as u32;
+        Ok(())
+    }
+}
+
+/// The sequences of one pass ([`ClCore::pass`]), each at most once.
+pub trait ClSeqs {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn seq(&self, i: usize) -> &ClSeq;
+    fn seq_mut(&mut self, i: usize) -> &mut ClSeq;
+}
+
+impl ClSeqs for [&mut ClSeq] {
+    fn len(&self) -> usize {
+        <[&mut ClSeq]>::len(self)
+    }
+    fn seq(&self, i: usize) -> &ClSeq {
+        self[i]
+    }
+    fn seq_mut(&mut self, i: usize) -> &mut ClSeq {
+        self[i]
+    }
+}
+
+/// Device state of `lanes` sequences: their KV rings, the activations of a pass of up to
+/// `max_batch` rows, the kernels.
+pub struct ClCore {
+    inner: Arc<Inner>,
+    /// `max_seq_len`: each ring's capacity; `max_batch`: rows one pass carries.
+    opts: SessionOptions,
+    lanes: usize,
+    /// Lanes handed to a sequence ([`ClCore::take_lane`]).
+    taken: Vec<bool>,
+    /// Whether the logits buffer holds a row per batch token (created with `logits_all`).
+    all_rows: bool,
     counters: Counters,
     dev: DeviceCounters,
     bufs: Bufs,
@@ -101,6 +197,7 @@ pub struct ClForward {
     layers: Vec<[Kernel; 5]>,
     head: Kernel,
     step_host: Vec<u32>,
+    rows_host: Vec<u32>,
     /// cos/sin per token and frequency, one table per RoPE base (global, sliding-window).
     rope_host: Vec<f32>,
     logits: Vec<f32>,
@@ -154,41 +251,47 @@ fn ceil_div(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }
 
-impl ClForward {
-    pub(crate) fn new(inner: Arc<Inner>, opts: SessionOptions) -> Result<Self> {
+impl ClCore {
+    /// `lanes` rings of `opts.max_seq_len` slots (the context length when 0) and passes of
+    /// up to `opts.max_batch` rows.
+    pub(crate) fn new(inner: Arc<Inner>, opts: SessionOptions, lanes: usize) -> Result<Self> {
         let c = inner.config.clone();
         let mut opts = opts;
         if opts.max_seq_len == 0 {
             opts.max_seq_len = c.context_length;
         }
-        if opts.max_batch == 0 {
+        if opts.max_batch == 0 || lanes == 0 {
             return Err(Error::InvalidArgument {
-                what: "max_batch".into(),
+                what: if lanes == 0 { "sequences" } else { "max_batch" }.into(),
                 reason: "must be at least 1".into(),
             });
         }
-        let kv = KvCache::new(
-            KvShape {
-                n_layers: 1,
-                n_kv_heads: 1,
-                head_dim: 1,
-                capacity: opts.max_seq_len,
-            },
-            opts.kv_policy,
-        )?;
+        if opts.logits_all && lanes > 1 {
+            return Err(Error::InvalidArgument {
+                what: "logits_all".into(),
+                reason: "a core of several sequences returns one row per sequence".into(),
+            });
+        }
         let (b, cap) = (opts.max_batch, opts.max_seq_len);
-        let rows = if opts.logits_all { b } else { 1 };
+        let rows = if opts.logits_all { b } else { lanes.min(b) };
         let half = (c.rope_dims / 2).max(1);
         let tables = 1 + usize::from(inner.inv_freq_swa.is_some());
         let resid = if c.post_norms { b * c.n_embd * 4 } else { 4 };
-        let kv_bytes = c.n_layers * c.n_kv_heads * cap * c.head_dim * 2;
-        if kv_bytes as u64 > inner.device.max_alloc_bytes {
-            return Err(Error::OpenCl(format!(
-                "a KV ring of {cap} tokens needs {kv_bytes} bytes per buffer; device `{}` \
-                 allocates at most {}",
-                inner.device.name, inner.device.max_alloc_bytes
-            )));
-        }
+        let all_slots = lanes.checked_mul(cap).filter(|&s| s <= i32::MAX as usize);
+        let kv_bytes = all_slots
+            .and_then(|s| s.checked_mul(c.n_layers * c.n_kv_heads * c.head_dim * 2))
+            .filter(|&n| n as u64 <= inner.device.max_alloc_bytes)
+            .ok_or_else(|| {
+                Error::OpenCl(format!(
+                    "{lanes} KV ring(s) of {cap} tokens need {} bytes per buffer; device `{}` \
+                     allocates at most {}",
+                    (lanes as u128)
+                        * (cap as u128)
+                        * (c.n_layers * c.n_kv_heads * c.head_dim * 2) as u128,
+                    inner.device.name,
+                    inner.device.max_alloc_bytes
+                ))
+            })?;
         let guard = if inner.canaries { inner.guard_size } else { 0 };
         let exact = inner.attention == ClAttention::Exact;
         let nb = |name, len| DevBuf::new(&inner.ctx, &inner.queue, name, len, guard);
@@ -200,8 +303,9 @@ impl ClForward {
             logits: nb("logits", rows * c.vocab_size * 4)?,
             kc: nb("k_cache", kv_bytes)?,
             vc: nb("v_cache", kv_bytes)?,
-            slot_pos: nb("slot_pos", cap * 4)?,
+            slot_pos: nb("slot_pos", lanes * cap * 4)?,
             step: nb("step", b * 3 * 4)?,
+            rows: nb("rows", b * 2 * 4)?,
             rope: nb("rope", tables * b * half * 2 * 4)?,
             scores: nb(
                 "attn_scores",
@@ -229,11 +333,11 @@ impl ClForward {
                 kernel(&inner, LAYER_KERNELS[4])?,
             ]);
         }
-        let mut f = ClForward {
+        let mut f = ClCore {
             all_rows: opts.logits_all,
             opts,
-            kv,
-            n_past: 0,
+            lanes,
+            taken: vec![false; lanes],
             counters: Counters::default(),
             dev: DeviceCounters::default(),
             bufs,
@@ -241,6 +345,7 @@ impl ClForward {
             layers,
             head,
             step_host: vec![0; b * 3],
+            rows_host: vec![0; b * 2],
             rope_host: vec![0.0; tables * b * half * 2],
             logits: vec![0.0; rows * c.vocab_size],
             events: Vec::with_capacity(5 * c.n_layers + 2),
@@ -256,7 +361,9 @@ impl ClForward {
         let c = &inner.config;
         let w = &inner.weights;
         let b = &self.bufs;
-        let cap = int(self.opts.max_seq_len, "max_seq_len")?;
+        // the KV buffers' slots per layer and head: every lane's ring
+        let cap = int(self.lanes * self.opts.max_seq_len, "KV slots")?;
+        let ring = int(self.opts.max_seq_len, "max_seq_len")?;
         let eps = c.rms_eps;
         let scale = c.attn_scale;
         let post = c.post_norms;
@@ -340,12 +447,15 @@ impl ClForward {
                 set(k, n, 6, &mem(&b.part))?;
                 set(k, n, 7, &layer)?;
                 set(k, n, 8, &cap)?;
+                set(k, n, 9, &mem(&b.rows))?;
                 set(k, n, 10, &scale)?;
                 set(k, n, 11, &window)?;
+                set(k, n, 12, &ring)?;
             } else {
                 set(k, n, 5, &mem(&b.part))?;
                 set(k, n, 6, &layer)?;
                 set(k, n, 7, &cap)?;
+                set(k, n, 8, &mem(&b.rows))?;
                 set(k, n, 11, &scale)?;
                 set(k, n, 12, &window)?;
             }
@@ -397,13 +507,13 @@ impl ClForward {
         Ok(())
     }
 
-    pub fn n_past(&self) -> usize {
-        self.n_past as usize
+    /// Rows one pass carries at most.
+    pub fn max_rows(&self) -> usize {
+        self.opts.max_batch
     }
 
-    /// Slot bookkeeping of the ring (its capacity and policy are the session's).
-    pub fn kv(&self) -> &KvCache {
-        &self.kv
+    pub fn lanes(&self) -> usize {
+        self.lanes
     }
 
     pub fn options(&self) -> &SessionOptions {
@@ -418,19 +528,69 @@ impl ClForward {
         self.dev
     }
 
-    pub fn reset(&mut self) {
-        self.kv.reset();
-        self.n_past = 0;
+    /// A free lane's sequence, with `opts.kv_policy` for its ring and forward calls of up to
+    /// `opts.max_batch` tokens (0: the core's rows); an error when every lane is taken or
+    /// `opts` asks for what the core does not have (another ring capacity, more rows,
+    /// logits of every token).
+    pub fn take_lane(&mut self, opts: &SessionOptions) -> Result<ClSeq> {
+        let bad = |what: &str, reason: String| {
+            Err(Error::InvalidArgument {
+                what: what.into(),
+                reason,
+            })
+        };
+        if opts.max_seq_len != 0 && opts.max_seq_len != self.opts.max_seq_len {
+            return bad(
+                "max_seq_len",
+                format!(
+                    "{}: the batch's rings hold {} tokens each",
+                    opts.max_seq_len, self.opts.max_seq_len
+                ),
+            );
+        }
+        if opts.max_batch > self.opts.max_batch {
+            return bad(
+                "max_batch",
+                format!(
+                    "{}: the batch's passes carry {} tokens at most",
+                    opts.max_batch, self.opts.max_batch
+                ),
+            );
+        }
+        if opts.logits_all && !self.opts.logits_all {
+            return bad(
+                "logits_all",
+                "a batch's sessions keep the logits of their last token only".into(),
+            );
+        }
+        let Some(lane) = self.taken.iter().position(|t| !t) else {
+            return Err(Error::InvalidArgument {
+                what: "batched session".into(),
+                reason: format!(
+                    "all {} sequences of the batch are in use; drop one or build a larger batch",
+                    self.lanes
+                ),
+            });
+        };
+        let chunk = if opts.max_batch == 0 {
+            self.opts.max_batch
+        } else {
+            opts.max_batch
+        };
+        let seq = ClSeq::new(lane, self.opts.max_seq_len, opts.kv_policy, chunk)?;
+        self.taken[lane] = true;
+        Ok(seq)
     }
 
-    /// Rewinds to the first `n` tokens (their K/V stay on the device).
-    pub fn truncate(&mut self, n: usize) -> Result<()> {
-        self.kv.truncate(n)?;
-        self.n_past = n as u32;
-        Ok(())
+    /// Gives a sequence's lane back (its session was dropped).
+    pub fn release_lane(&mut self, seq: &ClSeq) {
+        if let Some(t) = self.taken.get_mut(seq.lane) {
+            *t = false;
+        }
     }
 
-    /// Logits of the last forward call: one row of `vocab` (or one per token with `logits_all`).
+    /// Logits of the last pass: one row of `vocab` per sequence of the pass, in the pass's
+    /// order (or one per token with `logits_all`).
     pub fn logits(&self) -> &[f32] {
         &self.logits
     }
@@ -440,21 +600,104 @@ impl ClForward {
         crate::model::set_logits_all(&mut self.opts, self.all_rows, on)
     }
 
-    /// Runs `tokens` through the model in chunks of `max_batch`; same contract as
+    /// Runs `tokens` through one sequence in chunks of `max_batch`; same contract as
     /// [`crate::model::Forward::forward`].
-    pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+    pub fn forward(&mut self, seq: &mut ClSeq, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument {
                 what: "tokens".into(),
                 reason: "empty input".into(),
             });
         }
-        if !self.kv.can_take(tokens.len()) {
+        if !seq.kv.can_take(tokens.len()) {
             return Err(Error::ContextOverflow {
-                tokens: self.kv.used() + tokens.len(),
-                ctx: self.kv.shape().capacity,
+                tokens: seq.kv.used() + tokens.len(),
+                ctx: seq.kv.shape().capacity,
             });
         }
+        if seq.lane >= self.lanes || !self.taken[seq.lane] {
+            return Err(Error::InvalidArgument {
+                what: "sequence".into(),
+                reason: format!("lane {} is not one of this core's sequences", seq.lane),
+            });
+        }
+        self.check_ids(tokens)?;
+        let mb = seq.chunk;
+        for chunk in tokens.chunks(mb) {
+            let mut one = [&mut *seq];
+            self.run_pass(&mut one[..], chunk, &[chunk.len()])?;
+        }
+        let v = self.inner.config.vocab_size;
+        Ok(if self.opts.logits_all {
+            let n = ((tokens.len() - 1) % mb) + 1;
+            &self.logits[(n - 1) * v..n * v]
+        } else {
+            &self.logits[..v]
+        })
+    }
+
+    /// One pass over several sequences: `seqs[i]` takes the next `counts[i]` tokens of
+    /// `tokens` (a prompt chunk, or one decode token), and row `i` of the result holds its
+    /// logits after the last of them. Rows of one sequence are its tokens in order; the
+    /// sequences are distinct lanes of this core. Checked before anything runs: nothing is
+    /// claimed when the pass is refused.
+    pub fn pass<S: ClSeqs + ?Sized>(
+        &mut self,
+        seqs: &mut S,
+        tokens: &[u32],
+        counts: &[usize],
+    ) -> Result<&[f32]> {
+        let n_seq = seqs.len();
+        if n_seq == 0 || counts.len() != n_seq {
+            return Err(Error::InvalidArgument {
+                what: "batched pass".into(),
+                reason: format!("{n_seq} sequences and {} token counts", counts.len()),
+            });
+        }
+        if self.opts.logits_all && n_seq > 1 {
+            return Err(Error::InvalidArgument {
+                what: "batched pass".into(),
+                reason: "logits of every token are kept for one sequence only".into(),
+            });
+        }
+        let total: usize = counts.iter().sum();
+        if total != tokens.len() || counts.contains(&0) || total > self.opts.max_batch {
+            return Err(Error::InvalidArgument {
+                what: "batched pass".into(),
+                reason: format!(
+                    "token counts {counts:?} for {} tokens (each at least 1, at most {} in all)",
+                    tokens.len(),
+                    self.opts.max_batch
+                ),
+            });
+        }
+        for (i, &cnt) in counts.iter().enumerate() {
+            let s = seqs.seq(i);
+            if s.lane >= self.lanes || !self.taken[s.lane] {
+                return Err(Error::InvalidArgument {
+                    what: format!("batched pass sequence {i}"),
+                    reason: format!("lane {} is not one of this batch's sequences", s.lane),
+                });
+            }
+            if (0..i).any(|j| seqs.seq(j).lane == s.lane) {
+                return Err(Error::InvalidArgument {
+                    what: format!("batched pass sequence {i}"),
+                    reason: "appears twice in one pass".into(),
+                });
+            }
+            if !s.kv.can_take(cnt) {
+                return Err(Error::ContextOverflow {
+                    tokens: s.kv.used() + cnt,
+                    ctx: s.kv.shape().capacity,
+                });
+            }
+        }
+        self.check_ids(tokens)?;
+        self.run_pass(seqs, tokens, counts)?;
+        Ok(&self.logits[..n_seq * self.inner.config.vocab_size])
+    }
+
+    fn check_ids(&self, tokens: &[u32]) -> Result<()> {
         let vocab = self.inner.config.vocab_size as u32;
         if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
             return Err(Error::InvalidArgument {
@@ -462,17 +705,7 @@ impl ClForward {
                 reason: format!("{bad} is outside the vocabulary of {vocab}"),
             });
         }
-        let mb = self.opts.max_batch;
-        for chunk in tokens.chunks(mb) {
-            self.forward_chunk(chunk)?;
-        }
-        let v = vocab as usize;
-        Ok(if self.opts.logits_all {
-            let n = ((tokens.len() - 1) % mb) + 1;
-            &self.logits[(n - 1) * v..n * v]
-        } else {
-            &self.logits[..v]
-        })
+        Ok(())
     }
 
     /// Enqueues one kernel; in canary mode waits for it and checks every guard.
@@ -518,11 +751,24 @@ impl ClForward {
         Ok(())
     }
 
-    fn forward_chunk(&mut self, tokens: &[u32]) -> Result<()> {
+    /// One pass, its input checked by the caller. Row layout: with `logits_all` (one
+    /// sequence) the tokens in order; otherwise row `i` is the last token of sequence `i`
+    /// (so the head reads the first `n_seq` rows) and the other tokens follow, sequence by
+    /// sequence in order. Rows are independent but for attention, which each row runs over
+    /// its own lane's ring after the pass's K/V are written, masked by position: the order of
+    /// rows changes no result.
+    fn run_pass<S: ClSeqs + ?Sized>(
+        &mut self,
+        seqs: &mut S,
+        tokens: &[u32],
+        counts: &[usize],
+    ) -> Result<()> {
         let inner = self.inner.clone();
         let c = &inner.config;
         let n = tokens.len();
+        let n_seq = counts.len();
         let tt = inner.plan.tt;
+        let cap = self.opts.max_seq_len;
         // events of a call that failed half-way are not this call's
         self.events.clear();
         let mut phase = PhaseCounters {
@@ -531,24 +777,67 @@ impl ClForward {
             ..Default::default()
         };
 
-        for (i, &t) in tokens.iter().enumerate() {
-            let pos = self.n_past + i as u32;
-            let slot = self.kv.claim(pos)?;
-            self.step_host[3 * i..3 * i + 3].copy_from_slice(&[t, pos, slot as u32]);
-            // cos/sin exactly as the CPU forward pass computes them (f32 product, f32 trig),
-            // the sliding-window layers' table `max_batch` rows after the first
-            let tabs = [Some(&inner.inv_freq), inner.inv_freq_swa.as_ref()];
-            for (ti, freqs) in tabs.into_iter().enumerate() {
-                let Some(freqs) = freqs else { continue };
-                let half = freqs.len();
-                let base = ti * self.opts.max_batch * half * 2;
-                for (j, f) in freqs.iter().enumerate() {
-                    let theta = pos as f32 * f;
-                    self.rope_host[base + 2 * (i * half + j)] = theta.cos();
-                    self.rope_host[base + 2 * (i * half + j) + 1] = theta.sin();
+        // row of token `i` of sequence `si` whose tokens start at `first` of `tokens`
+        let all = self.opts.logits_all;
+        let row_of = |si: usize, first: usize, i: usize, cnt: usize| {
+            if all {
+                first + i
+            } else if i + 1 == cnt {
+                si
+            } else {
+                // after the n_seq last rows, the earlier sequences' other tokens
+                n_seq + (first - si) + i
+            }
+        };
+        let mut first = 0usize;
+        let mut max_used = 0;
+        for (si, &cnt) in counts.iter().enumerate() {
+            let seq = seqs.seq_mut(si);
+            for i in 0..cnt {
+                let row = row_of(si, first, i, cnt);
+                let t = tokens[first + i];
+                let pos = seq.n_past + i as u32;
+                let slot = seq.kv.claim(pos)?;
+                let global = (seq.lane * cap + slot) as u32;
+                self.step_host[3 * row..3 * row + 3].copy_from_slice(&[t, pos, global]);
+                // cos/sin exactly as the CPU forward pass computes them (f32 product, f32
+                // trig), the sliding-window layers' table `max_batch` rows after the first
+                let tabs = [Some(&inner.inv_freq), inner.inv_freq_swa.as_ref()];
+                for (ti, freqs) in tabs.into_iter().enumerate() {
+                    let Some(freqs) = freqs else { continue };
+                    let half = freqs.len();
+                    let base = ti * self.opts.max_batch * half * 2;
+                    for (j, f) in freqs.iter().enumerate() {
+                        let theta = pos as f32 * f;
+                        self.rope_host[base + 2 * (row * half + j)] = theta.cos();
+                        self.rope_host[base + 2 * (row * half + j) + 1] = theta.sin();
+                    }
                 }
             }
+            // every row of the sequence attends over its lane's ring as the pass leaves it
+            let used = seq.kv.used();
+            max_used = max_used.max(used);
+            for i in 0..cnt {
+                let row = row_of(si, first, i, cnt);
+                self.rows_host[2 * row] = (seq.lane * cap) as u32;
+                self.rows_host[2 * row + 1] = used as u32;
+            }
+            first += cnt;
         }
+        let rows_host = &self.rows_host[..2 * n];
+        // SAFETY: blocking write of `2n` u32 from a live host slice into the rows buffer of
+        // `2 * max_batch` u32 (n <= max_batch).
+        unsafe {
+            self.inner.queue.enqueue_write_buffer(
+                self.bufs.rows.buffer_mut(),
+                CL_BLOCKING,
+                0,
+                bytemuck::cast_slice(rows_host),
+                &[],
+            )
+        }
+        .map_err(|e| Error::OpenCl(format!("writing the row table: {e}")))?;
+        phase.h2d_bytes += (rows_host.len() * 4) as u64;
         let half = inner.inv_freq.len();
         let tables = 1 + usize::from(inner.inv_freq_swa.is_some());
         for ti in 0..tables {
@@ -586,10 +875,9 @@ impl ClForward {
         .map_err(|e| Error::OpenCl(format!("writing the step buffer: {e}")))?;
         phase.h2d_bytes += (step.len() * 4) as u64;
 
-        let used = self.kv.used();
         let exact = inner.attention == ClAttention::Exact;
-        let nsplit = ceil_div(used, SPLIT_MIN_SLOTS).clamp(1, NSPLIT_MAX);
-        let chunk = ceil_div(used, nsplit);
+        let nsplit = ceil_div(max_used, SPLIT_MIN_SLOTS).clamp(1, NSPLIT_MAX);
+        let chunk = ceil_div(max_used, nsplit);
         let ni = int(n, "tokens")?;
         let tiles = ceil_div(n, tt);
         let hd = c.head_dim;
@@ -599,15 +887,7 @@ impl ClForward {
         for l in 0..c.n_layers {
             let ks = &self.layers[l];
             set(&ks[K_QKV], "attn_qkv", arg::QKV_N, &ni)?;
-            if exact {
-                set(
-                    &ks[K_ATT],
-                    "attention",
-                    arg::EXACT_USED,
-                    &int(used, "used")?,
-                )?;
-            } else {
-                set(&ks[K_ATT], "attention", arg::ATT_USED, &int(used, "used")?)?;
+            if !exact {
                 set(
                     &ks[K_ATT],
                     "attention",
@@ -670,10 +950,11 @@ impl ClForward {
                 &mut phase,
             )?;
         }
+        // the last token of each sequence is in the first `n_seq` rows
         let (first, rows) = if self.opts.logits_all {
             (0, n)
         } else {
-            (n - 1, 1)
+            (0, n_seq)
         };
         set(&self.head, "head", arg::HEAD_FIRST, &int(first, "first")?)?;
         set(&self.head, "head", arg::HEAD_ROWS, &int(rows, "rows")?)?;
@@ -723,15 +1004,184 @@ impl ClForward {
         self.counters.matmuls += per_layer * c.n_layers as u64 + 1;
         self.counters.weight_bytes_read += inner.weights.bytes;
         self.counters.forward_calls += 1;
-        if n == 1 {
-            self.counters.tokens_decoded += 1;
+        for (si, &cnt) in counts.iter().enumerate() {
+            let seq = seqs.seq_mut(si);
+            seq.n_past += cnt as u32;
+            seq.counters.forward_calls += 1;
+            if cnt == 1 {
+                seq.counters.tokens_decoded += 1;
+                self.counters.tokens_decoded += 1;
+            } else {
+                seq.counters.tokens_prefilled += cnt as u64;
+                self.counters.tokens_prefilled += cnt as u64;
+            }
+        }
+        // a pass of decode tokens only is a decode call; one with a prompt chunk, prefill
+        if n == n_seq {
             self.dev.decode.add(&phase);
         } else {
-            self.counters.tokens_prefilled += n as u64;
             self.dev.prefill.add(&phase);
         }
-        self.n_past += n as u32;
         Ok(())
+    }
+}
+
+/// A session in a batch ([`crate::session::BatchDecoder::session`]): its sequence in the
+/// batch's shared core, which runs its own forward calls as passes of one sequence and the
+/// batch's passes over all of them. Its lane goes back to the core when it is dropped.
+pub struct ClLane {
+    core: Arc<Mutex<ClCore>>,
+    seq: ClSeq,
+    /// Its own last logits (the core's buffer is the next pass's).
+    logits: Vec<f32>,
+}
+
+fn lock(core: &Mutex<ClCore>) -> std::sync::MutexGuard<'_, ClCore> {
+    // A pass that panicked left no half-claimed state the next pass trusts: slot claims are
+    // redone from each sequence's own bookkeeping, so a poisoned lock is still usable.
+    core.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ClLane {
+    pub(crate) fn new(core: Arc<Mutex<ClCore>>, opts: &SessionOptions) -> Result<Self> {
+        let (seq, vocab) = {
+            let mut c = lock(&core);
+            (c.take_lane(opts)?, c.inner.config.vocab_size)
+        };
+        Ok(ClLane {
+            core,
+            seq,
+            logits: vec![0.0; vocab],
+        })
+    }
+
+    /// Whether this session's sequence lives in `core`.
+    pub fn is_in(&self, core: &Mutex<ClCore>) -> bool {
+        std::ptr::eq(&*self.core, core)
+    }
+
+    pub fn seq(&self) -> &ClSeq {
+        &self.seq
+    }
+
+    pub fn seq_mut(&mut self) -> &mut ClSeq {
+        &mut self.seq
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.seq.n_past()
+    }
+
+    pub fn kv(&self) -> &KvCache {
+        self.seq.kv()
+    }
+
+    /// This sequence's calls and tokens; the weight bytes of the batch's passes are the
+    /// batch decoder's ([`crate::session::BatchDecoder::counters`]).
+    pub fn counters(&self) -> Counters {
+        self.seq.counters()
+    }
+
+    /// The device counters of every pass of the batch, this sequence's included.
+    pub fn device_counters(&self) -> DeviceCounters {
+        lock(&self.core).device_counters()
+    }
+
+    pub fn reset(&mut self) {
+        self.seq.reset();
+    }
+
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.seq.truncate(n)
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// A batch's sessions keep only their last token's logits: `on` is refused.
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        if on {
+            return Err(Error::InvalidArgument {
+                what: "logits_all".into(),
+                reason: "a batch's sessions keep the logits of their last token only".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        let mut c = lock(&self.core);
+        let out = c.forward(&mut self.seq, tokens)?;
+        self.logits.copy_from_slice(out);
+        Ok(&self.logits)
+    }
+}
+
+impl Drop for ClLane {
+    fn drop(&mut self) {
+        lock(&self.core).release_lane(&self.seq);
+    }
+}
+
+/// A session of its own on the device: a one-lane [`ClCore`] and its sequence.
+pub struct ClForward {
+    core: ClCore,
+    seq: ClSeq,
+}
+
+impl ClForward {
+    pub(crate) fn new(inner: Arc<Inner>, opts: SessionOptions) -> Result<Self> {
+        let mut core = ClCore::new(inner, opts.clone(), 1)?;
+        let seq = core.take_lane(&opts)?;
+        Ok(ClForward { core, seq })
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.seq.n_past()
+    }
+
+    /// Slot bookkeeping of the ring (its capacity and policy are the session's).
+    pub fn kv(&self) -> &KvCache {
+        self.seq.kv()
+    }
+
+    pub fn options(&self) -> &SessionOptions {
+        self.core.options()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.core.counters()
+    }
+
+    pub fn device_counters(&self) -> DeviceCounters {
+        self.core.device_counters()
+    }
+
+    pub fn reset(&mut self) {
+        self.seq.reset();
+    }
+
+    /// Rewinds to the first `n` tokens (their K/V stay on the device).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.seq.truncate(n)
+    }
+
+    /// Logits of the last forward call: one row of `vocab` (or one per token with `logits_all`).
+    pub fn logits(&self) -> &[f32] {
+        self.core.logits()
+    }
+
+    /// Same contract as [`crate::model::Forward::set_logits_all`].
+    pub fn set_logits_all(&mut self, on: bool) -> Result<()> {
+        self.core.set_logits_all(on)
+    }
+
+    /// Runs `tokens` through the model in chunks of `max_batch`; same contract as
+    /// [`crate::model::Forward::forward`].
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.core.forward(&mut self.seq, tokens)
     }
 }
 

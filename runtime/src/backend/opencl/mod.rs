@@ -5,11 +5,15 @@
 //! * [`device`]: platform/device listing (`pocketperf probe`) and selection.
 //! * `program`: the `.cl` sources (embedded with `include_str!`), specialised by `-D` constants.
 //! * `weights`: zero-copy (`CL_MEM_USE_HOST_PTR`) or uploaded weight buffers.
-//! * `forward`: [`ClForward`], one sequence: device KV ring, activations, kernel launches.
+//! * `forward`: [`ClCore`], the device KV rings of one or more sequences, activations and
+//!   kernel launches of a pass; [`ClForward`], a session of its own (a one-sequence core);
+//!   [`ClLane`], a session of a batch (batched decode: one pass, one decode token or prompt
+//!   chunk of each sequence, each weight read once).
 //! * [`canary`]: guard regions around every buffer a kernel writes (test/debug mode).
 //!
 //! A decoded token costs `5 × layers + 2` launches (embedding, five per layer, head), one
-//! small host→device write (token id, position, slot) and one device→host read (logits).
+//! small host→device write (token id, position, slot, row table, rotary rows) and one
+//! device→host read (logits).
 //! The kernels run on PoCL in CI and are meant for Adreno/Mali GPUs; see docs/OPENCL.md.
 
 pub mod canary;
@@ -19,7 +23,7 @@ mod program;
 mod weights;
 
 pub use device::{ClDeviceInfo, ClPlatformInfo, list_devices};
-pub use forward::ClForward;
+pub use forward::{ClCore, ClForward, ClLane, ClSeq, ClSeqs};
 pub use weights::WeightImport;
 
 use crate::error::{Error, Result};
@@ -240,6 +244,20 @@ impl ClEngine {
     /// A new sequence on this device.
     pub fn session(&self, opts: SessionOptions) -> Result<ClForward> {
         ClForward::new(self.inner.clone(), opts)
+    }
+
+    /// The shared state of a batch: `sequences` KV rings of `max_seq_len` slots and passes
+    /// of up to `max_rows` tokens ([`ClLane`] sessions run in it).
+    pub fn batch(&self, sequences: usize, max_rows: usize, max_seq_len: usize) -> Result<ClCore> {
+        ClCore::new(
+            self.inner.clone(),
+            SessionOptions {
+                max_seq_len,
+                max_batch: max_rows,
+                ..Default::default()
+            },
+            sequences,
+        )
     }
 
     pub fn summary(&self) -> ClSummary {

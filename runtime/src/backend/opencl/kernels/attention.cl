@@ -1,7 +1,13 @@
 // Causal attention over the ring KV cache, split over the sequence (flash-decoding style).
 //
+// The KV buffers hold one ring of `cap` slots per sequence lane, each layer and KV head a run
+// of `cap` slots (all lanes' rings side by side: `cap` is lanes × the ring's capacity); a
+// token's row of `rows` is {first slot of its lane's ring, slots its lane uses}, so the rows
+// of one launch may belong to different sequences (batched decode).
+//
 // Grid: (HEAD_DIM * nsplit, N_HEADS, n tokens); one work-group per (split, head, token).
-// A split scans slots [split * chunk, min(used, (split + 1) * chunk)) in tiles of HEAD_DIM
+// A split scans its lane's slots [split * chunk, min(used, (split + 1) * chunk)) (none when
+// the lane uses fewer: the record then says so with m = -inf) in tiles of HEAD_DIM
 // slots: work-item i scores slot (tile + i) against the query (masked when the slot's
 // position is after the query's), then, as dimension i, accumulates the values with the
 // online-softmax recurrence (running max m, running sum l, rescaled accumulator). Each
@@ -12,7 +18,8 @@
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
 attention(__global const float *q, __global const half *kc, __global const half *vc,
           __global const uint *slot_pos, __global const uint *step, __global float *part,
-          int layer, int cap, int used, int nsplit, int chunk, float scale, uint window) {
+          int layer, int cap, __global const uint *rows, int nsplit, int chunk, float scale,
+          uint window) {
     __local float qv[HEAD_DIM];
     __local float sc[HEAD_DIM];
     __local float pr[HEAD_DIM];
@@ -23,13 +30,15 @@ attention(__global const float *q, __global const half *kc, __global const half 
     int t = get_group_id(2);
     int kvh = h / (N_HEADS / N_KV_HEADS);
     uint p = step[t * 3 + 1];
+    int used = (int)rows[t * 2 + 1];
 
     qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
-    // lack cl_khr_fp16)
-    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
+    // element offset of this head's ring in the token's lane (no arithmetic on half
+    // pointers: PoCL and phones lack cl_khr_fp16); slot_pos from the lane's first slot
+    ulong hb = (((ulong)layer * N_KV_HEADS + kvh) * cap + rows[t * 2]) * HEAD_DIM;
+    slot_pos += rows[t * 2];
     int begin = split * chunk;
     int end = min(used, begin + chunk);
 
@@ -80,12 +89,13 @@ attention(__global const float *q, __global const half *kc, __global const half 
 // slot order; a chunk's blocks fold into a fresh state; the chunks' states merge in order
 // (each weighted by its share of the merged sum). A row that sees one block gets the classic
 // softmax. Exponentials are pp_exp, the CPU's. It is the conformance mode.
-// `scores` is scratch of [n][N_HEADS][cap] floats; the output goes to out[t][Q_DIM].
+// `scores` is scratch of [n][N_HEADS][scap] floats (scap: one ring's capacity); the output
+// goes to out[t][Q_DIM]. KV layout and `rows` as for `attention`.
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1))) void
 attention_exact(__global const float *q, __global const half *kc, __global const half *vc,
                 __global const uint *slot_pos, __global const uint *step,
-                __global float *scores, __global float *out, int layer, int cap, int used,
-                float scale, uint window) {
+                __global float *scores, __global float *out, int layer, int cap,
+                __global const uint *rows, float scale, uint window, int scap) {
     __local float qv[HEAD_DIM];
     __local float red[HEAD_DIM];
 
@@ -94,14 +104,16 @@ attention_exact(__global const float *q, __global const half *kc, __global const
     int t = get_group_id(2);
     int kvh = h / (N_HEADS / N_KV_HEADS);
     uint p = step[t * 3 + 1];
+    int used = (int)rows[t * 2 + 1];
 
     qv[lid] = q[(ulong)t * Q_DIM + h * HEAD_DIM + lid];
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    // element offset of this head's ring (no arithmetic on half pointers: PoCL and phones
-    // lack cl_khr_fp16)
-    ulong hb = ((ulong)layer * N_KV_HEADS + kvh) * cap * HEAD_DIM;
-    __global float *sc = scores + ((ulong)t * N_HEADS + h) * cap;
+    // element offset of this head's ring in the token's lane (no arithmetic on half
+    // pointers: PoCL and phones lack cl_khr_fp16); slot_pos from the lane's first slot
+    ulong hb = (((ulong)layer * N_KV_HEADS + kvh) * cap + rows[t * 2]) * HEAD_DIM;
+    slot_pos += rows[t * 2];
+    __global float *sc = scores + ((ulong)t * N_HEADS + h) * scap;
 
     // merged state of the chunks so far (am = -inf: none seen)
     float am = -INFINITY, al = 0.0f, ao = 0.0f;

@@ -16,7 +16,9 @@
 // x + RMSNorm(y) * pw in every work-group while one group stores it (to h after attention,
 // to x after the feed-forward): still five launches per layer.
 //
-// `step` holds, per token of the batch, {token id, position, KV slot}.
+// `step` holds, per token of the batch, {token id, position, KV slot}; the slot indexes the KV
+// buffers of every sequence lane (lane × ring capacity + the slot in the lane's ring), so the
+// tokens of one launch may belong to several sequences (batched decode).
 
 // Embedding rows: x[t][i] = dequant(embd[token[t]])[i] (times `scale` if has_scale).
 __kernel void embed(__global const uchar *embd, int etype, __global const uint *step,
