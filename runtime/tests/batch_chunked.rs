@@ -2,8 +2,9 @@
 //! through [`BatchForward::step`] beside other sequences' decode tokens must give, for every
 //! sequence, the logits (bit for bit) and greedy tokens of running that sequence alone; a
 //! mixed pass allocates nothing once warm; bad runs are refused without changing any state.
-//! On the reference model (SmolLM2), on Gemma 3 270M (sliding-window layers), and on a tiny
-//! synthetic Gemma 3 whose window of 4 makes the local ring wrap inside the chunked prompts.
+//! On the reference model (SmolLM2), on Gemma 3 270M (sliding-window layers), on Qwen2.5 0.5B
+//! (biases, K-quant rows), and on a tiny synthetic Gemma 3 whose window of 4 makes the local
+//! ring wrap inside the chunked prompts.
 
 mod common;
 mod counting_alloc;
@@ -26,11 +27,12 @@ static GLOBAL: Counting = Counting;
 fn main() {
     smollm2_mixed_chunked_passes_equal_each_sequence_alone();
     gemma3_mixed_chunked_passes_equal_each_sequence_alone();
+    qwen2_mixed_chunked_passes_equal_each_sequence_alone();
     sliding_window_ring_wraps_inside_mixed_chunked_passes();
     mixed_pass_refuses_bad_runs_without_changing_state();
     println!(
         "batch_chunked: ok (mixed chunked passes bit-identical to each sequence alone on \
-         SmolLM2, Gemma 3 270M and a wrapping sliding window; 0 heap allocations per pass \
+         SmolLM2, Gemma 3 270M, Qwen2.5 0.5B and a wrapping sliding window; 0 heap allocations per pass \
          after warm-up; bad runs refused)"
     );
 }
@@ -255,6 +257,29 @@ fn gemma3_mixed_chunked_passes_equal_each_sequence_alone() {
                 prompt(29, 3, vocab),
                 prompt(13, 4, vocab),
                 prompt(19, 5, vocab),
+            ],
+            starts: vec![0, 1, 2],
+            chunk: 6,
+            steps: 6,
+            cap: 64,
+            session_batch: 64,
+            threads: 2,
+        },
+    );
+}
+
+/// Qwen2.5's biases, packed Q5_0/Q8_0 tiles and K-quant `ffn_down` rows in mixed passes.
+fn qwen2_mixed_chunked_passes_equal_each_sequence_alone() {
+    let path = common::model_path_for("qwen2.5-coder-0.5b");
+    let model = Model::open(&path).unwrap();
+    let vocab = model.config().vocab_size;
+    check(
+        &model,
+        &Case {
+            prompts: vec![
+                prompt(23, 6, vocab),
+                prompt(11, 7, vocab),
+                prompt(17, 8, vocab),
             ],
             starts: vec![0, 1, 2],
             chunk: 6,
