@@ -52,6 +52,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
 #[cfg(target_arch = "x86_64")]
+mod avx512_kgemm;
+#[cfg(target_arch = "x86_64")]
 mod gemm512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -1275,6 +1277,9 @@ pub unsafe fn matmul_rows(
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract (disjoint output elements).
+    let r0 = unsafe { k_tiles(tier, w, x, n, r0, r1, out) };
     for r in r0..r1 {
         let wr = w.row(r);
         let mut a = 0;
@@ -1298,6 +1303,86 @@ pub unsafe fn matmul_rows(
             a += 1;
         }
     }
+}
+
+/// Activation rows per pass over a range of weight rows in [`k_tiles`]: their Q8_K blocks
+/// (at most 64 × 292 bytes per 256 columns) stay in the L2 cache while the weight rows stream.
+#[cfg(target_arch = "x86_64")]
+const K_TILE_ACTS: usize = 64;
+
+/// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
+/// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
+/// activation rows: four activation rows at a time (activation rows in passes of
+/// [`K_TILE_ACTS`]), the remaining activation rows one at a time. Returns the first weight
+/// row left to the caller (`r0` when nothing was done).
+///
+/// # Safety
+/// As [`matmul_rows`], whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+unsafe fn k_tiles(
+    tier: Tier,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    out: OutRows,
+) -> usize {
+    use avx512_kgemm::{ACTS, ROWS};
+    let Tier::Avx512 { vnni, .. } = tier else {
+        return r0;
+    };
+    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || n < ACTS {
+        return r0;
+    }
+    let q8k = |a: usize| match x.row(a) {
+        ActRow::Q8K(b) => b,
+        _ => &[],
+    };
+    // The layout was checked against the type; a mismatch would leave the rows to the caller.
+    if q8k(0).len() * QK_K != w.cols {
+        return r0;
+    }
+    let n_tiled = n - n % ACTS;
+    let r_end = r0 + (r1 - r0) / ROWS * ROWS;
+    let mut p0 = 0;
+    while p0 < n_tiled {
+        let p1 = (p0 + K_TILE_ACTS).min(n_tiled);
+        let mut r = r0;
+        while r < r_end {
+            let wr = [w.row(r), w.row(r + 1), w.row(r + 2), w.row(r + 3)];
+            let mut a = p0;
+            while a < p1 {
+                let ar = [q8k(a), q8k(a + 1), q8k(a + 2), q8k(a + 3)];
+                // SAFETY: the tier was resolved against this CPU; every row holds `cols`
+                // columns of its type (checked by the caller).
+                let v = unsafe { avx512_kgemm::tile(vnni, w.ty, wr, ar) };
+                let v = v.unwrap_or_else(|| {
+                    let mut v = [0.0f32; 16];
+                    for (k, o) in v.iter_mut().enumerate() {
+                        *o = dot_unchecked(tier, w.ty, wr[k % ROWS], x.row(a + k / ROWS));
+                    }
+                    v
+                });
+                for (k, vk) in v.into_iter().enumerate() {
+                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                    unsafe { out.put(a + k / ROWS, r + k % ROWS, vk) };
+                }
+                a += ACTS;
+            }
+            r += ROWS;
+        }
+        p0 = p1;
+    }
+    for r in r0..r_end {
+        let wr = w.row(r);
+        for a in n_tiled..n {
+            let v = dot_unchecked(tier, w.ty, wr, x.row(a));
+            // SAFETY: as above.
+            unsafe { out.put(a, r, v) };
+        }
+    }
+    r_end
 }
 
 /// Splits `0..total` into chunks of about `total / (4 · threads)` items, rounded up to a
