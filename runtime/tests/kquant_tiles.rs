@@ -2,8 +2,9 @@
 //! four Q8_K activation rows per tile, with and without VNNI) against the scalar tier, bit
 //! for bit, through `quant::matmul_rows`: weight-row ranges that do not start at 0 and leave
 //! one to three rows outside the four-row tiles, activation row counts that leave one to
-//! three rows outside the four-row tiles and pass the 64-row passes of the tile loop,
-//! one to five blocks per row, writing and accumulating outputs. Activation blocks are
+//! three rows outside the four-row quads, give one to four quads per decoded weight block
+//! and pass the 64-row passes of the tile loop, one to five blocks per row, writing and
+//! accumulating outputs. Activation blocks are
 //! all zero, at the largest quant magnitude (every Q8_K quant ±127), tiny or ordinary;
 //! one weight row has every quant, scale and min at its largest magnitude.
 
@@ -97,7 +98,7 @@ fn k_tiles_match_scalar_bits() {
     let mut compared = 0usize;
     for ty in [GgmlType::Q4K, GgmlType::Q6K] {
         for &(rows, r0, r1) in &ranges {
-            for n in [4, 5, 11, 70] {
+            for n in [4, 5, 11, 13, 70] {
                 for nb in [1, 3, 5] {
                     if nb == 5 && n == 70 {
                         continue; // enough columns elsewhere; keeps the test short
@@ -138,5 +139,5 @@ fn k_tiles_match_scalar_bits() {
             }
         }
     }
-    assert_eq!(compared, 2 * ranges.len() * 11 * 2 * tiers.len());
+    assert_eq!(compared, 2 * ranges.len() * 14 * 2 * tiers.len());
 }

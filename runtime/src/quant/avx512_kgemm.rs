@@ -35,6 +35,8 @@ use crate::GgmlType;
 pub(super) const ROWS: usize = 4;
 /// Activation rows per tile.
 pub(super) const ACTS: usize = 4;
+/// Quads of activation rows that share one decoding of the weight blocks.
+pub(super) const QUADS: usize = 4;
 
 /// Index tables over output lanes `L = 4t + r` (`t = L / 4`, `r = L % 4`): lane `L` takes
 /// `mul · t + row_mul · r + add`.
@@ -143,78 +145,112 @@ macro_rules! tiles {
         pub(super) mod $m {
             use super::*;
 
-            /// `Σ_k rw[r][k] · ac[t][k]` over 16 words in lane `4t + r` (exact in i32).
+            /// The weight-row side of [`act_side_dots`]: word pair `j` of row `r` in lane
+            /// `4t + r` of vector `j`.
             #[target_feature(enable = $feat)]
             #[inline]
-            fn row_act_dots(rw: &[__m256i; ROWS], ac: &[__m256i; ACTS]) -> __m512i {
+            fn row_side(rw: &[__m256i; ROWS]) -> [__m512i; 8] {
                 let r01 = join(rw[0], rw[1]);
                 let r23 = join(rw[2], rw[3]);
+                std::array::from_fn(|j| _mm512_permutex2var_epi32(r01, ld(&IDX_PAIR_ROW[j]), r23))
+            }
+
+            /// `Σ_k rw[r][k] · ac[t][k]` over 16 words in lane `4t + r` (exact in i32), the
+            /// rows given by [`row_side`].
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn act_side_dots(x: &[__m512i; 8], ac: &[__m256i; ACTS]) -> __m512i {
                 let a01 = join(ac[0], ac[1]);
                 let a23 = join(ac[2], ac[3]);
                 let mut acc = _mm512_setzero_si512();
                 for j in 0..8 {
-                    let x = _mm512_permutex2var_epi32(r01, ld(&IDX_PAIR_ROW[j]), r23);
                     let y = _mm512_permutex2var_epi32(a01, ld(&IDX_PAIR_ACT[j]), a23);
-                    acc = $dpw(acc, x, y);
+                    acc = $dpw(acc, x[j], y);
                 }
                 acc
             }
 
-            /// The 16 group sums of each activation block.
+            /// Block `i` of the four activation rows of a quad and their 16 group sums.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn bsums(y: &[&BlockQ8K; ACTS]) -> [__m256i; ACTS] {
+            fn quad_block<'a>(
+                a: &[&'a [BlockQ8K]; ACTS],
+                i: usize,
+            ) -> ([&'a BlockQ8K; ACTS], [__m256i; ACTS]) {
+                let y = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
                 // SAFETY: each bsums array is 32 readable bytes.
-                y.map(|b| unsafe { _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i) })
+                let bs =
+                    y.map(|b| unsafe { _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i) });
+                (y, bs)
             }
 
-            /// Q4_K weights (four rows) · Q8_K activations (four rows): output lane `4t + r`.
+            /// The integer block sums of the 16 pairs of a quad, before any offset: the
+            /// decoded chunks `u[r][c]` with their spread scales `s[r][c]`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn block_dots(
+                u: &[[__m512i; 4]; ROWS],
+                s: &[[__m512i; 4]; ROWS],
+                y: &[&BlockQ8K; ACTS],
+            ) -> __m512i {
+                let mut acc = [_mm512_setzero_si512(); ROWS * ACTS];
+                for c in 0..4 {
+                    for r in 0..ROWS {
+                        let (uc, sc) = (u[r][c], s[r][c]);
+                        for t in 0..ACTS {
+                            // SAFETY: qs holds 256 bytes.
+                            let qy = unsafe {
+                                _mm512_loadu_si512(y[t].qs.as_ptr().add(64 * c) as *const _)
+                            };
+                            acc[4 * r + t] = $dpw(acc[4 * r + t], _mm512_maddubs_epi16(uc, qy), sc);
+                        }
+                    }
+                }
+                sum16(&acc)
+            }
+
+            /// Q4_K weights (four rows) · Q8_K activations, up to [`QUADS`] quads of four
+            /// rows: `out[q]` lane `4t + r` for activation row `t` of quad `q`.
             #[target_feature(enable = $feat)]
             pub(in crate::quant) unsafe fn q4k(
                 w: [&[u8]; ROWS],
-                a: [&[BlockQ8K]; ACTS],
-            ) -> [f32; 16] {
-                let nb = a[0].len();
-                let mut out = _mm512_setzero_ps();
-                // SAFETY: each w[r] holds nb blocks of 144 bytes, each a[t] nb blocks (caller
-                // contract); the index tables are 32 or 64 bytes each.
+                a: &[[&[BlockQ8K]; ACTS]],
+                out: &mut [[f32; 16]],
+            ) {
+                let nq = a.len().min(out.len()).min(QUADS);
+                if nq == 0 {
+                    return;
+                }
+                let nb = a[0][0].len();
+                let mut sums = [_mm512_setzero_ps(); QUADS];
+                // SAFETY: each w[r] holds nb blocks of 144 bytes, each activation row nb
+                // blocks (caller contract); the index tables are 32 or 64 bytes each.
                 unsafe {
                     let m4 = _mm256_set1_epi8(0x0F);
-                    let idx = [
-                        _mm512_loadu_si512(IDX_K4[0].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_K4[1].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_K4[2].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_K4[3].as_ptr() as *const _),
-                    ];
+                    let idx = IDX_K4.map(|t| _mm512_loadu_si512(t.as_ptr() as *const _));
                     let idx_mn = _mm256_loadu_si256(IDX_MN_K4.as_ptr() as *const _);
                     for i in 0..nb {
                         let p = w.map(|wr| wr.as_ptr().add(i * 144));
-                        let y: [&BlockQ8K; ACTS] = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
                         // Scales (words 0..8) and mins (words 8..16) of each row.
                         let sm = p.map(|pr| {
                             _mm512_castsi256_si512(_mm256_cvtepu8_epi16(q4k_scales_mins(pr.add(4))))
                         });
-                        let mut acc = [_mm512_setzero_si512(); ROWS * ACTS];
-                        for c in 0..4 {
-                            let qy = y
-                                .map(|b| _mm512_loadu_si512(b.qs.as_ptr().add(64 * c) as *const _));
-                            for r in 0..ROWS {
+                        let mut u = [[_mm512_setzero_si512(); 4]; ROWS];
+                        let mut s = [[_mm512_setzero_si512(); 4]; ROWS];
+                        for r in 0..ROWS {
+                            for c in 0..4 {
                                 let v = _mm256_loadu_si256(p[r].add(16 + 32 * c) as *const _);
-                                let u = join(
+                                u[r][c] = join(
                                     _mm256_and_si256(v, m4),
                                     _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
                                 );
-                                let s = _mm512_permutexvar_epi16(idx[c], sm[r]);
-                                for t in 0..ACTS {
-                                    acc[4 * r + t] =
-                                        $dpw(acc[4 * r + t], _mm512_maddubs_epi16(u, qy[t]), s);
-                                }
+                                s[r][c] = _mm512_permutexvar_epi16(idx[c], sm[r]);
                             }
                         }
-                        let isum = sum16(&acc);
                         let mn =
-                            sm.map(|s| _mm256_permutexvar_epi16(idx_mn, _mm512_castsi512_si256(s)));
-                        let msum = row_act_dots(&mn, &bsums(&y));
+                            row_side(&sm.map(|v| {
+                                _mm256_permutexvar_epi16(idx_mn, _mm512_castsi512_si256(v))
+                            }));
                         // [d0, dmin0, d1, dmin1, …] from the four rows' leading f16 pairs.
                         let dd = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_setr_epi32(
                             rd32(p[0]),
@@ -224,28 +260,38 @@ macro_rules! tiles {
                         )));
                         let d = _mm512_permutexvar_ps(ld(&IDX_D), dd);
                         let dmin = _mm512_permutexvar_ps(ld(&IDX_DMIN), dd);
-                        let da = act_scales(&y);
-                        let v = _mm512_mul_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum));
-                        let m = _mm512_mul_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum));
-                        out = _mm512_add_ps(out, _mm512_sub_ps(v, m));
+                        for q in 0..nq {
+                            let (y, bs) = quad_block(&a[q], i);
+                            let isum = block_dots(&u, &s, &y);
+                            let msum = act_side_dots(&mn, &bs);
+                            let da = act_scales(&y);
+                            let v = _mm512_mul_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum));
+                            let m =
+                                _mm512_mul_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum));
+                            sums[q] = _mm512_add_ps(sums[q], _mm512_sub_ps(v, m));
+                        }
+                    }
+                    for q in 0..nq {
+                        _mm512_storeu_ps(out[q].as_mut_ptr(), sums[q]);
                     }
                 }
-                let mut res = [0.0f32; 16];
-                // SAFETY: res holds 16 floats.
-                unsafe { _mm512_storeu_ps(res.as_mut_ptr(), out) };
-                res
             }
 
-            /// Q6_K weights (four rows) · Q8_K activations (four rows): output lane `4t + r`.
+            /// Q6_K weights (four rows) · Q8_K activations, as [`q4k`].
             #[target_feature(enable = $feat)]
             pub(in crate::quant) unsafe fn q6k(
                 w: [&[u8]; ROWS],
-                a: [&[BlockQ8K]; ACTS],
-            ) -> [f32; 16] {
-                let nb = a[0].len();
-                let mut out = _mm512_setzero_ps();
-                // SAFETY: each w[r] holds nb blocks of 210 bytes, each a[t] nb blocks (caller
-                // contract); the index tables are 64 bytes each.
+                a: &[[&[BlockQ8K]; ACTS]],
+                out: &mut [[f32; 16]],
+            ) {
+                let nq = a.len().min(out.len()).min(QUADS);
+                if nq == 0 {
+                    return;
+                }
+                let nb = a[0][0].len();
+                let mut sums = [_mm512_setzero_ps(); QUADS];
+                // SAFETY: each w[r] holds nb blocks of 210 bytes, each activation row nb
+                // blocks (caller contract); the index tables are 64 bytes each.
                 unsafe {
                     let m4 = _mm512_set1_epi8(0x0F);
                     let m3 = _mm512_set1_epi8(3);
@@ -254,64 +300,53 @@ macro_rules! tiles {
                     let sh_lo =
                         _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
                     let sh_hi = _mm512_add_epi16(sh_lo, _mm512_set1_epi16(4));
-                    let idx = [
-                        _mm512_loadu_si512(IDX_SC[0].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_SC[1].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_SC[2].as_ptr() as *const _),
-                        _mm512_loadu_si512(IDX_SC[3].as_ptr() as *const _),
-                    ];
+                    let idx = IDX_SC.map(|t| _mm512_loadu_si512(t.as_ptr() as *const _));
                     for i in 0..nb {
                         let p = w.map(|wr| wr.as_ptr().add(i * 210));
-                        let y: [&BlockQ8K; ACTS] = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
                         let sc16 = p.map(|pr| {
                             _mm256_cvtepi8_epi16(_mm_loadu_si128(pr.add(192) as *const _))
                         });
-                        let mut acc = [_mm512_setzero_si512(); ROWS * ACTS];
-                        for c in 0..4 {
-                            let h = c / 2;
-                            let qy = y
-                                .map(|b| _mm512_loadu_si512(b.qs.as_ptr().add(64 * c) as *const _));
-                            for r in 0..ROWS {
+                        let mut u = [[_mm512_setzero_si512(); 4]; ROWS];
+                        let mut s = [[_mm512_setzero_si512(); 4]; ROWS];
+                        for r in 0..ROWS {
+                            for h in 0..2 {
                                 let l = _mm512_loadu_si512(p[r].add(64 * h) as *const _);
                                 let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
                                     p[r].add(128 + 32 * h) as *const _,
                                 ));
-                                let (lo, sh) = if c % 2 == 0 {
-                                    (l, sh_lo)
-                                } else {
-                                    (_mm512_srli_epi16::<4>(l), sh_hi)
-                                };
-                                let hb = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), m3);
-                                let u = _mm512_or_si512(
-                                    _mm512_and_si512(lo, m4),
-                                    _mm512_slli_epi16::<4>(hb),
+                                let h0 = _mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m3);
+                                let h1 = _mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m3);
+                                u[r][2 * h] = _mm512_or_si512(
+                                    _mm512_and_si512(l, m4),
+                                    _mm512_slli_epi16::<4>(h0),
                                 );
-                                let s = _mm512_permutexvar_epi16(
-                                    idx[c],
-                                    _mm512_castsi256_si512(sc16[r]),
+                                u[r][2 * h + 1] = _mm512_or_si512(
+                                    _mm512_and_si512(_mm512_srli_epi16::<4>(l), m4),
+                                    _mm512_slli_epi16::<4>(h1),
                                 );
-                                for t in 0..ACTS {
-                                    acc[4 * r + t] =
-                                        $dpw(acc[4 * r + t], _mm512_maddubs_epi16(u, qy[t]), s);
-                                }
                             }
+                            let sc = _mm512_castsi256_si512(sc16[r]);
+                            s[r] = idx.map(|ix| _mm512_permutexvar_epi16(ix, sc));
                         }
-                        // The offset: 32 · Σ sc[g] · bsum[g], exact in i32.
-                        let off = _mm512_slli_epi32::<5>(row_act_dots(&sc16, &bsums(&y)));
-                        let isum = _mm512_sub_epi32(sum16(&acc), off);
+                        let scx = row_side(&sc16);
                         let dh = p.map(|pr| std::ptr::read_unaligned(pr.add(208) as *const i16));
                         let d4 =
                             _mm_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[2], dh[3], 0, 0, 0, 0));
                         let d = _mm512_permutexvar_ps(ld(&IDX_ROW), _mm512_castps128_ps512(d4));
-                        let da = act_scales(&y);
-                        let v = _mm512_mul_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum));
-                        out = _mm512_add_ps(out, v);
+                        for q in 0..nq {
+                            let (y, bs) = quad_block(&a[q], i);
+                            // The offset: 32 · Σ sc[g] · bsum[g], exact in i32.
+                            let off = _mm512_slli_epi32::<5>(act_side_dots(&scx, &bs));
+                            let isum = _mm512_sub_epi32(block_dots(&u, &s, &y), off);
+                            let da = act_scales(&y);
+                            let v = _mm512_mul_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum));
+                            sums[q] = _mm512_add_ps(sums[q], v);
+                        }
+                    }
+                    for q in 0..nq {
+                        _mm512_storeu_ps(out[q].as_mut_ptr(), sums[q]);
                     }
                 }
-                let mut res = [0.0f32; 16];
-                // SAFETY: res holds 16 floats.
-                unsafe { _mm512_storeu_ps(res.as_mut_ptr(), out) };
-                res
             }
         }
     };
@@ -324,26 +359,29 @@ tiles!(
     dpw_vnni
 );
 
-/// The tile of `ty` (Q4_K or Q6_K) for four weight rows and four activation rows, output
-/// lane `4t + r`; `None` for other types.
+/// The tile of `ty` (Q4_K or Q6_K) for four weight rows and up to [`QUADS`] quads of four
+/// activation rows: `out[q]` lane `4t + r` is (activation row `t` of quad `q`, weight row
+/// `r`). `false` (nothing written) for other types.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2, FMA and F16C present, and AVX512-VNNI if `vnni`; each `w[r]` holds
-/// as many blocks of `ty` as each `a[t]`.
+/// as many blocks of `ty` as each activation row.
 pub(super) unsafe fn tile(
     vnni: bool,
     ty: GgmlType,
     w: [&[u8]; ROWS],
-    a: [&[BlockQ8K]; ACTS],
-) -> Option<[f32; 16]> {
+    a: &[[&[BlockQ8K]; ACTS]],
+    out: &mut [[f32; 16]],
+) -> bool {
     // SAFETY: forwarded caller contract.
     unsafe {
-        Some(match (ty, vnni) {
-            (GgmlType::Q4K, true) => vnni::q4k(w, a),
-            (GgmlType::Q4K, false) => bw::q4k(w, a),
-            (GgmlType::Q6K, true) => vnni::q6k(w, a),
-            (GgmlType::Q6K, false) => bw::q6k(w, a),
-            _ => return None,
-        })
+        match (ty, vnni) {
+            (GgmlType::Q4K, true) => vnni::q4k(w, a, out),
+            (GgmlType::Q4K, false) => bw::q4k(w, a, out),
+            (GgmlType::Q6K, true) => vnni::q6k(w, a, out),
+            (GgmlType::Q6K, false) => bw::q6k(w, a, out),
+            _ => return false,
+        }
     }
+    true
 }

@@ -1312,8 +1312,9 @@ const K_TILE_ACTS: usize = 64;
 
 /// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
 /// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
-/// activation rows: four activation rows at a time (activation rows in passes of
-/// [`K_TILE_ACTS`]), the remaining activation rows one at a time. Returns the first weight
+/// activation rows: each decoded weight block serves up to four quads of four activation
+/// rows (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at
+/// a time. Returns the first weight
 /// row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
@@ -1328,7 +1329,7 @@ unsafe fn k_tiles(
     r1: usize,
     out: OutRows,
 ) -> usize {
-    use avx512_kgemm::{ACTS, ROWS};
+    use avx512_kgemm::{ACTS, QUADS, ROWS};
     let Tier::Avx512 { vnni, .. } = tier else {
         return r0;
     };
@@ -1353,22 +1354,26 @@ unsafe fn k_tiles(
             let wr = [w.row(r), w.row(r + 1), w.row(r + 2), w.row(r + 3)];
             let mut a = p0;
             while a < p1 {
-                let ar = [q8k(a), q8k(a + 1), q8k(a + 2), q8k(a + 3)];
+                let nq = ((p1 - a) / ACTS).min(QUADS);
+                let quad = |q: usize| std::array::from_fn(|t| q8k(a + ACTS * q + t));
+                let ar: [[&[BlockQ8K]; ACTS]; QUADS] =
+                    std::array::from_fn(|q| if q < nq { quad(q) } else { quad(0) });
+                let mut v = [[0.0f32; 16]; QUADS];
                 // SAFETY: the tier was resolved against this CPU; every row holds `cols`
                 // columns of its type (checked by the caller).
-                let v = unsafe { avx512_kgemm::tile(vnni, w.ty, wr, ar) };
-                let v = v.unwrap_or_else(|| {
-                    let mut v = [0.0f32; 16];
-                    for (k, o) in v.iter_mut().enumerate() {
-                        *o = dot_unchecked(tier, w.ty, wr[k % ROWS], x.row(a + k / ROWS));
+                let done = unsafe { avx512_kgemm::tile(vnni, w.ty, wr, &ar[..nq], &mut v[..nq]) };
+                for (q, vq) in v[..nq].iter_mut().enumerate() {
+                    for (k, o) in vq.iter_mut().enumerate() {
+                        let (at, rk) = (a + ACTS * q + k / ROWS, r + k % ROWS);
+                        if !done {
+                            *o = dot_unchecked(tier, w.ty, wr[k % ROWS], x.row(at));
+                        }
+                        // SAFETY: in bounds (checked by the caller); exclusivity is the
+                        // caller's.
+                        unsafe { out.put(at, rk, *o) };
                     }
-                    v
-                });
-                for (k, vk) in v.into_iter().enumerate() {
-                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                    unsafe { out.put(a + k / ROWS, r + k % ROWS, vk) };
                 }
-                a += ACTS;
+                a += ACTS * nq;
             }
             r += ROWS;
         }
