@@ -1,16 +1,19 @@
 //! AVX-512 prefill tiles for the K-quant weights of the Q4_K_M files (Q4_K and Q6_K) with
-//! Q8_K activations: four weight rows × four activation rows, 16 outputs at a time.
+//! Q8_K activations: four weight rows × four activation rows (a quad), 16 outputs at a time.
 //!
-//! Each weight block is decoded once per tile, 64 quants at a time, as the one-row kernels of
-//! [`super::avx512_k`] decode it, and each 64-byte chunk of activation quants is loaded once
-//! and multiplied with the four rows: `vpmaddubsw`, then the group scales by `vpdpwssd` with
+//! Each weight block of the four rows is decoded once, 64 quants at a time, as the one-row
+//! kernels of [`super::avx512_k`] decode it, with its group scales spread to words, and then
+//! serves up to [`QUADS`] quads of activation rows. Each 64-byte chunk of activation quants
+//! is multiplied with the four rows: `vpmaddubsw`, then the group scales by `vpdpwssd` with
 //! VNNI or `vpmaddwd` + add without, into one i32 vector per (weight row, activation row).
 //! At the end of a block the 16 vectors are reduced together (adds of 256-bit halves, of
 //! 128-bit quarters, then of 32- and 64-bit unpacks: 16 vectors to one vector of 16 sums)
 //! instead of by 16 horizontal reductions. The terms over the activation group sums (Q4_K's
 //! `msum = Σ mn·bsum`, Q6_K's offset `32 · Σ sc·bsum`) are computed for the 16 pairs at once
-//! by word-pair products of permuted row and activation vectors. All of these are exact
-//! integers, so the order of the adds does not matter.
+//! by word-pair products of permuted row and activation vectors (the row side once per
+//! block). All of these are exact integers, so the order of the adds does not matter.
+//! (Packing the `vpdpbusd` sums of two chunks to words and scaling them with one `vpmaddwd`
+//! was tried: no faster for Q6_K, slower for Q4_K.)
 //!
 //! The f32 epilogue is lane-wise with the operations of [`super::kquants::block_value`]:
 //! `(d · d_a) · isum`, minus `(dmin · d_a) · msum` for Q4_K, separate multiplies and
@@ -36,7 +39,7 @@ pub(super) const ROWS: usize = 4;
 /// Activation rows per tile.
 pub(super) const ACTS: usize = 4;
 /// Quads of activation rows that share one decoding of the weight blocks.
-pub(super) const QUADS: usize = 4;
+pub(super) const QUADS: usize = 16;
 
 /// Index tables over output lanes `L = 4t + r` (`t = L / 4`, `r = L % 4`): lane `L` takes
 /// `mul · t + row_mul · r + add`.

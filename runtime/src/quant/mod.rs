@@ -1312,8 +1312,8 @@ const K_TILE_ACTS: usize = 64;
 
 /// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
 /// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
-/// activation rows: each decoded weight block serves up to four quads of four activation
-/// rows (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at
+/// activation rows: each decoded weight block serves up to 16 quads of four activation rows
+/// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at
 /// a time. Returns the first weight
 /// row left to the caller (`r0` when nothing was done).
 ///
