@@ -31,6 +31,9 @@
 //! On x86 each tier is two files, `avx2`/`avx512` (Q4_0, Q4_1, Q8_0, F16, F32) and
 //! `avx2_k`/`avx512_k` (Q5_0, Q5_1 and the K-quants); the dispatch here asks the `_k` file
 //! first, and the `_k` files reuse the decoding helpers of the others (one direction only).
+//! `avx512_kgemm` holds the AVX-512 prefill tile of Q4_K and Q6_K (four weight rows × four
+//! activation rows), which [`matmul_rows`] runs for four or more activation rows; it reuses
+//! helpers of `avx512_k`.
 //!
 //! Size: over 800 lines because the dispatch, the activation buffers and the matrix product
 //! share the private tier and layout types; the kernels themselves live in the per-tier
@@ -1313,9 +1316,8 @@ const K_TILE_ACTS: usize = 64;
 /// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
 /// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
 /// activation rows: each decoded weight block serves up to 16 quads of four activation rows
-/// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at
-/// a time. Returns the first weight
-/// row left to the caller (`r0` when nothing was done).
+/// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at a
+/// time. Returns the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
 /// As [`matmul_rows`], whose checks have passed.
