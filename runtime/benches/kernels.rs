@@ -10,7 +10,8 @@
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
-//!   Gemma's attention output 640x1024), one row and prefill tiles of 64 rows;
+//!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
+//!   at both FFN down shapes, the others at the first shape);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
 //!   (262144x640), one row streamed from memory;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
@@ -228,18 +229,25 @@ fn gemm_k(c: &mut Criterion) {
     let n = 64;
     let mut g = c.benchmark_group("gemm_k");
     for (ty, shapes) in new_formats() {
-        let (rows, cols) = shapes[0];
-        let wb = weights(ty, rows, cols);
-        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-        let x = acts(n, cols);
-        let mut qa = QuantizedActs::new(n, cols);
-        qa.quantize_for(isa, ty, &x, n, cols);
-        let mut y = vec![0.0f32; n * rows];
-        g.throughput(Throughput::Elements((n * rows * cols) as u64));
-        g.bench_function(
-            BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
-            |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
-        );
+        // The Q4_K_M FFN down types at both models' shapes, the others at the first.
+        let take = if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+            2
+        } else {
+            1
+        };
+        for &(rows, cols) in shapes.iter().take(take) {
+            let wb = weights(ty, rows, cols);
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+            let x = acts(n, cols);
+            let mut qa = QuantizedActs::new(n, cols);
+            qa.quantize_for(isa, ty, &x, n, cols);
+            let mut y = vec![0.0f32; n * rows];
+            g.throughput(Throughput::Elements((n * rows * cols) as u64));
+            g.bench_function(
+                BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
+                |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+            );
+        }
     }
     g.finish();
 }

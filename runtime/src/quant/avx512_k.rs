@@ -34,7 +34,7 @@ use crate::GgmlType;
 
 /// Word permutations spreading the group scales: chunk `j` of 64 quants takes groups
 /// `4j..4j + 4`, each over 8 consecutive i16 lanes.
-static IDX_SC: [[u16; 32]; 4] = {
+pub(super) static IDX_SC: [[u16; 32]; 4] = {
     let mut t = [[0u16; 32]; 4];
     let mut j = 0;
     while j < 4 {
@@ -50,7 +50,7 @@ static IDX_SC: [[u16; 32]; 4] = {
 
 /// Q4_K: chunk `c` of 64 quants takes the scale of group `2c` in its low 16 words and of
 /// group `2c + 1` in its high 16 (index into [`q4k_scales_mins`] widened to words).
-static IDX_K4: [[u16; 32]; 4] = {
+pub(super) static IDX_K4: [[u16; 32]; 4] = {
     let mut t = [[0u16; 32]; 4];
     let mut c = 0;
     while c < 4 {
@@ -65,7 +65,7 @@ static IDX_K4: [[u16; 32]; 4] = {
 };
 
 /// Q4_K: the eight mins (words 8..16) each repeated twice, to meet the 16 group sums.
-static IDX_MN_K4: [u16; 16] = {
+pub(super) static IDX_MN_K4: [u16; 16] = {
     let mut t = [0u16; 16];
     let mut l = 0;
     while l < 16 {
@@ -80,7 +80,7 @@ static IDX_MN_K4: [u16; 16] = {
 /// four per 32-bit word).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn q4k_scales_mins(p: *const u8) -> __m128i {
+pub(super) unsafe fn q4k_scales_mins(p: *const u8) -> __m128i {
     // SAFETY: 12 readable bytes at p (caller contract).
     let (a, b, c) = unsafe { (rd32(p), rd32(p.add(4)), rd32(p.add(8))) };
     let low6 = 0x3F3F_3F3F;
@@ -108,19 +108,19 @@ fn hsum8i(v: __m256i) -> i32 {
 /// Two decoded 32-byte halves as one register.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(super) fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn dpw_bw(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dpw_bw(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
     _mm512_add_epi32(acc, _mm512_madd_epi16(p, s))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn dpw_vnni(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dpw_vnni(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
     _mm512_dpwssd_epi32(acc, p, s)
 }
 

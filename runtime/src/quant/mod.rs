@@ -31,6 +31,9 @@
 //! On x86 each tier is two files, `avx2`/`avx512` (Q4_0, Q4_1, Q8_0, F16, F32) and
 //! `avx2_k`/`avx512_k` (Q5_0, Q5_1 and the K-quants); the dispatch here asks the `_k` file
 //! first, and the `_k` files reuse the decoding helpers of the others (one direction only).
+//! `avx512_kgemm` holds the AVX-512 prefill tile of Q4_K and Q6_K (four weight rows × four
+//! activation rows), which [`matmul_rows`] runs for four or more activation rows; it reuses
+//! helpers of `avx512_k`.
 //!
 //! Size: over 800 lines because the dispatch, the activation buffers and the matrix product
 //! share the private tier and layout types; the kernels themselves live in the per-tier
@@ -51,6 +54,8 @@ mod avx2_k;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
+#[cfg(target_arch = "x86_64")]
+mod avx512_kgemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm512;
 #[cfg(target_arch = "aarch64")]
@@ -1275,6 +1280,9 @@ pub unsafe fn matmul_rows(
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract (disjoint output elements).
+    let r0 = unsafe { k_tiles(tier, w, x, n, r0, r1, out) };
     for r in r0..r1 {
         let wr = w.row(r);
         let mut a = 0;
@@ -1298,6 +1306,90 @@ pub unsafe fn matmul_rows(
             a += 1;
         }
     }
+}
+
+/// Activation rows per pass over a range of weight rows in [`k_tiles`]: their Q8_K blocks
+/// (at most 64 × 292 bytes per 256 columns) stay in the L2 cache while the weight rows stream.
+#[cfg(target_arch = "x86_64")]
+const K_TILE_ACTS: usize = 64;
+
+/// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
+/// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
+/// activation rows: each decoded weight block serves up to 16 quads of four activation rows
+/// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at a
+/// time. Returns the first weight row left to the caller (`r0` when nothing was done).
+///
+/// # Safety
+/// As [`matmul_rows`], whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+unsafe fn k_tiles(
+    tier: Tier,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    out: OutRows,
+) -> usize {
+    use avx512_kgemm::{ACTS, QUADS, ROWS};
+    let Tier::Avx512 { vnni, .. } = tier else {
+        return r0;
+    };
+    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || n < ACTS {
+        return r0;
+    }
+    let q8k = |a: usize| match x.row(a) {
+        ActRow::Q8K(b) => b,
+        _ => &[],
+    };
+    // The layout was checked against the type; a mismatch would leave the rows to the caller.
+    if q8k(0).len() * QK_K != w.cols {
+        return r0;
+    }
+    let n_tiled = n - n % ACTS;
+    let r_end = r0 + (r1 - r0) / ROWS * ROWS;
+    let mut p0 = 0;
+    while p0 < n_tiled {
+        let p1 = (p0 + K_TILE_ACTS).min(n_tiled);
+        let mut r = r0;
+        while r < r_end {
+            let wr = [w.row(r), w.row(r + 1), w.row(r + 2), w.row(r + 3)];
+            let mut a = p0;
+            while a < p1 {
+                let nq = ((p1 - a) / ACTS).min(QUADS);
+                let quad = |q: usize| std::array::from_fn(|t| q8k(a + ACTS * q + t));
+                let ar: [[&[BlockQ8K]; ACTS]; QUADS] =
+                    std::array::from_fn(|q| if q < nq { quad(q) } else { quad(0) });
+                let mut v = [[0.0f32; 16]; QUADS];
+                // SAFETY: the tier was resolved against this CPU; every row holds `cols`
+                // columns of its type (checked by the caller).
+                let done = unsafe { avx512_kgemm::tile(vnni, w.ty, wr, &ar[..nq], &mut v[..nq]) };
+                for (q, vq) in v[..nq].iter_mut().enumerate() {
+                    for (k, o) in vq.iter_mut().enumerate() {
+                        let (at, rk) = (a + ACTS * q + k / ROWS, r + k % ROWS);
+                        if !done {
+                            *o = dot_unchecked(tier, w.ty, wr[k % ROWS], x.row(at));
+                        }
+                        // SAFETY: in bounds (checked by the caller); exclusivity is the
+                        // caller's.
+                        unsafe { out.put(at, rk, *o) };
+                    }
+                }
+                a += ACTS * nq;
+            }
+            r += ROWS;
+        }
+        p0 = p1;
+    }
+    for r in r0..r_end {
+        let wr = w.row(r);
+        for a in n_tiled..n {
+            let v = dot_unchecked(tier, w.ty, wr, x.row(a));
+            // SAFETY: as above.
+            unsafe { out.put(a, r, v) };
+        }
+    }
+    r_end
 }
 
 /// Splits `0..total` into chunks of about `total / (4 · threads)` items, rounded up to a
