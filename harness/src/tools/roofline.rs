@@ -35,30 +35,48 @@ fn sum_chunk(chunk: &[u64]) -> u64 {
     acc.iter().fold(0, |s, &a| s.wrapping_add(a))
 }
 
+/// Seconds from the first worker's start to the last worker's end: the window that holds all
+/// of the work, whatever the order the workers (and the thread that waits for them) ran in.
+fn span_secs(spans: &[(Instant, Instant)]) -> f64 {
+    let (Some(first), Some(last)) = (
+        spans.iter().map(|s| s.0).min(),
+        spans.iter().map(|s| s.1).max(),
+    ) else {
+        return 0.0;
+    };
+    last.saturating_duration_since(first).as_secs_f64()
+}
+
 /// Reads all of `buf` with `threads` threads `reps` times (after one untimed pass) and returns
 /// the best and median bandwidth.
+///
+/// Each worker stamps its own start and end: a clock read by the waiting thread after the
+/// start barrier could run after a fast worker had already finished (it is one thread more
+/// than the cores being measured, and may be descheduled there), which once reported
+/// 7,643 GB/s.
 pub fn read_bandwidth(buf: &[u64], threads: usize, reps: usize) -> ReadProbe {
     let threads = threads.max(1);
     let per = buf.len().div_ceil(threads);
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
-        let start = Barrier::new(threads + 1);
-        let done = Barrier::new(threads + 1);
-        let secs = std::thread::scope(|s| {
-            for chunk in buf.chunks(per.max(1)) {
-                let (start, done) = (&start, &done);
-                s.spawn(move || {
-                    start.wait();
-                    black_box(sum_chunk(black_box(chunk)));
-                    done.wait();
-                });
-            }
-            start.wait();
-            let t0 = Instant::now();
-            done.wait();
-            t0.elapsed().as_secs_f64()
+        let start = Barrier::new(buf.chunks(per.max(1)).len());
+        let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+            let workers: Vec<_> = buf
+                .chunks(per.max(1))
+                .map(|chunk| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        let t0 = Instant::now();
+                        black_box(sum_chunk(black_box(chunk)));
+                        (t0, Instant::now())
+                    })
+                })
+                .collect();
+            workers.into_iter().filter_map(|w| w.join().ok()).collect()
         });
-        if rep > 0 {
+        let secs = span_secs(&spans);
+        if rep > 0 && secs > 0.0 {
             samples.push(std::mem::size_of_val(buf) as f64 / secs / 1e9);
         }
     }
@@ -129,6 +147,16 @@ mod tests {
         assert_eq!(parse_cache_size("32M"), Some(32 << 20));
         assert_eq!(parse_cache_size("512"), Some(512));
         assert_eq!(parse_cache_size("x"), None);
+    }
+
+    #[test]
+    fn the_timed_window_spans_every_worker() {
+        let t = Instant::now();
+        let at = |ms: u64| t + std::time::Duration::from_millis(ms);
+        // The second worker started late and ended last; the first ended early.
+        let spans = [(at(0), at(100)), (at(30), at(250)), (at(10), at(120))];
+        assert!((span_secs(&spans) - 0.250).abs() < 1e-9);
+        assert_eq!(span_secs(&[]), 0.0);
     }
 
     #[test]
