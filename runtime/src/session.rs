@@ -466,6 +466,17 @@ impl Sampler {
     }
 }
 
+/// The sessions of a batched pass: the elements of `all` whose indices are in `which`, in
+/// index order (the order [`BatchDecoder::decode`] and [`BatchDecoder::step`] pair with their
+/// tokens).
+pub fn select_mut<'a, T>(all: &'a mut [T], which: &[usize]) -> Vec<&'a mut T> {
+    all.iter_mut()
+        .enumerate()
+        .filter(|(k, _)| which.contains(k))
+        .map(|(_, s)| s)
+        .collect()
+}
+
 /// Index of the largest logit (first on ties).
 pub fn argmax(x: &[f32]) -> u32 {
     let mut best = 0usize;
@@ -631,6 +642,18 @@ impl<'e> Session<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn select_mut_keeps_the_named_indices_in_index_order() {
+        let mut all = [10, 11, 12, 13, 14];
+        let picked = select_mut(&mut all, &[3, 0, 4]);
+        assert_eq!(picked.iter().map(|x| **x).collect::<Vec<_>>(), [10, 13, 14]);
+        for x in picked {
+            *x += 100;
+        }
+        assert_eq!(all, [110, 11, 12, 113, 114]);
+        assert!(select_mut(&mut all, &[]).is_empty());
+    }
 
     #[test]
     fn greedy_is_argmax_and_log_prob_normalizes() {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use pocketperf_runtime::backend::Backend;
 use pocketperf_runtime::model::SessionOptions;
-use pocketperf_runtime::session::{BatchDecoder, Engine, SamplingParams, Session};
+use pocketperf_runtime::session::{BatchDecoder, Engine, SamplingParams, Session, select_mut};
 use pocketperf_runtime::tokenizer::{ChatMessage, StreamDecoder};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -503,13 +503,7 @@ impl<'e> Worker<'e> {
         }
         let vocab = self.engine.model.config().vocab_size;
         let logits: Result<Vec<f32>, String> = {
-            let mut refs: Vec<&mut Session<'e>> = self
-                .sessions
-                .iter_mut()
-                .enumerate()
-                .filter(|(k, _)| order.contains(k))
-                .map(|(_, s)| s)
-                .collect();
+            let mut refs: Vec<&mut Session<'e>> = select_mut(&mut self.sessions, &order);
             self.batch
                 .decode(&mut refs, &tokens)
                 .map(<[f32]>::to_vec)

@@ -10,7 +10,7 @@ use anyhow::Result;
 use pocketperf_runtime::backend::DeviceCounters;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{
-    BatchDecoder, Engine, GenerateOptions, SamplingParams, Session, argmax,
+    BatchDecoder, Engine, GenerateOptions, SamplingParams, Session, argmax, select_mut,
 };
 use pocketperf_scenarios::{Query, Responder, Scenario, SystemUnderTest};
 
@@ -276,13 +276,7 @@ impl Decoder for BatchedDecoder<'_> {
             if order.is_empty() {
                 return;
             }
-            let mut refs: Vec<&mut Session<'_>> = self
-                .sessions
-                .iter_mut()
-                .enumerate()
-                .filter(|(k, _)| order.contains(k))
-                .map(|(_, s)| s)
-                .collect();
+            let mut refs: Vec<&mut Session<'_>> = select_mut(&mut self.sessions, &order);
             let step = self.batch.step(&mut refs, &tokens, &counts);
             drop(refs);
             emitted.clear();
