@@ -339,6 +339,7 @@ const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
+const NEG_MAX: usize = 512;
 
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
@@ -357,13 +358,14 @@ macro_rules! kernels {
             #[target_feature(enable = $feat)]
             #[inline]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn tile<const F: u8, const W: usize, const A: usize>(
+            unsafe fn tile<const F: u8, const W: usize, const A: usize, const PRE: bool>(
                 c: &Consts,
                 w: *const u8,
                 rb: usize,
                 nb: usize,
                 a: *const u8,
                 astride: usize,
+                neg: *const __m512i,
             ) -> [[f32; A]; W] {
                 let (gb, unsigned) = match F {
                     F_Q4_1 => (80, true),
@@ -405,10 +407,14 @@ macro_rules! kernels {
                             if F == F_Q5_0 {
                                 // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the same
                                 // for every weight row, so each row starts from it.
-                                let neg = _mm512_sub_epi32(
-                                    zero,
-                                    dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
-                                );
+                                let neg = if PRE {
+                                    *neg.add(g * A + j)
+                                } else {
+                                    _mm512_sub_epi32(
+                                        zero,
+                                        dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
+                                    )
+                                };
                                 for i in 0..W {
                                     let t = dpb(dpb(neg, wg[i].lo, alo), wg[i].hi, ahi);
                                     let s = _mm512_mul_ps(wg[i].dw, da);
@@ -467,6 +473,21 @@ macro_rules! kernels {
                 // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
                 unsafe {
                     let ap = a.add(a0 * astride);
+                    let ng = nb.div_ceil(4);
+                    let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
+                    let pre = F == F_Q5_0 && ng * A <= NEG_MAX;
+                    if pre {
+                        let zero = _mm512_setzero_si512();
+                        for g in 0..ng {
+                            for j in 0..A {
+                                let aq = ap.add(j * astride + g * GROUP_QS);
+                                let s =
+                                    dpb(dpb(zero, c.sixteen, ld(aq)), c.sixteen, ld(aq.add(64)));
+                                negs[g * A + j].write(_mm512_sub_epi32(zero, s));
+                            }
+                        }
+                    }
+                    let neg = negs.as_ptr() as *const __m512i;
                     while r + W <= r1 {
                         if a0 == 0 && pf > 0 {
                             // The first pass over these rows streams them from memory: ask for
@@ -480,7 +501,11 @@ macro_rules! kernels {
                                 off += 64;
                             }
                         }
-                        let v = tile::<F, W, A>(c, w.add(r * rb), rb, nb, ap, astride);
+                        let v = if pre {
+                            tile::<F, W, A, true>(c, w.add(r * rb), rb, nb, ap, astride, neg)
+                        } else {
+                            tile::<F, W, A, false>(c, w.add(r * rb), rb, nb, ap, astride, neg)
+                        };
                         for (i, vi) in v.iter().enumerate() {
                             for (j, &x) in vi.iter().enumerate() {
                                 out.put(a0 + j, r + i, x);
@@ -489,7 +514,11 @@ macro_rules! kernels {
                         r += W;
                     }
                     while r < r1 {
-                        let v = tile::<F, 1, A>(c, w.add(r * rb), rb, nb, ap, astride);
+                        let v = if pre {
+                            tile::<F, 1, A, true>(c, w.add(r * rb), rb, nb, ap, astride, neg)
+                        } else {
+                            tile::<F, 1, A, false>(c, w.add(r * rb), rb, nb, ap, astride, neg)
+                        };
                         for (j, &x) in v[0].iter().enumerate() {
                             out.put(a0 + j, r, x);
                         }
