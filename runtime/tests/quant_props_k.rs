@@ -141,6 +141,41 @@ fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -
     y
 }
 
+/// Q5_0 rows too wide for the AVX-512 tile's table of activation sums (more than 32 groups of
+/// 128 values with 16 activation rows) take the in-tile sums: the same values as the scalar
+/// reference within the lane-sum bound, and each activation row alone gives the same bits.
+#[test]
+fn q5_0_rows_wider_than_the_sum_table_match() {
+    let ty = GgmlType::Q5_0;
+    let (rows, nb, n) = (3, 33 * 4 + 2, 19);
+    let cols = nb * 32;
+    let mut rng = Rng(0x5EED_0500);
+    let wb = random_weights(ty, rows, nb, -2, &mut rng);
+    let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+    let x = random_acts(n, cols, 0, &mut rng);
+    for (isa, vnni_off) in tiers() {
+        let y = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
+        for a in 0..n {
+            let xa = &x[a * cols..(a + 1) * cols];
+            for r in 0..rows {
+                let want = reference_dot(ty, w.row(r), xa);
+                let got = y[a * rows + r];
+                let tol = 2e-5 * rounding_mag(ty, w.row(r), xa) + 1e-30;
+                assert!(
+                    (f64::from(got) - f64::from(want)).abs() <= tol,
+                    "{isa} act {a} row {r}: {got} vs {want} (tol {tol:e})"
+                );
+            }
+            let one = with_flavor(vnni_off, || matmul(isa, 1, &w, xa, 1));
+            assert_eq!(
+                &one[..],
+                &y[a * rows..(a + 1) * rows],
+                "{isa} row {a} alone"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -150,7 +185,8 @@ proptest! {
         ti in 0usize..TYPES.len(),
         nb_i in 1usize..=20,
         rows in 1usize..=9,
-        n in 1usize..=11,
+        // Up to 37 activation rows: the AVX-512 Q5_0 one-by-16 tiles, then every smaller one.
+        n in 1usize..=37,
         exp in -6i32..=3,
         wexp in -8i32..=4,
         seed in 1u32..u32::MAX,

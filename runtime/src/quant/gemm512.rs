@@ -587,6 +587,16 @@ macro_rules! kernels {
                         return;
                     }
                     let mut a0 = 0;
+                    // Q5_0 (whose weight groups cost the most to unpack): one weight row against
+                    // 16 activation rows, each unpacked group serving twice as many rows as in
+                    // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion runs:
+                    // 1.82-1.96 ms against 1.91-2.22 ms; gemm/q4_1 slower, so Q4_1 keeps 2 × 8).
+                    if F == F_Q5_0 {
+                        while a0 + 16 <= n {
+                            rows::<F, 1, 16>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                            a0 += 16;
+                        }
+                    }
                     while a0 + 8 <= n {
                         rows::<F, 2, 8>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
                         a0 += 8;
