@@ -589,7 +589,7 @@ macro_rules! kernels {
                     let mut a0 = 0;
                     // Q5_0 (whose weight groups cost the most to unpack): one weight row against
                     // 16 activation rows, each unpacked group serving twice as many rows as in
-                    // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion runs:
+                    // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion pairs:
                     // 1.82-1.96 ms against 1.91-2.22 ms; gemm/q4_1 slower, so Q4_1 keeps 2 × 8).
                     if F == F_Q5_0 {
                         while a0 + 16 <= n {
