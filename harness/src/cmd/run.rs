@@ -188,8 +188,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub server_qps: Option<f64>,
     /// Offline scenario: prompt tokens one batched pass carries at most beside the decode
-    /// tokens of the sequences in flight (chunked prefill; default 32). In-process SUT on the
-    /// CPU backend only.
+    /// tokens of the sequences in flight (chunked prefill; default 32). In-process SUT, on
+    /// either backend.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub prefill_chunk: Option<u64>,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
