@@ -56,14 +56,14 @@ fn span_secs(spans: &[(Instant, Instant)]) -> f64 {
 /// 7,643 GB/s.
 pub fn read_bandwidth(buf: &[u64], threads: usize, reps: usize) -> ReadProbe {
     let threads = threads.max(1);
-    let per = buf.len().div_ceil(threads);
+    let chunks: Vec<&[u64]> = buf.chunks(buf.len().div_ceil(threads).max(1)).collect();
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
-        let start = Barrier::new(buf.chunks(per.max(1)).len());
+        let start = Barrier::new(chunks.len());
         let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-            let workers: Vec<_> = buf
-                .chunks(per.max(1))
-                .map(|chunk| {
+            let workers: Vec<_> = chunks
+                .iter()
+                .map(|&chunk| {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();

@@ -11,8 +11,8 @@
 //! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test and
 //! added to the nibbles as 16 (a masked byte add), giving the unsigned quant `u = q + 16`;
 //! each lane's dot then starts from `-16 · Σ a` of its four activation bytes, computed once
-//! per activation group for all the weight rows of a tile: the same integers as the sign
-//! trick, with fewer operations per weight group.
+//! per activation group for all the weight rows of a call (a stack table): the same integers
+//! as the sign trick, with fewer operations per weight group.
 //!
 //! A tile multiplies `W` weight rows with `A` activation rows: each weight group is unpacked
 //! once per tile and each activation group loaded once per tile. The arithmetic of one
@@ -339,6 +339,9 @@ const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
+/// Entries of Q5_0's stack table of activation sums (`groups × activation rows`, 32 KiB):
+/// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
+/// the tile.
 const NEG_MAX: usize = 512;
 
 macro_rules! kernels {
@@ -355,6 +358,8 @@ macro_rules! kernels {
 
             /// One tile: `W` weight rows at `w` (stride `rb` bytes) × `A` packed activation
             /// rows at `a` (stride `astride` bytes), `nb` blocks each, weight format `F`.
+            /// `PRE` (Q5_0 only): `neg` points at the `ceil(nb / 4) × A` values `-16 · Σ a`,
+            /// `[group][activation row]`; otherwise the tile computes them and `neg` is unused.
             #[target_feature(enable = $feat)]
             #[inline]
             #[allow(clippy::too_many_arguments)]
@@ -468,26 +473,77 @@ macro_rules! kernels {
                 a0: usize,
                 out: OutRows,
             ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    if F == F_Q5_0 && nb.div_ceil(4) * A <= NEG_MAX {
+                        rows_q5_0::<W, A>(c, w, rb, nb, r0, r1, a, astride, a0, out);
+                    } else {
+                        let none = std::ptr::null();
+                        rows_with::<F, W, A, false>(
+                            c, w, rb, nb, r0, r1, a, astride, a0, out, none,
+                        );
+                    }
+                }
+            }
+
+            /// [`rows`] for Q5_0 with `-16 · Σ a` of every (group, activation row) computed
+            /// once into a stack table (`[g][j]`, no allocation) that every tile reads.
+            /// Requires `ceil(nb / 4) · A <= NEG_MAX`.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows_q5_0<const W: usize, const A: usize>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                a0: usize,
+                out: OutRows,
+            ) {
+                let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
+                let zero = _mm512_setzero_si512();
+                // SAFETY: forwarded caller contract; packed activation group g of row j spans
+                // 128 quant bytes, and g·A + j < ceil(nb / 4)·A <= NEG_MAX.
+                unsafe {
+                    let ap = a.add(a0 * astride);
+                    for g in 0..nb.div_ceil(4) {
+                        for j in 0..A {
+                            let aq = ap.add(j * astride + g * GROUP_QS);
+                            let s = dpb(dpb(zero, c.sixteen, ld(aq)), c.sixteen, ld(aq.add(64)));
+                            negs[g * A + j].write(_mm512_sub_epi32(zero, s));
+                        }
+                    }
+                    let neg = negs.as_ptr() as *const __m512i;
+                    rows_with::<F_Q5_0, W, A, true>(c, w, rb, nb, r0, r1, a, astride, a0, out, neg);
+                }
+            }
+
+            /// The loop of [`rows`]: tiles of `W` rows, then single rows; `PRE`: `neg` holds
+            /// Q5_0's table of activation sums (see [`tile`]).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows_with<const F: u8, const W: usize, const A: usize, const PRE: bool>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                a0: usize,
+                out: OutRows,
+                neg: *const __m512i,
+            ) {
                 let mut r = r0;
                 let pf = prefetch_distance();
                 // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
                 unsafe {
                     let ap = a.add(a0 * astride);
-                    let ng = nb.div_ceil(4);
-                    let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
-                    let pre = F == F_Q5_0 && ng * A <= NEG_MAX;
-                    if pre {
-                        let zero = _mm512_setzero_si512();
-                        for g in 0..ng {
-                            for j in 0..A {
-                                let aq = ap.add(j * astride + g * GROUP_QS);
-                                let s =
-                                    dpb(dpb(zero, c.sixteen, ld(aq)), c.sixteen, ld(aq.add(64)));
-                                negs[g * A + j].write(_mm512_sub_epi32(zero, s));
-                            }
-                        }
-                    }
-                    let neg = negs.as_ptr() as *const __m512i;
                     while r + W <= r1 {
                         if a0 == 0 && pf > 0 {
                             // The first pass over these rows streams them from memory: ask for
@@ -501,11 +557,7 @@ macro_rules! kernels {
                                 off += 64;
                             }
                         }
-                        let v = if pre {
-                            tile::<F, W, A, true>(c, w.add(r * rb), rb, nb, ap, astride, neg)
-                        } else {
-                            tile::<F, W, A, false>(c, w.add(r * rb), rb, nb, ap, astride, neg)
-                        };
+                        let v = tile::<F, W, A, PRE>(c, w.add(r * rb), rb, nb, ap, astride, neg);
                         for (i, vi) in v.iter().enumerate() {
                             for (j, &x) in vi.iter().enumerate() {
                                 out.put(a0 + j, r + i, x);
@@ -514,11 +566,7 @@ macro_rules! kernels {
                         r += W;
                     }
                     while r < r1 {
-                        let v = if pre {
-                            tile::<F, 1, A, true>(c, w.add(r * rb), rb, nb, ap, astride, neg)
-                        } else {
-                            tile::<F, 1, A, false>(c, w.add(r * rb), rb, nb, ap, astride, neg)
-                        };
+                        let v = tile::<F, 1, A, PRE>(c, w.add(r * rb), rb, nb, ap, astride, neg);
                         for (j, &x) in v[0].iter().enumerate() {
                             out.put(a0 + j, r, x);
                         }
