@@ -60,6 +60,8 @@ mod avx512_kgemm;
 mod gemm512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "x86_64")]
+mod pack512;
 
 use std::fmt;
 use std::str::FromStr;
@@ -999,7 +1001,7 @@ impl ActsWriter<'_> {
                 // SAFETY: the packed layout is only chosen on an AVX-512 + VBMI tier; the
                 // groups written are c0/128.. inside the row's groups.
                 unsafe {
-                    gemm512::quantize_packed(
+                    pack512::quantize_packed(
                         x.as_ptr(),
                         n / QK,
                         norm.map(|(s, g)| (s, g.as_ptr())),
@@ -1444,7 +1446,7 @@ pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F detected.
-        Tier::Avx512 { .. } => unsafe { gemm512::sum_squares(x) },
+        Tier::Avx512 { .. } => unsafe { pack512::sum_squares(x) },
         _ => x.iter().map(|&v| f64::from(v) * f64::from(v)).sum(),
     }
 }
