@@ -37,8 +37,8 @@ const TYPES: [GgmlType; 7] = [
 /// Byte offsets of the f16 scale fields in one block of `ty`.
 fn half_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q5_0 => &[0],
-        GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],
         _ => &[208],
@@ -172,6 +172,68 @@ fn q5_0_rows_wider_than_the_sum_table_match() {
                 &y[a * rows..(a + 1) * rows],
                 "{isa} row {a} alone"
             );
+        }
+    }
+}
+
+/// `matmul_span` over blocks of activation rows (with a remainder, and a block shorter than a
+/// prefill tile) writes exactly the bits of one `matmul_rows` call over all the rows, only in
+/// its own rows, for the packed formats and the K-quants with their prefill tiles, on every
+/// tier this CPU runs and the scalar one.
+#[test]
+fn activation_row_spans_give_the_whole_calls_bits() {
+    let mut rng = Rng(0x5EED_5BA7);
+    let n = 150;
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let (rows, cols) = (9, 512);
+        let wb = random_weights(ty, rows, cols / ty.block_len(), -2, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, 0, &mut rng);
+        let mut isas: Vec<(Isa, bool)> = vec![(Isa::Scalar, false)];
+        isas.extend(tiers());
+        for (isa, vnni_off) in isas {
+            with_flavor(vnni_off, || {
+                let mut acts = QuantizedActs::new(n, cols);
+                acts.quantize_for(isa, ty, &x, n, cols);
+                let mut whole = vec![f32::NAN; n * rows];
+                let out = quant::OutRows::new(&mut whole, n, rows, rows, false);
+                // SAFETY: one thread writes the view.
+                unsafe { quant::matmul_rows(isa, &w, &acts, n, 0, rows, out) };
+                let mut a0 = 0;
+                for len in [64, 3, 64, 19] {
+                    let a1 = (a0 + len).min(n);
+                    // A fresh output per span: the span writes its own rows and nothing else.
+                    let mut span = vec![f32::NAN; n * rows];
+                    let out = quant::OutRows::new(&mut span, n, rows, rows, false);
+                    // SAFETY: as above.
+                    unsafe { quant::matmul_span(isa, &w, &acts, a0, a1, 2, rows, out) };
+                    // SAFETY: as above.
+                    unsafe { quant::matmul_span(isa, &w, &acts, a0, a1, 0, 2, out) };
+                    for (i, (s, w)) in span.iter().zip(&whole).enumerate() {
+                        let a = i / rows;
+                        let ok = if (a0..a1).contains(&a) {
+                            s.to_bits() == w.to_bits()
+                        } else {
+                            s.is_nan()
+                        };
+                        assert!(
+                            ok,
+                            "{ty} {isa} (vnni off: {vnni_off}) span {a0}..{a1}: act {a} row {}: \
+                             {s} vs {w}",
+                            i % rows
+                        );
+                    }
+                    a0 = a1;
+                }
+                assert_eq!(a0, n);
+            });
         }
     }
 }

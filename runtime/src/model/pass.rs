@@ -16,6 +16,10 @@ use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Activation rows per block of the feed-forward gate ([`Pass::gate_up`]): a block's gate
+/// and up outputs over one worker's columns stay in the L2 cache until the gate reads them.
+const GATE_BLOCK: usize = 64;
+
 /// Adds the bias, applies the per-head RMSNorm and RoPE to rows `0..n`, columns `r0..r1` of
 /// a Q or K output (`width` wide, heads of `hd`); `r0`/`r1` fall on head boundaries when
 /// `rope` is set.
@@ -317,15 +321,20 @@ impl Pass<'_> {
             let acts = &ws.acts;
             let (og, ou) = (gate.out(n, ff, ff, false), up.out(n, ff, ff, false));
             par_chunks(self.pool, ff, chunk, |r0, r1| {
-                // SAFETY: chunks are disjoint row ranges of gate/up, and each worker reads,
-                // rewrites and quantizes only its own columns r0..r1 of every row.
-                unsafe {
-                    quant::matmul_rows(isa, &lw.w_gate, acts, n, r0, r1, og);
-                    quant::matmul_rows(isa, &lw.w_up, acts, n, r0, r1, ou);
-                    for a in 0..n {
-                        let g = gate.slice(a * ff + r0, r1 - r0);
-                        gated_act(isa, act, g, up.slice(a * ff + r0, r1 - r0));
-                        w2.write_cols(a, r0, g, None);
+                // Activation rows in blocks, so that the gate and up values of a block are
+                // still in cache when the gate reads them.
+                for a0 in (0..n).step_by(GATE_BLOCK) {
+                    let a1 = (a0 + GATE_BLOCK).min(n);
+                    // SAFETY: chunks are disjoint row ranges of gate/up, and each worker
+                    // reads, rewrites and quantizes only its own columns r0..r1 of every row.
+                    unsafe {
+                        quant::matmul_span(isa, &lw.w_gate, acts, a0, a1, r0, r1, og);
+                        quant::matmul_span(isa, &lw.w_up, acts, a0, a1, r0, r1, ou);
+                        for a in a0..a1 {
+                            let g = gate.slice(a * ff + r0, r1 - r0);
+                            gated_act(isa, act, g, up.slice(a * ff + r0, r1 - r0));
+                            w2.write_cols(a, r0, g, None);
+                        }
                     }
                 }
             });

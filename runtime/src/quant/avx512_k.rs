@@ -438,14 +438,13 @@ kernels!(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    let sign = _mm512_set1_ps(-0.0);
     for (xb, y) in x.chunks_exact(super::QK_K).zip(out.iter_mut()) {
         let p = xb.as_ptr();
         // SAFETY: xb holds 256 values, read 16 at a time; y.qs holds 256 bytes.
         unsafe {
             let mut m = _mm512_setzero_ps();
             for c in 0..16 {
-                m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(p.add(16 * c))), m);
+                m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p.add(16 * c))), m);
             }
             let amax = _mm512_reduce_max_ps(m);
             if amax == 0.0 {
@@ -457,7 +456,7 @@ pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
             let va = _mm512_set1_ps(amax);
             let mut max = amax;
             for c in 0..16 {
-                let a = _mm512_andnot_ps(sign, _mm512_loadu_ps(p.add(16 * c)));
+                let a = _mm512_abs_ps(_mm512_loadu_ps(p.add(16 * c)));
                 let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, va);
                 if hit != 0 {
                     max = xb[16 * c + hit.trailing_zeros() as usize];

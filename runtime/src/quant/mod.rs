@@ -1168,6 +1168,20 @@ impl OutRows {
         }
     }
 
+    /// The view of activation rows `a0..` of this one (row `a0` becomes row 0).
+    ///
+    /// # Safety
+    /// `a0 <= rows`.
+    pub(crate) unsafe fn skip(self, a0: usize) -> Self {
+        debug_assert!(a0 <= self.rows);
+        OutRows {
+            // SAFETY: row a0 starts inside (or one past the end of) the viewed buffer.
+            ptr: unsafe { self.ptr.add(a0 * self.stride) },
+            rows: self.rows - a0,
+            ..self
+        }
+    }
+
     /// # Safety
     /// `a < rows`, `r < cols`, and no other thread touches this element concurrently.
     #[inline(always)]
@@ -1206,6 +1220,33 @@ pub unsafe fn matmul_rows(
     r1: usize,
     out: OutRows,
 ) {
+    // SAFETY: forwarded contract.
+    unsafe { matmul_span(isa, w, x, 0, n, r0, r1, out) }
+}
+
+/// [`matmul_rows`] for activation rows `a0..a1` only: writes `out[a][r]` for `a0 <= a < a1`,
+/// `r0 <= r < r1`, with the same bits as the full call gives those elements (the arithmetic
+/// of one (weight row, activation row) pair does not depend on which rows share its tile).
+/// A caller that works on a block of activation rows at a time (the feed-forward gate)
+/// keeps the block's outputs in cache for what it does next with them.
+///
+/// # Safety
+/// As [`matmul_rows`].
+///
+/// # Panics
+/// As [`matmul_rows`], with `a1` in place of `n`, and if `a0 > a1`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_span(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    a0: usize,
+    a1: usize,
+    r0: usize,
+    r1: usize,
+    out: OutRows,
+) {
+    let n = a1;
     let tier = resolve(isa);
     assert_eq!(
         ActLayout::choose(tier, w.ty),
@@ -1219,6 +1260,7 @@ pub unsafe fn matmul_rows(
         w.cols,
         "matmul: activation width vs weight columns"
     );
+    assert!(a0 <= a1, "matmul: activation rows {a0}..{a1}");
     assert!(
         n <= x.n_rows(),
         "matmul: {n} rows requested, {} quantized",
@@ -1239,17 +1281,24 @@ pub unsafe fn matmul_rows(
         w.data.len() >= w.rows * w.row_bytes(),
         "matmul: weight data too short"
     );
-    if n == 0 || r0 == r1 {
+    if a0 == a1 || r0 == r1 {
         return;
     }
     if x.layout() == ActLayout::Packed {
         #[cfg(target_arch = "x86_64")]
         if let Tier::Avx512 { vnni, .. } = tier {
             let nb = w.cols / QK;
-            let a = x.buf.as_ptr() as *const u8;
+            // SAFETY (offsets): a0 <= n <= x.n_rows() and out.rows (checked above).
+            let (a, out) = unsafe {
+                (
+                    (x.buf.as_ptr() as *const u8).add(a0 * x.stride),
+                    out.skip(a0),
+                )
+            };
+            let n = a1 - a0;
             // SAFETY: the tier has AVX-512 + VBMI (packed is chosen only then, and VNNI only
-            // when detected); the weight matrix holds `rows` rows of `nb` blocks; `x` holds
-            // `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
+            // when detected); the weight matrix holds `rows` rows of `nb` blocks; `a` points
+            // at `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
             unsafe {
                 if vnni {
                     gemm512::vnni::gemm(
@@ -1284,10 +1333,10 @@ pub unsafe fn matmul_rows(
     }
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded contract (disjoint output elements).
-    let r0 = unsafe { k_tiles(tier, w, x, n, r0, r1, out) };
+    let r0 = unsafe { k_tiles(tier, w, x, a0, n, r0, r1, out) };
     for r in r0..r1 {
         let wr = w.row(r);
-        let mut a = 0;
+        let mut a = a0;
         while a + 4 <= n {
             let v = dot4_unchecked(
                 tier,
@@ -1315,19 +1364,21 @@ pub unsafe fn matmul_rows(
 #[cfg(target_arch = "x86_64")]
 const K_TILE_ACTS: usize = 64;
 
-/// Weight rows `r0..` of [`matmul_rows`] in four-row tiles of the AVX-512 K-quant prefill
+/// Weight rows `r0..` of [`matmul_span`] in four-row tiles of the AVX-512 K-quant prefill
 /// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
 /// activation rows: each decoded weight block serves up to 16 quads of four activation rows
 /// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at a
 /// time. Returns the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
-/// As [`matmul_rows`], whose checks have passed.
+/// As [`matmul_span`] (activation rows `a0..n`), whose checks have passed.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn k_tiles(
     tier: Tier,
     w: &WeightMatrix<'_>,
     x: &QuantizedActs,
+    a0: usize,
     n: usize,
     r0: usize,
     r1: usize,
@@ -1337,7 +1388,7 @@ unsafe fn k_tiles(
     let Tier::Avx512 { vnni, .. } = tier else {
         return r0;
     };
-    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || n < ACTS {
+    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || n - a0 < ACTS {
         return r0;
     }
     let q8k = |a: usize| match x.row(a) {
@@ -1345,12 +1396,12 @@ unsafe fn k_tiles(
         _ => &[],
     };
     // The layout was checked against the type; a mismatch would leave the rows to the caller.
-    if q8k(0).len() * QK_K != w.cols {
+    if q8k(a0).len() * QK_K != w.cols {
         return r0;
     }
-    let n_tiled = n - n % ACTS;
+    let n_tiled = n - (n - a0) % ACTS;
     let r_end = r0 + (r1 - r0) / ROWS * ROWS;
-    let mut p0 = 0;
+    let mut p0 = a0;
     while p0 < n_tiled {
         let p1 = (p0 + K_TILE_ACTS).min(n_tiled);
         let mut r = r0;

@@ -38,7 +38,6 @@ pub(super) unsafe fn quantize_packed(
     // SAFETY: forwarded caller contract.
     unsafe {
         let idx = _mm512_loadu_si512(IDX_PACK.as_ptr() as *const __m512i);
-        let sign = _mm512_set1_ps(-0.0);
         for gi in 0..nb.div_ceil(4) {
             let g = g0 + gi;
             let mut lo = _mm512_setzero_si512();
@@ -58,7 +57,7 @@ pub(super) unsafe fn quantize_packed(
                     v0 = _mm512_mul_ps(_mm512_mul_ps(v0, s), _mm512_loadu_ps(gp.add(32 * b)));
                     v1 = _mm512_mul_ps(_mm512_mul_ps(v1, s), _mm512_loadu_ps(gp.add(32 * b + 16)));
                 }
-                let m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+                let m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
                 let amax = _mm512_reduce_max_ps(m);
                 let d = amax / 127.0;
                 let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
