@@ -33,25 +33,36 @@ impl Rng {
 }
 
 struct Data {
+    /// Head size and query heads per KV head.
+    hd: usize,
+    group: usize,
     keys: Vec<f16>,
     values: Vec<f16>,
     positions: Vec<u32>,
-    /// Queries of rows at every position (`SLOTS × GROUP × HD`), large enough that the
+    /// Queries of rows at every position (`SLOTS × GROUP × hd`), large enough that the
     /// softmax is far from uniform (scores spread over about ±8).
     q: Vec<f32>,
 }
 
 fn data(seed: u64) -> Data {
+    data_hd(seed, HD, GROUP)
+}
+
+fn data_hd(seed: u64, hd: usize, group: usize) -> Data {
     let mut r = Rng(seed);
     // Keys in whole tiles of 16 slots, as the cache stores them.
-    let keys = (0..SLOTS.next_multiple_of(16) * HD)
+    let keys = (0..SLOTS.next_multiple_of(16) * hd)
         .map(|_| f16::from_f32(r.unit()))
         .collect();
-    let values = (0..SLOTS * HD)
+    let values = (0..SLOTS * hd)
         .map(|_| f16::from_f32(r.unit() * 2.0))
         .collect();
-    let q = (0..SLOTS * GROUP * HD).map(|_| r.unit() * 3.0).collect();
+    // Scores of wider heads sum more terms: scale the queries so that they spread as much.
+    let qs = 3.0 * (HD as f32 / hd as f32).sqrt();
+    let q = (0..SLOTS * group * hd).map(|_| r.unit() * qs).collect();
     Data {
+        hd,
+        group,
         keys,
         values,
         positions: (0..SLOTS as u32).collect(),
@@ -65,10 +76,11 @@ const SCALE: f32 = 0.125;
 /// f16 values as stored. Also returns the largest `scale · Σ_d |q_d k_d|` over the slots seen
 /// (the score magnitude the error bound below needs).
 fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
-    let mut out = vec![0.0f64; GROUP * HD];
+    let (hd, group) = (d.hd, d.group);
+    let mut out = vec![0.0f64; group * hd];
     let mut smax = 0.0f64;
-    for h in 0..GROUP {
-        let qh = &q[h * HD..(h + 1) * HD];
+    for h in 0..group {
+        let qh = &q[h * hd..(h + 1) * hd];
         let seen: Vec<usize> = (0..d.positions.len())
             .filter(|&s| {
                 let p = d.positions[s];
@@ -80,7 +92,7 @@ fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
             .map(|&s| {
                 let (mut dot, mut abs) = (0.0f64, 0.0f64);
                 for (i, a) in qh.iter().enumerate() {
-                    let b = d.keys[key_index(HD, s, i)].to_f64();
+                    let b = d.keys[key_index(hd, s, i)].to_f64();
                     dot += *a as f64 * b;
                     abs += (*a as f64 * b).abs();
                 }
@@ -92,8 +104,8 @@ fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
         let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
         let l: f64 = w.iter().sum();
         for (&s, &ws) in seen.iter().zip(&w) {
-            for (i, v) in d.values[s * HD..(s + 1) * HD].iter().enumerate() {
-                out[h * HD + i] += ws / l * v.to_f64();
+            for (i, v) in d.values[s * hd..(s + 1) * hd].iter().enumerate() {
+                out[h * hd + i] += ws / l * v.to_f64();
             }
         }
     }
@@ -101,25 +113,39 @@ fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
 }
 
 /// A first-order bound on |ours − exact| for f32 arithmetic (unit roundoff u = 2^-24): each
-/// score is a 64-term dot product, off by at most γ_64 · S (S = the largest
+/// score is an `hd`-term dot product (64 here), off by at most γ_hd · S (S = the largest
 /// `scale · Σ|q_d k_d|`), which moves the normalized weights by a factor within
-/// exp(±2 γ_64 S). Each output value is a chain of at most 512 FMAs (one chunk's slots), 4
+/// exp(±2 γ_hd S). Each output value is a chain of at most 512 FMAs (one chunk's slots), 4
 /// block rescalings, 3 operations per merge of the 9 chunks, and each weight carries its
 /// exponential (within 2 ulp), its normalization and the sums of weights (chains of ≤ 560
 /// additions and rescalings): under 560 + 2 · 560 + 8 roundings relative to Σ w|v|. As the
 /// output is a convex combination of values, the error is at most
-/// (3 · 560 u + 8 u + 2 · 64 u · S · 1.01) · max|v|.
+/// (3 · 560 u + 8 u + 2 · hd · u · S · 1.01) · max|v|.
 fn bound(smax: f64, vmax: f64) -> f64 {
+    bound_hd(smax, vmax, HD)
+}
+
+fn bound_hd(smax: f64, vmax: f64, hd: usize) -> f64 {
     let u = (2.0f64).powi(-24);
-    (3.0 * 560.0 * u + 8.0 * u + 2.0 * 64.0 * u * smax * 1.01) * vmax
+    (3.0 * 560.0 * u + 8.0 * u + 2.0 * hd as f64 * u * smax * 1.01) * vmax
 }
 
 fn queries<'a>(q: &'a [f32], pos: &'a [u32], window: u32) -> Queries<'a> {
+    queries_of(q, pos, window, HD, GROUP)
+}
+
+fn queries_of<'a>(
+    q: &'a [f32],
+    pos: &'a [u32],
+    window: u32,
+    hd: usize,
+    group: usize,
+) -> Queries<'a> {
     Queries {
         q,
         pos,
-        group: GROUP,
-        hd: HD,
+        group,
+        hd,
         scale: SCALE,
         window,
     }
@@ -133,19 +159,20 @@ fn head(d: &Data) -> HeadKv<'_> {
     }
 }
 
-/// One task's output (`nq × HD`) through `attend`.
+/// One task's output (`nq × hd`) through `attend`.
 fn attend(isa: Isa, d: &Data, qs: &Queries<'_>, ordered: bool) -> Vec<f32> {
     let kv = head(d);
     let (lo, hi) = attention::visible(&kv, qs, ordered);
-    let mut scratch = vec![0.0f32; scratch_len(qs.nq(), HD)];
-    let mut out = vec![0.0f32; qs.nq() * HD];
+    let mut scratch = vec![0.0f32; scratch_len(qs.nq(), qs.hd)];
+    let mut out = vec![0.0f32; qs.nq() * qs.hd];
     attention::attend(isa, &kv, qs, lo, hi, &mut scratch, &mut out);
     out
 }
 
 fn row_q(d: &Data, pos: u32) -> &[f32] {
     let p = pos as usize;
-    &d.q[p * GROUP * HD..(p + 1) * GROUP * HD]
+    let w = d.group * d.hd;
+    &d.q[p * w..(p + 1) * w]
 }
 
 fn tiers() -> Vec<Isa> {
@@ -282,6 +309,62 @@ fn a_wrapped_ring_is_attended_by_position() {
     }
 }
 
+/// Wide heads (size 256, four query heads per KV head: Gemma 3's shape), whose scores run a
+/// key tile at a time with the value rows prefetched: within the f32 bound of exact math on
+/// a wrapped ring, with and without a window (most blocks of the windowed row are seen by
+/// nobody and skipped), and the same bits for a row alone as inside a prefill tile.
+#[test]
+fn wide_heads_on_a_wrapped_ring_agree_with_exact_math() {
+    let (hd, group) = (256, 4);
+    let mut d = data_hd(7, hd, group);
+    let n = SLOTS as u32;
+    d.positions = (0..n).map(|s| (s + n - 1234) % n).collect();
+    let vmax = d
+        .values
+        .iter()
+        .map(|v| v.to_f64().abs())
+        .fold(0.0, f64::max);
+    for isa in tiers() {
+        for window in [u32::MAX, 900, 100] {
+            let pos = 4000u32;
+            let q = row_q(&d, pos);
+            let ours = attend(isa, &d, &queries_of(q, &[pos], window, hd, group), false);
+            let (want, smax) = exact(&d, q, pos, window);
+            let err = ours
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                err <= bound_hd(smax, vmax, hd),
+                "{isa:?} window {window}: {err:.3e} > {:.3e}",
+                bound_hd(smax, vmax, hd)
+            );
+            // The same row third in a tile of rows at 3998..=4001.
+            let tile_pos = [3998u32, 3999, 4000, 4001];
+            let w = group * hd;
+            let tile_q: Vec<f32> = tile_pos
+                .iter()
+                .flat_map(|&p| row_q(&d, p))
+                .copied()
+                .collect();
+            let tile = attend(
+                isa,
+                &d,
+                &queries_of(&tile_q, &tile_pos, window, hd, group),
+                false,
+            );
+            assert!(
+                tile[2 * w..3 * w]
+                    .iter()
+                    .zip(&ours)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa:?} window {window}: decode row and prefill tile differ"
+            );
+        }
+    }
+}
+
 /// Decode at a depth of 1,100 tokens (three chunks, split across the workers) gives the
 /// same logits on one thread and on two, on the active tier.
 #[test]
@@ -337,6 +420,8 @@ fn short_contexts_and_partial_tiles_agree_with_exact_math() {
                     .flat_map(|&p| row_q(&d, p).iter().copied())
                     .collect();
                 let short = Data {
+                    hd: HD,
+                    group: GROUP,
                     keys: d.keys.clone(),
                     values: d.values.clone(),
                     positions: (0..n).collect(),

@@ -25,10 +25,10 @@
 //! the same slots, so short contexts (a 128-token perplexity window, a short prompt) keep the
 //! numbers attention had before blocking.
 //!
-//! A block or chunk a query head sees nothing of leaves its state as it was, and masked slots
-//! add exact zeros, so a query's result depends only on which slots it sees: not on how many
-//! other slots, rows or heads share its task, not on which worker computes which chunk, and
-//! not on the thread count. Hence a prefill chunk, token-by-token decode and batched decode
+//! A block or chunk a query head sees nothing of leaves its state as it was (a block no row
+//! sees is not computed at all), and masked slots add exact zeros, so a query's result
+//! depends only on which slots it sees: not on how many other slots, rows or heads share its
+//! task, not on which worker computes which chunk, and not on the thread count. Hence a prefill chunk, token-by-token decode and batched decode
 //! agree bit for bit, whether or not the chunks of a row were shared out.
 //!
 //! Scores and sums are f32 (kernels in [`crate::quant::attn`]); the rescaling factors use
@@ -45,6 +45,10 @@ pub const BLOCK: usize = 128;
 
 /// Slots per chunk: the unit of the KV split across workers (a multiple of [`BLOCK`]).
 pub const CHUNK: usize = 512;
+
+/// Head sizes above this (the 64 columns one pass of the value sums covers) get their value
+/// rows prefetched tile by tile (see [`chunk_state`]).
+const PREFETCH_HD: usize = 64;
 
 /// One KV head of a ring: keys (whole key tiles, see [`crate::quant::attn::key_index`]) and
 /// values (`slots × head_dim`) in f16, and the absolute position held by each used slot
@@ -157,20 +161,51 @@ pub fn chunk_state(
         let a = b0.max(s0) & !15;
         let e = (b0 + BLOCK).min(s1);
         let n = e - a;
-        attn::scores_f16(
-            isa,
-            qs.q,
-            nq,
-            hd,
-            &kv.keys[a * hd..e.next_multiple_of(16) * hd],
-            n,
-            qs.scale,
-            sc,
-            BLOCK,
-        );
         let (smin, smax) = kv.positions[a..e]
             .iter()
             .fold((u32::MAX, 0), |(x, y), &p| (x.min(p), y.max(p)));
+        // No row sees any slot of the block (every slot after the last row, or out of every
+        // row's window: most of a wrapped sliding-window ring longer than its window): the
+        // block would leave every state as it is, so it is not computed.
+        if smin > pmax || (smax <= pmin && pmin - smax >= qs.window) {
+            b0 += BLOCK;
+            continue;
+        }
+        if hd > PREFETCH_HD {
+            // Wide heads: the value sums read each value row a pass of columns at a time,
+            // a pattern the hardware prefetchers miss. Ask for each tile's value rows just
+            // before scoring its keys, so they arrive while the scores are computed. The
+            // scores are the same bits in tiles as in one call (one chain per score).
+            let mut t = a;
+            while t < e {
+                let te = (t + attn::KEY_TILE).min(e);
+                attn::prefetch(&kv.values[t * hd..te * hd]);
+                attn::scores_f16(
+                    isa,
+                    qs.q,
+                    nq,
+                    hd,
+                    &kv.keys[t * hd..te.next_multiple_of(attn::KEY_TILE) * hd],
+                    te - t,
+                    qs.scale,
+                    &mut sc[t - a..],
+                    BLOCK,
+                );
+                t = te;
+            }
+        } else {
+            attn::scores_f16(
+                isa,
+                qs.q,
+                nq,
+                hd,
+                &kv.keys[a * hd..e.next_multiple_of(16) * hd],
+                n,
+                qs.scale,
+                sc,
+                BLOCK,
+            );
+        }
         // Every row sees every slot of the block (the bulk of a long causal prefix): the mask
         // would change nothing.
         let all_seen = smax <= pmin && pmax.checked_sub(smin).is_some_and(|d| d < qs.window);
