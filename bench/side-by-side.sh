@@ -127,23 +127,26 @@ for i in $(seq 1 "$pairs"); do
   l=$(load1)
   # pocketperf bench --output jsonl: a header line, then one row per line (test, threads,
   # tokens_per_s_median).
-  "$pp" bench --model "$model" --threads "$t_list" --pp "$pp_list" --tg "$tg_list" \
-    --depth "$depth_list" --batch 0 --probe-mib 0 --reps 1 --output jsonl 2>/dev/null \
-    | tail -n +2 | jq -r '"\(.test),\(.threads),\(.tokens_per_s_median)"' \
+  rows=$("$pp" bench --model "$model" --threads "$t_list" --pp "$pp_list" --tg "$tg_list" \
+    --depth "$depth_list" --batch 0 --probe-mib 0 --reps 1 --output jsonl 2>/dev/null)
+  # The build measured, as the binary itself reports it (POCKETPERF_BIN may be another
+  # build than this checkout's).
+  echo "$rows" | head -n 1 | jq -r '.header.git_commit' > "$out/pocketperf-commit"
+  echo "$rows" | tail -n +2 | jq -r '"\(.test),\(.threads),\(.tokens_per_s_median)"' \
     | wanted | sed "s/^/$i,/; s/,\([^,]*\)$/,pocketperf,\1,$l/" >> "$csv"
   echo "side-by-side: pair $i done (load $l)" >&2
 done
 
-python3 - "$csv" "$out/summary.md" "$model" "$peer" "$pairs" <<'PY'
-import csv, statistics, sys, subprocess
-path, md, model, peer, pairs = sys.argv[1:6]
+python3 - "$csv" "$out/summary.md" "$model" "$peer" "$pairs" "$out/pocketperf-commit" <<'PY'
+import csv, statistics, sys
+path, md, model, peer, pairs, commit_file = sys.argv[1:7]
 rows = list(csv.DictReader(open(path)))
 keys = []
 for r in rows:
     k = (r["test"], int(r["threads"]))
     if k not in keys:
         keys.append(k)
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+commit = open(commit_file).read().strip()
 out = [
     f"pocketperf {commit} vs llama.cpp ({peer}), model {model}, {pairs} alternated pairs per row",
     "",
