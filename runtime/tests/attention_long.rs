@@ -187,11 +187,7 @@ fn tiers() -> Vec<Isa> {
 #[test]
 fn long_context_attention_is_within_the_f32_bound_of_exact_math() {
     let d = data(7);
-    let vmax = d
-        .values
-        .iter()
-        .map(|v| v.to_f64().abs())
-        .fold(0.0, f64::max);
+    let vmax = vmax(&d);
     for isa in tiers() {
         for window in [u32::MAX, 1000] {
             // The last row sees all 4,500 slots (nine chunks); the others cut chunks and
@@ -201,11 +197,7 @@ fn long_context_attention_is_within_the_f32_bound_of_exact_math() {
                 let ours = attend(isa, &d, &queries(q, &[pos], window), false);
                 let (want, smax) = exact(&d, q, pos, window);
                 let tol = bound(smax, vmax);
-                let err = ours
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (*a as f64 - b).abs())
-                    .fold(0.0, f64::max);
+                let err = max_err(&ours, &want);
                 eprintln!("{isa:?} window {window} pos {pos}: error {err:.2e}, bound {tol:.2e}");
                 assert!(
                     err <= tol,
@@ -279,28 +271,40 @@ fn one_query_gets_the_same_bits_whatever_shares_its_task() {
     }
 }
 
-#[test]
-fn a_wrapped_ring_is_attended_by_position() {
-    // The slots of a ring that wrapped: positions rotated by 1,234 slots.
-    let mut d = data(5);
+/// The slots of a ring that wrapped: positions rotated by 1,234 slots.
+fn wrapped(mut d: Data) -> Data {
     let n = SLOTS as u32;
     d.positions = (0..n).map(|s| (s + n - 1234) % n).collect();
-    let vmax = d
-        .values
+    d
+}
+
+/// The largest |value| in the cache.
+fn vmax(d: &Data) -> f64 {
+    d.values
         .iter()
         .map(|v| v.to_f64().abs())
-        .fold(0.0, f64::max);
+        .fold(0.0, f64::max)
+}
+
+/// The largest |ours − exact|.
+fn max_err(ours: &[f32], want: &[f64]) -> f64 {
+    ours.iter()
+        .zip(want)
+        .map(|(a, b)| (*a as f64 - b).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn a_wrapped_ring_is_attended_by_position() {
+    let d = wrapped(data(5));
+    let vmax = vmax(&d);
     for isa in tiers() {
         for window in [u32::MAX, 900] {
             let pos = 4000u32;
             let q = row_q(&d, pos);
             let ours = attend(isa, &d, &queries(q, &[pos], window), false);
             let (want, smax) = exact(&d, q, pos, window);
-            let err = ours
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (*a as f64 - b).abs())
-                .fold(0.0, f64::max);
+            let err = max_err(&ours, &want);
             assert!(
                 err <= bound(smax, vmax),
                 "{isa:?} window {window}: {err:.3e}"
@@ -316,25 +320,15 @@ fn a_wrapped_ring_is_attended_by_position() {
 #[test]
 fn wide_heads_on_a_wrapped_ring_agree_with_exact_math() {
     let (hd, group) = (256, 4);
-    let mut d = data_hd(7, hd, group);
-    let n = SLOTS as u32;
-    d.positions = (0..n).map(|s| (s + n - 1234) % n).collect();
-    let vmax = d
-        .values
-        .iter()
-        .map(|v| v.to_f64().abs())
-        .fold(0.0, f64::max);
+    let d = wrapped(data_hd(7, hd, group));
+    let vmax = vmax(&d);
     for isa in tiers() {
         for window in [u32::MAX, 900, 100] {
             let pos = 4000u32;
             let q = row_q(&d, pos);
             let ours = attend(isa, &d, &queries_of(q, &[pos], window, hd, group), false);
             let (want, smax) = exact(&d, q, pos, window);
-            let err = ours
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (*a as f64 - b).abs())
-                .fold(0.0, f64::max);
+            let err = max_err(&ours, &want);
             assert!(
                 err <= bound_hd(smax, vmax, hd),
                 "{isa:?} window {window}: {err:.3e} > {:.3e}",
@@ -406,11 +400,7 @@ fn decode_at_depth_gives_the_same_bits_on_one_and_two_threads() {
 #[test]
 fn short_contexts_and_partial_tiles_agree_with_exact_math() {
     let d = data(3);
-    let vmax = d
-        .values
-        .iter()
-        .map(|v| v.to_f64().abs())
-        .fold(0.0, f64::max);
+    let vmax = vmax(&d);
     for isa in tiers() {
         for n in 1..=40u32 {
             for rows in 1..=4u32.min(n) {
@@ -431,11 +421,7 @@ fn short_contexts_and_partial_tiles_agree_with_exact_math() {
                 for (r, &p) in pos.iter().enumerate() {
                     let (want, smax) = exact(&short, row_q(&d, p), p, u32::MAX);
                     let got = &ours[r * GROUP * HD..(r + 1) * GROUP * HD];
-                    let err = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(a, b)| (*a as f64 - b).abs())
-                        .fold(0.0, f64::max);
+                    let err = max_err(got, &want);
                     assert!(
                         err <= bound(smax, vmax),
                         "{isa:?} {n} slots, row {r} of {rows}: error {err:.3e}"
