@@ -28,8 +28,9 @@
 //! A block or chunk a query head sees nothing of leaves its state as it was (a block no row
 //! sees is not computed at all), and masked slots add exact zeros, so a query's result
 //! depends only on which slots it sees: not on how many other slots, rows or heads share its
-//! task, not on which worker computes which chunk, and not on the thread count. Hence a prefill chunk, token-by-token decode and batched decode
-//! agree bit for bit, whether or not the chunks of a row were shared out.
+//! task, not on which worker computes which chunk, and not on the thread count. Hence a
+//! prefill chunk, token-by-token decode and batched decode agree bit for bit, whether or not
+//! the chunks of a row were shared out.
 //!
 //! Scores and sums are f32 (kernels in [`crate::quant::attn`]); the rescaling factors use
 //! the project's own [`attn::exp`] on every tier (the scalar tier's exponentials too, so the
@@ -171,40 +172,31 @@ pub fn chunk_state(
             b0 += BLOCK;
             continue;
         }
-        if hd > PREFETCH_HD {
-            // Wide heads: the value sums read each value row a pass of columns at a time,
-            // a pattern the hardware prefetchers miss. Ask for each tile's value rows just
-            // before scoring its keys, so they arrive while the scores are computed. The
-            // scores are the same bits in tiles as in one call (one chain per score).
-            let mut t = a;
-            while t < e {
-                let te = (t + attn::KEY_TILE).min(e);
+        // Wide heads: the value sums read each value row a pass of columns at a time, a
+        // pattern the hardware prefetchers miss. Their scores run a key tile at a time, each
+        // tile's value rows asked for just before, so they arrive while the scores are
+        // computed. The scores are the same bits in tiles as in one call (one chain per
+        // score).
+        let wide = hd > PREFETCH_HD;
+        let step = if wide { attn::KEY_TILE } else { n };
+        let mut t = a;
+        while t < e {
+            let te = (t + step).min(e);
+            if wide {
                 attn::prefetch(&kv.values[t * hd..te * hd]);
-                attn::scores_f16(
-                    isa,
-                    qs.q,
-                    nq,
-                    hd,
-                    &kv.keys[t * hd..te.next_multiple_of(attn::KEY_TILE) * hd],
-                    te - t,
-                    qs.scale,
-                    &mut sc[t - a..],
-                    BLOCK,
-                );
-                t = te;
             }
-        } else {
             attn::scores_f16(
                 isa,
                 qs.q,
                 nq,
                 hd,
-                &kv.keys[a * hd..e.next_multiple_of(16) * hd],
-                n,
+                &kv.keys[t * hd..te.next_multiple_of(attn::KEY_TILE) * hd],
+                te - t,
                 qs.scale,
-                sc,
+                &mut sc[t - a..],
                 BLOCK,
             );
+            t = te;
         }
         // Every row sees every slot of the block (the bulk of a long causal prefix): the mask
         // would change nothing.

@@ -167,8 +167,9 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
 }
 
 /// Asks the caches for the lines of `x` ahead of use (into L2 and outward): a hint with no
-/// effect on results. Attention calls it on a block's values before its scores, so that the
-/// value rows (read later, a few columns at a time) arrive while the scores are computed.
+/// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
+/// before the tile's scores, so that the rows, read later a few columns at a time, arrive
+/// while the scores are computed.
 pub fn prefetch(x: &[f16]) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -1246,7 +1246,6 @@ pub unsafe fn matmul_span(
     r1: usize,
     out: OutRows,
 ) {
-    let n = a1;
     let tier = resolve(isa);
     assert_eq!(
         ActLayout::choose(tier, w.ty),
@@ -1262,8 +1261,8 @@ pub unsafe fn matmul_span(
     );
     assert!(a0 <= a1, "matmul: activation rows {a0}..{a1}");
     assert!(
-        n <= x.n_rows(),
-        "matmul: {n} rows requested, {} quantized",
+        a1 <= x.n_rows(),
+        "matmul: {a1} rows requested, {} quantized",
         x.n_rows()
     );
     assert!(
@@ -1272,8 +1271,8 @@ pub unsafe fn matmul_span(
         w.rows
     );
     assert!(
-        n <= out.rows && r1 <= out.cols,
-        "matmul: output {}x{} for {n}x{r1}",
+        a1 <= out.rows && r1 <= out.cols,
+        "matmul: output {}x{} for {a1}x{r1}",
         out.rows,
         out.cols
     );
@@ -1288,7 +1287,7 @@ pub unsafe fn matmul_span(
         #[cfg(target_arch = "x86_64")]
         if let Tier::Avx512 { vnni, .. } = tier {
             let nb = w.cols / QK;
-            // SAFETY (offsets): a0 <= n <= x.n_rows() and out.rows (checked above).
+            // SAFETY (offsets): a0 <= a1 <= x.n_rows() and out.rows (checked above).
             let (a, out) = unsafe {
                 (
                     (x.buf.as_ptr() as *const u8).add(a0 * x.stride),
@@ -1333,11 +1332,11 @@ pub unsafe fn matmul_span(
     }
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded contract (disjoint output elements).
-    let r0 = unsafe { k_tiles(tier, w, x, a0, n, r0, r1, out) };
+    let r0 = unsafe { k_tiles(tier, w, x, a0, a1, r0, r1, out) };
     for r in r0..r1 {
         let wr = w.row(r);
         let mut a = a0;
-        while a + 4 <= n {
+        while a + 4 <= a1 {
             let v = dot4_unchecked(
                 tier,
                 w.ty,
@@ -1350,7 +1349,7 @@ pub unsafe fn matmul_span(
             }
             a += 4;
         }
-        while a < n {
+        while a < a1 {
             let v = dot_unchecked(tier, w.ty, wr, x.row(a));
             // SAFETY: as above.
             unsafe { out.put(a, r, v) };
@@ -1371,7 +1370,7 @@ const K_TILE_ACTS: usize = 64;
 /// time. Returns the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
-/// As [`matmul_span`] (activation rows `a0..n`), whose checks have passed.
+/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn k_tiles(
@@ -1379,7 +1378,7 @@ unsafe fn k_tiles(
     w: &WeightMatrix<'_>,
     x: &QuantizedActs,
     a0: usize,
-    n: usize,
+    a1: usize,
     r0: usize,
     r1: usize,
     out: OutRows,
@@ -1388,7 +1387,7 @@ unsafe fn k_tiles(
     let Tier::Avx512 { vnni, .. } = tier else {
         return r0;
     };
-    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || n - a0 < ACTS {
+    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || a1 - a0 < ACTS {
         return r0;
     }
     let q8k = |a: usize| match x.row(a) {
@@ -1399,7 +1398,7 @@ unsafe fn k_tiles(
     if q8k(a0).len() * QK_K != w.cols {
         return r0;
     }
-    let n_tiled = n - (n - a0) % ACTS;
+    let n_tiled = a1 - (a1 - a0) % ACTS;
     let r_end = r0 + (r1 - r0) / ROWS * ROWS;
     let mut p0 = a0;
     while p0 < n_tiled {
@@ -1436,7 +1435,7 @@ unsafe fn k_tiles(
     }
     for r in r0..r_end {
         let wr = w.row(r);
-        for a in n_tiled..n {
+        for a in n_tiled..a1 {
             let v = dot_unchecked(tier, w.ty, wr, x.row(a));
             // SAFETY: as above.
             unsafe { out.put(a, r, v) };
