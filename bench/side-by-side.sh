@@ -17,7 +17,8 @@
 # are kept. Default: --tests "pp512 tg128".
 #
 # Writes DIR/runs.csv (every test of every run, with the 1-minute load average when the run
-# started) and DIR/summary.md (the table for docs/PERFORMANCE.md), and prints the summary.
+# started), DIR/pocketperf-commit (the build measured, from the binary's own result header)
+# and DIR/summary.md (the table for docs/PERFORMANCE.md), and prints the summary.
 # Needs jq. POCKETPERF_BIN names the pocketperf binary (default: target/release/pocketperf,
 # built when missing). Not part of CI.
 set -euo pipefail
