@@ -660,6 +660,54 @@ mod tests {
         assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
     }
 
+    /// Every score is one chain over the dimensions in order whatever the query count (1 to
+    /// 13: one or two passes of up to 12) and slot count (whole tiles, a partial last tile):
+    /// fused multiply-adds on the AVX-512 tier, separate multiply and add on the others,
+    /// times the scale; compared bit for bit with that chain written out here.
+    #[test]
+    fn each_score_is_one_chain_whatever_the_grouping() {
+        let best = crate::quant::detect_best();
+        #[cfg(target_arch = "x86_64")]
+        let fused = matches!(
+            crate::quant::resolve(best),
+            crate::quant::Tier::Avx512 { .. }
+        );
+        #[cfg(not(target_arch = "x86_64"))]
+        let fused = false;
+        let (hd, ld) = (64, 144);
+        let q = data(13 * hd, 11);
+        let keys: Vec<f16> = data(144 * hd, 12)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        for nq in 1..=13 {
+            for n in [1, 15, 16, 17, 31, 32, 48, 64, 65, 100, 128, 144] {
+                let mut out = vec![f32::NAN; nq * ld];
+                scores_f16(best, &q, nq, hd, &keys, n, 0.125, &mut out, ld);
+                for h in 0..nq {
+                    for s in 0..n {
+                        let mut acc = 0.0f32;
+                        for d in 0..hd {
+                            let (a, k) = (q[h * hd + d], keys[key_index(hd, s, d)].to_f32());
+                            acc = if fused {
+                                a.mul_add(k, acc)
+                            } else {
+                                acc + a * k
+                            };
+                        }
+                        let want = acc * 0.125;
+                        let got = out[h * ld + s];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{nq} queries, {n} slots: head {h} slot {s}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn simd_kernels_match_scalar() {
         let best = crate::quant::detect_best();
