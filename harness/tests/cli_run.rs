@@ -376,6 +376,90 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
     );
 }
 
+/// `--offline-qps` sizes Offline's one query as LoadGen does: max(min_query_count,
+/// floor(1.1 × qps × min_duration)). With a minimum of 3 queries and 200 ms, 30 queries/s
+/// asks for floor(6.6) = 6 samples; without the flag the preset's 1 query/s leaves the 3.
+#[test]
+fn offline_qps_sizes_the_offline_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("user.conf");
+    std::fs::write(&cfg, "llm.*.min_query_count = 3\n*.*.min_duration = 200\n").unwrap();
+    for (extra, want) in [(&["--offline-qps", "30"][..], 6), (&[][..], 3)] {
+        let out = dir.path().join(format!("out-{want}"));
+        let mut args = vec![
+            "run",
+            "--scenario",
+            "offline",
+            "--preset",
+            "quick",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let o = pocketperf(&args);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", text(&o));
+        let r = pocketperf_reports::load_result(&out).unwrap();
+        let p = r.performance.unwrap();
+        assert_eq!(p.queries, want, "{extra:?}");
+        let detail = std::fs::read_to_string(out.join("mlperf_log_detail.txt")).unwrap();
+        let qps = if want == 6 { "30" } else { "1" };
+        for needle in [
+            format!("\"requested_offline_expected_qps\", \"value\": {qps},"),
+            format!("\"effective_samples_per_query\", \"value\": {want},"),
+        ] {
+            assert!(
+                detail.contains(&needle),
+                "{extra:?}: {needle} not in the detail log"
+            );
+        }
+    }
+}
+
+/// `--server-qps` and `--offline-qps` each belong to one scenario; elsewhere, or out of
+/// range, they are refused before anything runs.
+#[test]
+fn qps_flags_are_refused_outside_their_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    for (scenario, extra, needle) in [
+        (
+            "offline",
+            &["--server-qps", "2"][..],
+            "--server-qps applies to --scenario server only",
+        ),
+        (
+            "single-stream",
+            &["--offline-qps", "2"][..],
+            "--offline-qps applies to --scenario offline only",
+        ),
+        (
+            "server",
+            &["--offline-qps", "2"][..],
+            "--offline-qps applies to --scenario offline only",
+        ),
+        (
+            "offline",
+            &["--offline-qps", "1e-300"][..],
+            "--offline-qps 1e-300 queries/s is out of range",
+        ),
+    ] {
+        let o = run_scenario_with(scenario, dir.path(), extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(needle),
+            "{extra:?}: {}",
+            text(&o)
+        );
+        assert!(
+            !dir.path().join("out").exists(),
+            "{extra:?}: nothing written"
+        );
+    }
+}
+
 #[test]
 fn a_child_process_sut_refuses_the_governor() {
     let dir = tempfile::tempdir().unwrap();

@@ -426,8 +426,14 @@ pub fn qps_in_range(q: f64) -> std::result::Result<f64, String> {
     if q.is_finite() && (MIN_QPS..=MAX_QPS).contains(&q) {
         Ok(q)
     } else {
+        // Far-off values in exponent form (1e-300, not 300 digits).
+        let shown = if q.is_finite() && q != 0.0 && !(1e-4..1e9).contains(&q.abs()) {
+            format!("{q:e}")
+        } else {
+            q.to_string()
+        };
         Err(format!(
-            "{q} queries/s is out of range: expected {}",
+            "{shown} queries/s is out of range: expected {}",
             qps_range()
         ))
     }

@@ -187,6 +187,12 @@ pub struct RunArgs {
     /// Server scenario: target queries per second (overrides the preset and `--config`).
     #[arg(long)]
     pub server_qps: Option<f64>,
+    /// Offline scenario: expected queries per second (overrides the preset's 1 and
+    /// `--config`). It sizes the one query at max(min_query_count, 1.1 × QPS × min_duration)
+    /// samples, so a machine that finishes the preset's queries inside the minimum duration
+    /// (INVALID: "min duration not met") gets a batch large enough to fill it.
+    #[arg(long)]
+    pub offline_qps: Option<f64>,
     /// Offline scenario: prompt tokens one batched pass carries at most beside the decode
     /// tokens of the sequences in flight (chunked prefill; default 32). In-process SUT, on
     /// either backend.
@@ -297,11 +303,18 @@ pub fn preset_settings(scenario: Scenario, preset: PresetArg) -> TestSettings {
     }
 }
 
-/// The preset, then `--config`, then `--server-qps`; validated.
+/// The preset, then `--config`, then `--server-qps` or `--offline-qps` (each refused outside
+/// its scenario); validated.
 pub fn resolve_settings(a: &RunArgs) -> Result<TestSettings> {
     let Some(scenario) = a.scenario.scenario() else {
         bail!("--scenario dialogue has no LoadGen settings (it runs its own loop)");
     };
+    if a.server_qps.is_some() && scenario != Scenario::Server {
+        bail!("--server-qps applies to --scenario server only");
+    }
+    if a.offline_qps.is_some() && scenario != Scenario::Offline {
+        bail!("--offline-qps applies to --scenario offline only");
+    }
     let mut settings = preset_settings(scenario, a.preset);
     if let Some(cfg) = &a.config {
         let text = std::fs::read_to_string(cfg)
@@ -311,6 +324,10 @@ pub fn resolve_settings(a: &RunArgs) -> Result<TestSettings> {
     if let Some(q) = a.server_qps {
         settings.server_target_qps = pocketperf_scenarios::settings::qps_in_range(q)
             .map_err(|e| anyhow::anyhow!("--server-qps {e}"))?;
+    }
+    if let Some(q) = a.offline_qps {
+        settings.offline_expected_qps = pocketperf_scenarios::settings::qps_in_range(q)
+            .map_err(|e| anyhow::anyhow!("--offline-qps {e}"))?;
     }
     settings.validate()?;
     Ok(settings)

@@ -470,8 +470,15 @@ impl<'e> AnySut<'e> {
 /// `pocketperf run --scenario dialogue`.
 pub fn run(a: &RunArgs) -> Result<i32> {
     let device = crate::telemetry::DeviceSpec::parse(&a.device)?;
-    if a.config.is_some() || a.server_qps.is_some() || a.prefill_chunk.is_some() {
-        bail!("--config, --server-qps and --prefill-chunk do not apply to the dialogue scenario");
+    if a.config.is_some()
+        || a.server_qps.is_some()
+        || a.offline_qps.is_some()
+        || a.prefill_chunk.is_some()
+    {
+        bail!(
+            "--config, --server-qps, --offline-qps and --prefill-chunk do not apply to the \
+             dialogue scenario"
+        );
     }
     refuse_unsupported(a, &device)?;
     crate::governor_hook::check_args(&a.governor, &device, true)?;
