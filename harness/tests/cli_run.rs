@@ -34,9 +34,15 @@ fn run_scenario(scenario: &str, dir: &Path) -> Output {
 }
 
 fn run_scenario_with(scenario: &str, dir: &Path, extra: &[&str]) -> Output {
+    run_configured(scenario, dir, THREE_QUERIES, "out", extra)
+}
+
+/// `run --scenario S --preset quick` with `config` as `DIR/user.conf` and results in
+/// `DIR/OUT`, one worker, then `extra`.
+fn run_configured(scenario: &str, dir: &Path, config: &str, out: &str, extra: &[&str]) -> Output {
     let cfg = dir.join("user.conf");
-    std::fs::write(&cfg, THREE_QUERIES).unwrap();
-    let out = dir.join("out");
+    std::fs::write(&cfg, config).unwrap();
+    let out = dir.join(out);
     pocketperf(
         &[
             "run",
@@ -334,6 +340,17 @@ fn offline_chunked_prefill_completes_every_token_and_records_its_decoder() {
     assert!(p.per_query.iter().all(|q| q.tokens > 1));
 }
 
+/// `run_scenario_with(scenario, dir, extra)` exits 2 with `needle` in its error.
+fn assert_refused(scenario: &str, dir: &Path, extra: &[&str], needle: &str) {
+    let o = run_scenario_with(scenario, dir, extra);
+    assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(needle),
+        "{extra:?}: {}",
+        text(&o)
+    );
+}
+
 #[test]
 fn prefill_chunk_is_refused_where_it_cannot_apply() {
     let dir = tempfile::tempdir().unwrap();
@@ -350,13 +367,7 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
         ),
         ("offline", &["--prefill-chunk", "0"][..], "--prefill-chunk"),
     ] {
-        let o = run_scenario_with(scenario, dir.path(), extra);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains(needle),
-            "{extra:?}: {}",
-            text(&o)
-        );
+        assert_refused(scenario, dir.path(), extra, needle);
     }
     let out = dir.path().join("dialogue");
     let o = pocketperf(&[
@@ -382,25 +393,11 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
 #[test]
 fn offline_qps_sizes_the_offline_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("user.conf");
-    std::fs::write(&cfg, "llm.*.min_query_count = 3\n*.*.min_duration = 200\n").unwrap();
+    let config = "llm.*.min_query_count = 3\n*.*.min_duration = 200\n";
     for (extra, want) in [(&["--offline-qps", "30"][..], 6), (&[][..], 3)] {
-        let out = dir.path().join(format!("out-{want}"));
-        let mut args = vec![
-            "run",
-            "--scenario",
-            "offline",
-            "--preset",
-            "quick",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--threads",
-            "1",
-        ];
-        args.extend_from_slice(extra);
-        let o = pocketperf(&args);
+        let name = format!("out-{want}");
+        let out = dir.path().join(&name);
+        let o = run_configured("offline", dir.path(), config, &name, extra);
         assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", text(&o));
         let r = pocketperf_reports::load_result(&out).unwrap();
         let p = r.performance.unwrap();
@@ -446,13 +443,7 @@ fn qps_flags_are_refused_outside_their_scenario() {
             "--offline-qps 1e-300 queries/s is out of range",
         ),
     ] {
-        let o = run_scenario_with(scenario, dir.path(), extra);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains(needle),
-            "{extra:?}: {}",
-            text(&o)
-        );
+        assert_refused(scenario, dir.path(), extra, needle);
         assert!(
             !dir.path().join("out").exists(),
             "{extra:?}: nothing written"
