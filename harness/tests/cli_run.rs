@@ -449,6 +449,27 @@ fn qps_flags_are_refused_outside_their_scenario() {
             "{extra:?}: nothing written"
         );
     }
+    // The dialogue scenario has no LoadGen settings: either rate is refused there too.
+    for flag in ["--server-qps", "--offline-qps"] {
+        let out = dir.path().join("dialogue");
+        let o = pocketperf(&[
+            "run",
+            "--scenario",
+            "dialogue",
+            flag,
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("{flag} and")) || err.contains(&format!("{flag},")),
+            "{flag}: {}",
+            text(&o)
+        );
+        assert!(!out.exists(), "{flag}: nothing written");
+    }
 }
 
 #[test]
