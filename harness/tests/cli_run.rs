@@ -416,6 +416,40 @@ fn offline_qps_sizes_the_offline_batch() {
     }
 }
 
+/// An Offline run whose one query ends inside the minimum duration is INVALID (exit 1) and
+/// says which `--offline-qps` would fill it: the smallest whole rate at or above the rate it
+/// ran at (samples over the run's duration).
+#[test]
+fn an_offline_run_too_short_for_its_minimum_says_which_offline_qps_fills_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "llm.*.min_query_count = 3\nllm.*.max_query_count = 3\n*.*.min_duration = 60000\n";
+    let o = run_configured("offline", dir.path(), config, "out", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("INVALID (min duration not met"), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("hint: the 3 Offline samples took "))
+        .unwrap_or_else(|| panic!("no hint:\n{stdout}"));
+    assert!(line.contains("under the minimum of 60.00 s"), "{line}");
+    let qps: f64 = line
+        .split("--offline-qps ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rate in {line}"));
+    let r = pocketperf_reports::load_result(dir.path().join("out")).unwrap();
+    let p = r.performance.unwrap();
+    assert!(!p.valid);
+    let rate = 3.0 / p.duration_s;
+    // The hint divides by the engine's own duration, result.json carries the same one; a
+    // part in a thousand of slack all the same.
+    assert!(
+        qps >= rate * 0.999 && qps - 1.0 < rate * 1.001,
+        "--offline-qps {qps} for a rate of {rate}"
+    );
+}
+
 /// `--server-qps` and `--offline-qps` each belong to one scenario; elsewhere, or out of
 /// range, they are refused before anything runs.
 #[test]

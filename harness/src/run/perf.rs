@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use pocketperf_datasets::perf::perf_prompts;
 use pocketperf_reports::schema::ResultFile;
 use pocketperf_scenarios::{
-    Clock, QuerySampleLibrary, RealClock, Responder, SystemUnderTest, TestResult, TestSettings,
-    run_test_observed,
+    Clock, InvalidCause, QuerySampleLibrary, RealClock, Responder, Scenario, SystemUnderTest,
+    TestResult, TestSettings, run_test_observed,
 };
 
 use crate::cmd::governor::GovernorKind;
@@ -378,13 +378,49 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     );
     crate::trace::write(&a.out, &trace)?;
     println!("{}", summary_line(&file));
+    let completed = file.performance.as_ref().map_or(0, |p| p.queries);
+    if let Some(hint) = offline_qps_hint(&settings, &result.invalid_causes, completed) {
+        println!("{hint}");
+    }
     println!("results in {}", a.out.display());
     // A verdict needs evidence: whatever the scenario's own rules say, a run in which no
     // query completed is INVALID (failed queries make it INVALID through the engine).
-    let completed = file.performance.as_ref().map_or(0, |p| p.queries);
     if completed == 0 {
         println!("INVALID: no query completed");
         return Ok(1);
     }
     Ok(if result.is_valid() { 0 } else { 1 })
+}
+
+/// For an Offline run INVALID because its one query ended inside the minimum duration: the
+/// `--offline-qps` that sizes a batch filling it. `queries` samples took `actual` seconds, so
+/// at that rate `1.1 × ceil(rate) × min_duration` samples last about 1.1 × the minimum.
+fn offline_qps_hint(
+    settings: &TestSettings,
+    causes: &[InvalidCause],
+    queries: u64,
+) -> Option<String> {
+    if settings.scenario != Scenario::Offline || queries == 0 {
+        return None;
+    }
+    causes.iter().find_map(|c| match c {
+        InvalidCause::MinDurationNotMet {
+            required_ns,
+            actual_ns,
+        } if *actual_ns > 0 => {
+            let rate = queries as f64 / (*actual_ns as f64 / 1e9);
+            let qps = if rate >= 1.0 {
+                rate.ceil()
+            } else {
+                (rate * 100.0).ceil() / 100.0
+            };
+            Some(format!(
+                "hint: the {queries} Offline samples took {:.2} s, under the minimum of {:.2} s; \
+                 --offline-qps {qps} sizes a batch that fills it",
+                *actual_ns as f64 / 1e9,
+                *required_ns as f64 / 1e9,
+            ))
+        }
+        _ => None,
+    })
 }
