@@ -145,6 +145,9 @@ pub fn chunk_state(
     st: &mut [f32],
 ) {
     let (nq, hd, g) = (qs.nq(), qs.hd, qs.group);
+    // Wide heads: the value sums read each value row a pass of columns at a time, a pattern
+    // the hardware prefetchers miss (see the scores loop below).
+    let wide = hd > PREFETCH_HD;
     clear(st, nq, hd);
     let (m, rest) = st.split_at_mut(nq);
     let (l, o) = rest.split_at_mut(nq);
@@ -172,12 +175,9 @@ pub fn chunk_state(
             b0 += BLOCK;
             continue;
         }
-        // Wide heads: the value sums read each value row a pass of columns at a time, a
-        // pattern the hardware prefetchers miss. Their scores run a key tile at a time, each
-        // tile's value rows asked for just before, so they arrive while the scores are
-        // computed. The scores are the same bits in tiles as in one call (one chain per
-        // score).
-        let wide = hd > PREFETCH_HD;
+        // Wide heads' scores run a key tile at a time, each tile's value rows asked for just
+        // before, so they arrive while the scores are computed. The scores are the same bits
+        // in tiles as in one call (one chain per score).
         let step = if wide { attn::KEY_TILE } else { n };
         let mut t = a;
         while t < e {
