@@ -11,7 +11,7 @@
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
 //!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
-//!   at both FFN down shapes, the others at the first shape);
+//!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
 //!   (262144x640), one row streamed from memory;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
@@ -229,13 +229,14 @@ fn gemm_k(c: &mut Criterion) {
     let n = 64;
     let mut g = c.benchmark_group("gemm_k");
     for (ty, shapes) in new_formats() {
-        // The Q4_K_M FFN down types at both models' shapes, the others at the first.
-        let take = if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
-            2
-        } else {
-            1
+        // The Q4_K_M FFN down types at both models' shapes, Q5_0 at Qwen2.5's FFN shape and
+        // Gemma 3's (FFN gate/up, 640 wide), the others at the first.
+        let pick: &[usize] = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => &[0, 1],
+            GgmlType::Q5_0 => &[0, 2],
+            _ => &[0],
         };
-        for &(rows, cols) in shapes.iter().take(take) {
+        for &(rows, cols) in pick.iter().map(|&i| &shapes[i]) {
             let wb = weights(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
             let x = acts(n, cols);
