@@ -176,6 +176,46 @@ fn q5_0_rows_wider_than_the_sum_table_match() {
     }
 }
 
+/// Q5_0 prefill on AVX-512 unpacks each weight group once per block of rows (as many rows as
+/// 160 unpacked groups hold: 32 rows of 640 values, 26 of 704) and runs every 16-row
+/// activation tile over the block. Rows spanning several blocks and a partial one, a block
+/// tail (`nb % 4 != 0`), and activation rows beyond the last full tile: within the lane-sum
+/// bound of the scalar reference, and each activation row alone gives the same bits.
+#[test]
+fn q5_0_row_blocks_match_the_reference_and_single_rows() {
+    let ty = GgmlType::Q5_0;
+    let mut rng = Rng(0x5EED_0B10);
+    for (rows, nb, n) in [(75, 20, 37), (61, 22, 16)] {
+        let cols = nb * 32;
+        let wb = random_weights(ty, rows, nb, -2, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, 0, &mut rng);
+        for (isa, vnni_off) in tiers() {
+            for threads in [1, 2] {
+                let y = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
+                for a in 0..n {
+                    let xa = &x[a * cols..(a + 1) * cols];
+                    for r in 0..rows {
+                        let want = reference_dot(ty, w.row(r), xa);
+                        let got = y[a * rows + r];
+                        let tol = 2e-5 * rounding_mag(ty, w.row(r), xa) + 1e-30;
+                        assert!(
+                            (f64::from(got) - f64::from(want)).abs() <= tol,
+                            "{isa} {rows}x{cols} act {a} row {r}: {got} vs {want} (tol {tol:e})"
+                        );
+                    }
+                    let one = with_flavor(vnni_off, || matmul(isa, 1, &w, xa, 1));
+                    assert_eq!(
+                        &one[..],
+                        &y[a * rows..(a + 1) * rows],
+                        "{isa} {rows}x{cols}, {threads} threads: activation row {a} alone"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `matmul_span` over blocks of activation rows (with a remainder, and a block shorter than a
 /// prefill tile) writes exactly the bits of one `matmul_rows` call over all the rows, only in
 /// its own rows, for the packed formats and the K-quants with their prefill tiles, on every

@@ -137,6 +137,16 @@ struct WGroup {
     sh: __mmask64,
 }
 
+/// A Q5_0 weight group unpacked once for all the activation tiles of a row block: the
+/// [`WGroup`] fields that Q5_0 uses, stored so that each tile reloads them in three loads.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct PGroup {
+    lo: __m512i,
+    hi: __m512i,
+    dw: __m512,
+}
+
 /// Index registers and constants, loaded once per kernel call.
 #[derive(Clone, Copy)]
 struct Consts {
@@ -334,6 +344,9 @@ const F_Q5_0: u8 = 3;
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
 /// the tile.
 const NEG_MAX: usize = 512;
+/// Unpacked Q5_0 weight groups of one row block (192 bytes each, 30 KiB): with one 16-row
+/// activation tile (about 11 KiB for 640-wide rows) it stays in a 48 KiB L1 data cache.
+const UNP_GROUPS: usize = 160;
 
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
@@ -351,10 +364,19 @@ macro_rules! kernels {
             /// rows at `a` (stride `astride` bytes), `nb` blocks each, weight format `F`.
             /// `PRE` (Q5_0 only): `neg` points at the `ceil(nb / 4) × A` values `-16 · Σ a`,
             /// `[group][activation row]`; otherwise the tile computes them and `neg` is unused.
+            /// `UNP` (Q5_0 only): the weight groups are read already unpacked from `pw`
+            /// (`ceil(nb / 4)` groups per row, rows one after another) instead of from `w`.
+            /// Never inlined: inside its callers' loops it spills the sixteen accumulators.
             #[target_feature(enable = $feat)]
-            #[inline]
+            #[inline(never)]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn tile<const F: u8, const W: usize, const A: usize, const PRE: bool>(
+            unsafe fn tile_from<
+                const F: u8,
+                const W: usize,
+                const A: usize,
+                const PRE: bool,
+                const UNP: bool,
+            >(
                 c: &Consts,
                 w: *const u8,
                 rb: usize,
@@ -362,6 +384,7 @@ macro_rules! kernels {
                 a: *const u8,
                 astride: usize,
                 neg: *const __m512i,
+                pw: *const PGroup,
             ) -> [[f32; A]; W] {
                 let (gb, unsigned) = match F {
                     F_Q4_1 => (80, true),
@@ -384,6 +407,18 @@ macro_rules! kernels {
                         let len = if g < full { gb } else { tail };
                         let mut wg = [std::mem::MaybeUninit::<WGroup>::uninit(); W];
                         for (i, slot) in wg.iter_mut().enumerate() {
+                            if UNP {
+                                let u = &*pw.add(i * ng + g);
+                                slot.write(WGroup {
+                                    lo: u.lo,
+                                    hi: u.hi,
+                                    dw: u.dw,
+                                    mw: _mm512_setzero_ps(),
+                                    sl: 0,
+                                    sh: 0,
+                                });
+                                continue;
+                            }
                             let p = w.add(i * rb + g * gb);
                             slot.write(match F {
                                 F_Q4_1 => unpack_q4_1(c, p, len),
@@ -466,6 +501,131 @@ macro_rules! kernels {
                     }
                 }
                 out
+            }
+
+            /// [`tile_from`] with the weight groups unpacked from `w` in the tile.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn tile<const F: u8, const W: usize, const A: usize, const PRE: bool>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                a: *const u8,
+                astride: usize,
+                neg: *const __m512i,
+            ) -> [[f32; A]; W] {
+                // SAFETY: forwarded caller contract; `pw` is not read when `UNP` is false.
+                unsafe {
+                    tile_from::<F, W, A, PRE, false>(
+                        c,
+                        w,
+                        rb,
+                        nb,
+                        a,
+                        astride,
+                        neg,
+                        std::ptr::null(),
+                    )
+                }
+            }
+
+            /// Q5_0 weight rows `r0..r1` × activation rows `0..n16` (`n16` a multiple of 16)
+            /// in row blocks: each block's weight groups are unpacked once into a stack buffer
+            /// (at most [`UNP_GROUPS`] groups) and serve every 16-row activation tile, instead
+            /// of being unpacked again for each; `-16 · Σ a` is computed per block and tile.
+            /// The arithmetic of each (weight row, activation row) pair is that of [`tile`].
+            /// Requires `ceil(nb / 4) <= UNP_GROUPS` and `ceil(nb / 4) · 16 <= NEG_MAX`.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows_q5_0_blocked(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                n16: usize,
+                out: OutRows,
+            ) {
+                let ng = nb.div_ceil(4);
+                let full = nb / 4;
+                let tail = (nb % 4) * 88 / 4;
+                let per = UNP_GROUPS / ng;
+                let mut unp = [const { std::mem::MaybeUninit::<PGroup>::uninit() }; UNP_GROUPS];
+                let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
+                let zero = _mm512_setzero_si512();
+                let pf = prefetch_distance();
+                // SAFETY: forwarded caller contract: weight group g of row r spans
+                // [r·rb + g·88, + len) of the matrix, packed activation group g of row j its
+                // 128 quant bytes, and outputs (j, r) < (n16, r1) are this call's alone. Every
+                // slot of `unp` read below ((r - b0)·ng + g < per·ng <= UNP_GROUPS) and of
+                // `negs` (g·16 + j < ng·16 <= NEG_MAX) was written first.
+                unsafe {
+                    let mut b0 = r0;
+                    while b0 < r1 {
+                        let b1 = (b0 + per).min(r1);
+                        for r in b0..b1 {
+                            let row = w.add(r * rb);
+                            if pf > 0 {
+                                // Ask for the bytes `pf` ahead of this row now (prefetches never
+                                // fault; the address is formed with wrapping arithmetic).
+                                let base = row.wrapping_add(pf);
+                                let mut off = 0;
+                                while off < rb {
+                                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
+                                    off += 64;
+                                }
+                            }
+                            for g in 0..ng {
+                                let len = if g < full { 88 } else { tail };
+                                let u = unpack_q5_0(c, row.add(g * 88), len);
+                                unp[(r - b0) * ng + g].write(PGroup {
+                                    lo: u.lo,
+                                    hi: u.hi,
+                                    dw: u.dw,
+                                });
+                            }
+                        }
+                        let pw = unp.as_ptr() as *const PGroup;
+                        let mut a0 = 0;
+                        while a0 < n16 {
+                            let ap = a.add(a0 * astride);
+                            for g in 0..ng {
+                                for j in 0..16 {
+                                    let aq = ap.add(j * astride + g * GROUP_QS);
+                                    let s = dpb(
+                                        dpb(zero, c.sixteen, ld(aq)),
+                                        c.sixteen,
+                                        ld(aq.add(64)),
+                                    );
+                                    negs[g * 16 + j].write(_mm512_sub_epi32(zero, s));
+                                }
+                            }
+                            let neg = negs.as_ptr() as *const __m512i;
+                            for r in b0..b1 {
+                                let v = tile_from::<F_Q5_0, 1, 16, true, true>(
+                                    c,
+                                    w,
+                                    rb,
+                                    nb,
+                                    ap,
+                                    astride,
+                                    neg,
+                                    pw.add((r - b0) * ng),
+                                );
+                                for (j, &x) in v[0].iter().enumerate() {
+                                    out.put(a0 + j, r, x);
+                                }
+                            }
+                            a0 += 16;
+                        }
+                        b0 = b1;
+                    }
+                }
             }
 
             /// Rows `r0..r1` of `w` (row stride `rb`) × activation rows `a0..a0 + A`.
@@ -650,6 +810,13 @@ macro_rules! kernels {
                     // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion pairs:
                     // 1.82-1.96 ms against 1.91-2.22 ms; gemm/q4_1 slower, so Q4_1 keeps 2 × 8).
                     if F == F_Q5_0 {
+                        let ng = nb.div_ceil(4);
+                        if n >= 16 && ng <= UNP_GROUPS && ng * 16 <= NEG_MAX {
+                            // Each weight group unpacked once per row block rather than once
+                            // per 16 activation rows (see `rows_q5_0_blocked`).
+                            a0 = n / 16 * 16;
+                            rows_q5_0_blocked(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                        }
                         while a0 + 16 <= n {
                             rows::<F, 1, 16>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
                             a0 += 16;
@@ -785,7 +952,11 @@ mod tests {
                 (got, want)
             };
             for k in 0..16 {
-                assert_eq!(got[HSUM16_LANE[k]].to_bits(), want[k].to_bits(), "register {k}");
+                assert_eq!(
+                    got[HSUM16_LANE[k]].to_bits(),
+                    want[k].to_bits(),
+                    "register {k}"
+                );
                 let serial: f32 = x[k].iter().sum();
                 order_mattered += usize::from(serial.to_bits() != want[k].to_bits());
             }
