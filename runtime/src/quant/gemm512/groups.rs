@@ -1,0 +1,302 @@
+//! The weight side of the AVX-512 tiles: the permutation tables that gather a group of four
+//! ggml blocks into the packed lane order, the unpacked group ([`WGroup`], and [`PGroup`] for
+//! Q5_0's row blocks), and one unpacker per format. See the parent module for the layout.
+//!
+//! Every function is `unsafe` or needs the CPU features in its `target_feature`; the callers
+//! guarantee them and the group's bytes.
+
+use std::arch::x86_64::*;
+
+use crate::GgmlType;
+
+/// Byte permutation gathering one group's quants in packed lane order. `bb` is the block size,
+/// `qs` the offset of the quants in a block, `base` the offset of the first source register.
+pub(super) const fn idx_q(bb: usize, qs: usize, base: usize) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut o = 0;
+    while o < 64 {
+        let lane = o / 4;
+        t[o] = (bb * (lane % 4) + qs + 4 * (lane / 4) + o % 4 - base) as u8;
+        o += 1;
+    }
+    t
+}
+
+/// Word permutation: words 0..16 = the four block scales repeated, 16..32 = the words after
+/// them (Q4_1 mins).
+pub(super) const fn idx_w(bb: usize) -> [u16; 32] {
+    let mut t = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        t[w] = ((bb / 2) * (w % 4) + if w >= 16 { 1 } else { 0 }) as u16;
+        w += 1;
+    }
+    t
+}
+
+pub(super) static IDX_Q4_1: [u8; 64] = idx_q(20, 4, 0);
+pub(super) static IDX_Q4_0: [u8; 64] = idx_q(18, 2, 0);
+pub(super) static IDX_Q8_0_LO: [u8; 64] = idx_q(34, 2, 0);
+pub(super) static IDX_Q8_0_HI: [u8; 64] = idx_q(34, 18, 8);
+pub(super) static IDX_W4_1: [u16; 32] = idx_w(20);
+pub(super) static IDX_W4_0: [u16; 32] = idx_w(18);
+pub(super) static IDX_W8_0: [u16; 32] = idx_w(34);
+pub(super) static IDX_Q5_0: [u8; 64] = idx_q(22, 6, 0);
+pub(super) static IDX_W5_0: [u16; 32] = idx_w(22);
+
+/// Q5_0 fifth bits: for byte `o` of the low (`hi = false`) or high quant register, the index
+/// of the `qh` byte of its block that holds its bit (`bit = false`), or that bit's mask.
+pub(super) const fn qh_table(hi: bool, bit: bool) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut o = 0;
+    while o < 64 {
+        let lane = o / 4;
+        let e = 4 * (lane / 4) + o % 4 + if hi { 16 } else { 0 };
+        t[o] = if bit {
+            1 << (e % 8)
+        } else {
+            (22 * (lane % 4) + 2 + e / 8) as u8
+        };
+        o += 1;
+    }
+    t
+}
+
+pub(super) static IDX_QH_LO: [u8; 64] = qh_table(false, false);
+pub(super) static IDX_QH_HI: [u8; 64] = qh_table(true, false);
+pub(super) static BIT_QH_LO: [u8; 64] = qh_table(false, true);
+pub(super) static BIT_QH_HI: [u8; 64] = qh_table(true, true);
+#[inline(always)]
+pub(super) fn mask64(n: usize) -> u64 {
+    if n >= 64 { !0 } else { (1u64 << n) - 1 }
+}
+
+/// Bytes `[off, off + 64)` of a group of `len` valid bytes at `p`; bytes past `len` read as
+/// zero and are never touched.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) unsafe fn load_part(p: *const u8, off: usize, len: usize) -> __m512i {
+    let n = len.saturating_sub(off);
+    // SAFETY: the masked load touches only bytes [off, off + n), inside the group.
+    unsafe { _mm512_maskz_loadu_epi8(mask64(n), p.add(off.min(len)) as *const i8) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) unsafe fn ld(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes at p.
+    unsafe { _mm512_loadu_si512(p as *const __m512i) }
+}
+
+/// Scales of four blocks (the f16 words picked by `idx`) as f32 lanes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+pub(super) fn cvt_lo(words: __m512i) -> __m512 {
+    _mm512_cvtph_ps(_mm512_castsi512_si256(words))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+pub(super) fn cvt_hi(words: __m512i) -> __m512 {
+    _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(words))
+}
+
+/// One unpacked weight group.
+#[derive(Clone, Copy)]
+pub(super) struct WGroup {
+    pub(super) lo: __m512i,
+    pub(super) hi: __m512i,
+    pub(super) dw: __m512,
+    /// Q4_1: mins; unused otherwise.
+    pub(super) mw: __m512,
+    /// Q4_0/Q8_0: sign masks of `lo`/`hi` (which then hold magnitudes).
+    pub(super) sl: __mmask64,
+    pub(super) sh: __mmask64,
+}
+
+/// A Q5_0 weight group unpacked once for all the activation tiles of a row block: the
+/// [`WGroup`] fields that Q5_0 uses, stored so that each tile reloads them in three loads.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct PGroup {
+    pub(super) lo: __m512i,
+    pub(super) hi: __m512i,
+    pub(super) dw: __m512,
+}
+
+/// Index registers and constants, loaded once per kernel call.
+#[derive(Clone, Copy)]
+pub(super) struct Consts {
+    pub(super) q: __m512i,
+    pub(super) q2: __m512i,
+    pub(super) w: __m512i,
+    pub(super) nib: __m512i,
+    pub(super) eight: __m512i,
+    pub(super) sixteen: __m512i,
+    /// Q5_0: `qh` byte gathers and bit masks for the low and high registers.
+    pub(super) h_lo: __m512i,
+    pub(super) h_hi: __m512i,
+    pub(super) b_lo: __m512i,
+    pub(super) b_hi: __m512i,
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) unsafe fn consts(ty: GgmlType) -> Consts {
+    // SAFETY: the index tables are 64 bytes each.
+    unsafe {
+        let (q, q2, w) = match ty {
+            GgmlType::Q4_1 => (
+                ld(IDX_Q4_1.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W4_1.as_ptr() as *const u8),
+            ),
+            GgmlType::Q4_0 => (
+                ld(IDX_Q4_0.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W4_0.as_ptr() as *const u8),
+            ),
+            GgmlType::Q5_0 => (
+                ld(IDX_Q5_0.as_ptr()),
+                _mm512_setzero_si512(),
+                ld(IDX_W5_0.as_ptr() as *const u8),
+            ),
+            _ => (
+                ld(IDX_Q8_0_LO.as_ptr()),
+                ld(IDX_Q8_0_HI.as_ptr()),
+                ld(IDX_W8_0.as_ptr() as *const u8),
+            ),
+        };
+        Consts {
+            q,
+            q2,
+            w,
+            nib: _mm512_set1_epi8(0x0F),
+            eight: _mm512_set1_epi8(8),
+            sixteen: _mm512_set1_epi8(16),
+            h_lo: ld(IDX_QH_LO.as_ptr()),
+            h_hi: ld(IDX_QH_HI.as_ptr()),
+            b_lo: ld(BIT_QH_LO.as_ptr()),
+            b_hi: ld(BIT_QH_HI.as_ptr()),
+        }
+    }
+}
+
+/// Unpacks the Q4_1 group at `p` (`len` valid bytes, 80 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q4_1(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 80 readable bytes; a partial one is read with masks.
+    let (z0, z1) = unsafe {
+        if len == 80 {
+            (
+                ld(p),
+                _mm512_castsi128_si512(_mm_loadu_si128(p.add(64) as *const __m128i)),
+            )
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let sc = _mm512_permutexvar_epi16(c.w, z0);
+    WGroup {
+        lo: _mm512_and_si512(x, c.nib),
+        hi: _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib),
+        dw: cvt_lo(sc),
+        mw: cvt_hi(sc),
+        sl: 0,
+        sh: 0,
+    }
+}
+
+/// Unpacks the Q4_0 group at `p` (`len` valid bytes, 72 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q4_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 72 readable bytes; a partial one is read with masks.
+    let (z0, z1) = unsafe {
+        if len == 72 {
+            (
+                ld(p),
+                _mm512_castsi128_si512(_mm_loadl_epi64(p.add(64) as *const __m128i)),
+            )
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let lo = _mm512_sub_epi8(_mm512_and_si512(x, c.nib), c.eight);
+    let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib), c.eight);
+    let sc = _mm512_permutexvar_epi16(c.w, z0);
+    WGroup {
+        sl: _mm512_movepi8_mask(lo),
+        sh: _mm512_movepi8_mask(hi),
+        lo: _mm512_abs_epi8(lo),
+        hi: _mm512_abs_epi8(hi),
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
+
+/// Unpacks the Q5_0 group at `p` (`len` valid bytes, 88 when full): nibbles as Q4_0, the
+/// fifth bit of each quant tested in its block's `qh`, `q - 16` as a signed byte.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q5_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 88 readable bytes; the bytes past 64 and a partial group are
+    // read with masks.
+    let (z0, z1) = unsafe {
+        if len == 88 {
+            (ld(p), load_part(p, 64, len))
+        } else {
+            (load_part(p, 0, len), load_part(p, 64, len))
+        }
+    };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let nl = _mm512_and_si512(x, c.nib);
+    let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+    let ml = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_lo, z1), c.b_lo);
+    let mh = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_hi, z1), c.b_hi);
+    // The unsigned quant `u = nibble + 16 · bit` (0..=31); the tile subtracts `16 · Σ a`.
+    let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
+    let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
+    let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
+    WGroup {
+        sl: 0,
+        sh: 0,
+        lo,
+        hi,
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
+
+/// Unpacks the Q8_0 group at `p` (`len` valid bytes, 136 when full).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: a full group holds 136 readable bytes; a partial one is read with masks.
+    let (z0, z1, z2, z3) = unsafe {
+        if len == 136 {
+            (ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72)))
+        } else {
+            (
+                load_part(p, 0, len),
+                load_part(p, 64, len),
+                load_part(p, 8, len),
+                load_part(p, 72, len),
+            )
+        }
+    };
+    let lo = _mm512_permutex2var_epi8(z0, c.q, z1);
+    let hi = _mm512_permutex2var_epi8(z2, c.q2, z3);
+    let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
+    WGroup {
+        sl: _mm512_movepi8_mask(lo),
+        sh: _mm512_movepi8_mask(hi),
+        lo: _mm512_abs_epi8(lo),
+        hi: _mm512_abs_epi8(hi),
+        dw: cvt_lo(sc),
+        mw: _mm512_setzero_ps(),
+    }
+}
