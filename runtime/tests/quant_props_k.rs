@@ -154,25 +154,39 @@ fn q5_0_rows_wider_than_the_sum_table_match() {
     let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
     let x = random_acts(n, cols, 0, &mut rng);
     for (isa, vnni_off) in tiers() {
-        let y = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
-        for a in 0..n {
-            let xa = &x[a * cols..(a + 1) * cols];
-            for r in 0..rows {
-                let want = reference_dot(ty, w.row(r), xa);
-                let got = y[a * rows + r];
-                let tol = 2e-5 * rounding_mag(ty, w.row(r), xa) + 1e-30;
-                assert!(
-                    (f64::from(got) - f64::from(want)).abs() <= tol,
-                    "{isa} act {a} row {r}: {got} vs {want} (tol {tol:e})"
-                );
-            }
-            let one = with_flavor(vnni_off, || matmul(isa, 1, &w, xa, 1));
-            assert_eq!(
-                &one[..],
-                &y[a * rows..(a + 1) * rows],
-                "{isa} row {a} alone"
+        assert_lane_sums_and_single_rows(isa, vnni_off, 2, &w, &x, n);
+    }
+}
+
+/// `n` activation rows `x` through `w` (Q5_0) on `threads` threads: each output within the
+/// lane-sum bound of the scalar reference, and each activation row alone gives the same bits.
+fn assert_lane_sums_and_single_rows(
+    isa: Isa,
+    vnni_off: bool,
+    threads: usize,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    let y = with_flavor(vnni_off, || matmul(isa, threads, w, x, n));
+    for a in 0..n {
+        let xa = &x[a * cols..(a + 1) * cols];
+        for r in 0..rows {
+            let want = reference_dot(w.ty, w.row(r), xa);
+            let got = y[a * rows + r];
+            let tol = 2e-5 * rounding_mag(w.ty, w.row(r), xa) + 1e-30;
+            assert!(
+                (f64::from(got) - f64::from(want)).abs() <= tol,
+                "{isa} {rows}x{cols}, {threads} threads: act {a} row {r}: {got} vs {want} (tol {tol:e})"
             );
         }
+        let one = with_flavor(vnni_off, || matmul(isa, 1, w, xa, 1));
+        assert_eq!(
+            &one[..],
+            &y[a * rows..(a + 1) * rows],
+            "{isa} {rows}x{cols}, {threads} threads: activation row {a} alone"
+        );
     }
 }
 
@@ -192,25 +206,7 @@ fn q5_0_row_blocks_match_the_reference_and_single_rows() {
         let x = random_acts(n, cols, 0, &mut rng);
         for (isa, vnni_off) in tiers() {
             for threads in [1, 2] {
-                let y = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
-                for a in 0..n {
-                    let xa = &x[a * cols..(a + 1) * cols];
-                    for r in 0..rows {
-                        let want = reference_dot(ty, w.row(r), xa);
-                        let got = y[a * rows + r];
-                        let tol = 2e-5 * rounding_mag(ty, w.row(r), xa) + 1e-30;
-                        assert!(
-                            (f64::from(got) - f64::from(want)).abs() <= tol,
-                            "{isa} {rows}x{cols} act {a} row {r}: {got} vs {want} (tol {tol:e})"
-                        );
-                    }
-                    let one = with_flavor(vnni_off, || matmul(isa, 1, &w, xa, 1));
-                    assert_eq!(
-                        &one[..],
-                        &y[a * rows..(a + 1) * rows],
-                        "{isa} {rows}x{cols}, {threads} threads: activation row {a} alone"
-                    );
-                }
+                assert_lane_sums_and_single_rows(isa, vnni_off, threads, &w, &x, n);
             }
         }
     }

@@ -272,7 +272,6 @@ macro_rules! kernels {
                 let per = UNP_GROUPS / ng;
                 let mut unp = [const { std::mem::MaybeUninit::<PGroup>::uninit() }; UNP_GROUPS];
                 let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
-                let zero = _mm512_setzero_si512();
                 let pf = prefetch_distance();
                 // SAFETY: forwarded caller contract: weight group g of row r spans
                 // [r·rb + g·88, + len) of the matrix, packed activation group g of row j its
@@ -309,18 +308,7 @@ macro_rules! kernels {
                         let mut a0 = 0;
                         while a0 < n16 {
                             let ap = a.add(a0 * astride);
-                            for g in 0..ng {
-                                for j in 0..16 {
-                                    let aq = ap.add(j * astride + g * GROUP_QS);
-                                    let s = dpb(
-                                        dpb(zero, c.sixteen, ld(aq)),
-                                        c.sixteen,
-                                        ld(aq.add(64)),
-                                    );
-                                    negs[g * 16 + j].write(_mm512_sub_epi32(zero, s));
-                                }
-                            }
-                            let neg = negs.as_ptr() as *const __m512i;
+                            let neg = fill_negs::<16>(c, ap, astride, ng, &mut negs);
                             for r in b0..b1 {
                                 let v = tile_from::<F_Q5_0, 1, 16, true, true>(
                                     c,
@@ -389,21 +377,41 @@ macro_rules! kernels {
                 out: OutRows,
             ) {
                 let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
-                let zero = _mm512_setzero_si512();
-                // SAFETY: forwarded caller contract; packed activation group g of row j spans
-                // 128 quant bytes, and g·A + j < ceil(nb / 4)·A <= NEG_MAX.
+                // SAFETY: forwarded caller contract; ceil(nb / 4)·A <= NEG_MAX.
                 unsafe {
                     let ap = a.add(a0 * astride);
-                    for g in 0..nb.div_ceil(4) {
+                    let neg = fill_negs::<A>(c, ap, astride, nb.div_ceil(4), &mut negs);
+                    rows_with::<F_Q5_0, W, A, true>(c, w, rb, nb, r0, r1, a, astride, a0, out, neg);
+                }
+            }
+
+            /// Writes `-16 · Σ a` of groups `0..ng` of the `A` packed activation rows at `ap`
+            /// (`astride` apart) into `negs[g·A + j]` and returns the table's start.
+            ///
+            /// # Safety
+            /// CPU features as above; `ng · A <= NEG_MAX`; each row holds `ng` packed groups.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_negs<const A: usize>(
+                c: &Consts,
+                ap: *const u8,
+                astride: usize,
+                ng: usize,
+                negs: &mut [std::mem::MaybeUninit<__m512i>; NEG_MAX],
+            ) -> *const __m512i {
+                let zero = _mm512_setzero_si512();
+                // SAFETY: packed activation group g of row j spans 128 quant bytes (caller
+                // contract), and g·A + j < ng·A <= NEG_MAX.
+                unsafe {
+                    for g in 0..ng {
                         for j in 0..A {
                             let aq = ap.add(j * astride + g * GROUP_QS);
                             let s = dpb(dpb(zero, c.sixteen, ld(aq)), c.sixteen, ld(aq.add(64)));
                             negs[g * A + j].write(_mm512_sub_epi32(zero, s));
                         }
                     }
-                    let neg = negs.as_ptr() as *const __m512i;
-                    rows_with::<F_Q5_0, W, A, true>(c, w, rb, nb, r0, r1, a, astride, a0, out, neg);
                 }
+                negs.as_ptr() as *const __m512i
             }
 
             /// The loop of [`rows`]: tiles of `W` rows, then single rows; `PRE`: `neg` holds
