@@ -1,0 +1,443 @@
+//! Attention kernels: scores of query heads against f16 keys, the maximum and shifted
+//! exponentials of a score row (softmax), value accumulation, f16 ⇄ f32 conversion of cache
+//! rows, and the SwiGLU gate. The blocked online-softmax attention built on them is
+//! [`crate::model::attention`]. Scalar reference everywhere; AVX-512 kernels when
+//! the tier has them (other tiers run the scalar code, which is the reference).
+//!
+//! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
+//! f16 values of the KV cache widened exactly. Scores and value sums are accumulated in f32
+//! (the SIMD tiers in a different order than the reference), softmax subtracts the row
+//! maximum before exponentiating. The scalar tier's exponential is [`exp`], the project's
+//! own (plain f32 operations, the same bits on every platform and in the OpenCL kernels);
+//! the AVX-512 `exp` is a degree-6 polynomial after range reduction with `vscalefps`,
+//! within 2 ulp of the exact value over the softmax range.
+
+use half::f16;
+
+use super::{Isa, Tier, resolve};
+
+/// Widens f16 values (`src.len() == dst.len()`).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn f16_to_f32(isa: Isa, src: &[f16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "f16_to_f32: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2-capable tiers have F16C; equal lengths checked above.
+        Tier::Avx2 | Tier::Avx512 { .. } => unsafe { x86::f16_to_f32(src, dst) },
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.to_f32();
+            }
+        }
+    }
+}
+
+/// Rounds f32 values to f16 (nearest even; identical bits on every tier).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn f32_to_f16(isa: Isa, src: &[f32], dst: &mut [f16]) {
+    assert_eq!(src.len(), dst.len(), "f32_to_f16: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2-capable tiers have F16C; equal lengths checked above.
+        Tier::Avx2 | Tier::Avx512 { .. } => unsafe { x86::f32_to_f16(src, dst) },
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = f16::from_f32(*s);
+            }
+        }
+    }
+}
+
+/// The constants of [`exp`], shared with the SIMD forms that must return its bits
+/// ([`super::act`]).
+pub(super) mod exp_consts {
+    pub const LOG2E: f32 = f32::from_bits(0x3fb8_aa3b);
+    pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    pub const C2: f32 = f32::from_bits(0x3f00_0000);
+    pub const C3: f32 = f32::from_bits(0x3e2a_aaab);
+    pub const C4: f32 = f32::from_bits(0x3d2a_aaab);
+    pub const C5: f32 = f32::from_bits(0x3c08_8889);
+    pub const C6: f32 = f32::from_bits(0x3ab6_0b61);
+    pub const C7: f32 = f32::from_bits(0x3950_0d01);
+}
+
+/// `e^x` in single precision by one fixed sequence of IEEE-754 additions, subtractions and
+/// multiplications (no fused multiply-add, no platform `libm`), so that the CPU's scalar tier
+/// and the OpenCL kernels (`pp_exp` in `kernels/common.cl`, the same steps and constants) get
+/// the same bits on every platform; a device's own `exp()` or the host's `expf` need not
+/// round alike (PoCL's `exp` and glibc's `expf` differ by an ulp on about one argument in ten).
+///
+/// Steps: `k = rint(x · log₂e)`, `r = (x − k·ln2_hi) − k·ln2_lo` (Cody–Waite: `k·ln2_hi` is
+/// exact), `p = 1 + (r + r² · q(r))` with `q` the Taylor polynomial of `(eʳ − 1 − r)/r²` to
+/// degree 5 (Horner), then `p · 2ᵏ` (2ᵏ built from its exponent bits). Within 2 ulp of the
+/// exact value (tested). `x < −87` gives 0 (results below e⁻⁸⁷ ≈ 1.6·10⁻³⁸ would be
+/// subnormal, which GPUs may flush), `x > 88.8` gives +∞, NaN gives NaN.
+pub fn exp(x: f32) -> f32 {
+    use exp_consts::*;
+    if x.is_nan() {
+        return x;
+    }
+    if x < -87.0 {
+        return 0.0;
+    }
+    if x > 88.8 {
+        return f32::INFINITY;
+    }
+    let kf = (x * LOG2E).round_ties_even();
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    let q = C2 + r * (C3 + r * (C4 + r * (C5 + r * (C6 + r * C7))));
+    let p = 1.0 + (r + (r * r) * q);
+    // |x| ≤ 88.8: k in −126..=128.
+    let k = kf as i32;
+    if k > 127 {
+        p * f32::from_bits(254 << 23) * 2.0
+    } else {
+        p * f32::from_bits(((k + 127) as u32) << 23)
+    }
+}
+
+/// `x[i] = exp(x[i] - shift)`; returns the sum of the results.
+pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { x86::exp_shifted(x, shift) },
+        _ => {
+            let mut sum = 0.0f32;
+            for v in x.iter_mut() {
+                *v = exp(*v - shift);
+                sum += *v;
+            }
+            sum
+        }
+    }
+}
+
+/// The largest value of `x` (−∞ when empty). Exact, so every tier returns the same value.
+pub fn max_f32(isa: Isa, x: &[f32]) -> f32 {
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected.
+        Tier::Avx512 { .. } => unsafe { x86::max_f32(x) },
+        _ => {
+            // Eight running maxima (independent chains), then their maximum.
+            let mut m = [f32::NEG_INFINITY; 8];
+            let mut it = x.chunks_exact(8);
+            for c in &mut it {
+                for (a, &v) in m.iter_mut().zip(c) {
+                    if v > *a {
+                        *a = v;
+                    }
+                }
+            }
+            let mut r = it
+                .remainder()
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            for a in m {
+                r = r.max(a);
+            }
+            r
+        }
+    }
+}
+
+/// `g[i] = silu(g[i]) · u[i]` with `silu(x) = x / (1 + exp(-x))` (the SwiGLU gate).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
+    assert_eq!(g.len(), u.len(), "silu_mul: lengths differ");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F detected; equal lengths checked above.
+        Tier::Avx512 { .. } => unsafe { x86::silu_mul(g, u) },
+        _ => {
+            for (a, &b) in g.iter_mut().zip(u) {
+                *a = *a / (1.0 + exp(-*a)) * b;
+            }
+        }
+    }
+}
+
+/// Asks the caches for the lines of `x` ahead of use (into L2 and outward): a hint with no
+/// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
+/// before the tile's scores, so that the rows, read later a few columns at a time, arrive
+/// while the scores are computed.
+pub fn prefetch(x: &[f16]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        let p = x.as_ptr() as *const i8;
+        let bytes = std::mem::size_of_val(x);
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: `p + off` lies inside `x`; a prefetch never faults nor writes.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.add(off)) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Slots per key tile of the KV cache's key layout.
+pub const KEY_TILE: usize = 16;
+
+/// Index of dimension `d` of slot `s` in keys stored in tiles of [`KEY_TILE`] slots,
+/// dimension-major inside a tile (`[s / 16][d][s % 16]`, head size `hd`): the 16 slots' values
+/// of one dimension are adjacent, so a SIMD lane per slot needs no transposition.
+pub const fn key_index(hd: usize, s: usize, d: usize) -> usize {
+    (s / KEY_TILE) * KEY_TILE * hd + d * KEY_TILE + s % KEY_TILE
+}
+
+/// Scores of `nq` query heads (`q`: `nq × hd`, contiguous) against the first `n` keys
+/// (`keys`: whole key tiles, see [`key_index`]), times `scale`:
+/// `out[h * ld + s] = scale · q_h · k_s`. Each score is one chain over the dimensions in
+/// order, the same whatever `nq` and `n`.
+///
+/// # Panics
+/// If a slice is too short (`keys` must hold the whole tiles of the `n` slots).
+#[allow(clippy::too_many_arguments)]
+pub fn scores_f16(
+    isa: Isa,
+    q: &[f32],
+    nq: usize,
+    hd: usize,
+    keys: &[f16],
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    assert!(
+        q.len() >= nq * hd && keys.len() >= n.next_multiple_of(KEY_TILE) * hd,
+        "scores_f16: inputs too short"
+    );
+    assert!(
+        nq == 0 || out.len() >= (nq - 1) * ld + n,
+        "scores_f16: output too short"
+    );
+    assert!(ld >= n, "scores_f16: leading dimension {ld} < {n}");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above.
+        Tier::Avx512 { .. } => unsafe {
+            x86::scores::<false>(q, nq, hd, x86::Src::f16(keys), n, scale, out, ld)
+        },
+        _ => {
+            for s in 0..n {
+                for h in 0..nq {
+                    let qh = &q[h * hd..(h + 1) * hd];
+                    let mut acc = 0.0f32;
+                    for (d, a) in qh.iter().enumerate() {
+                        acc += a * keys[key_index(hd, s, d)].to_f32();
+                    }
+                    out[h * ld + s] = acc * scale;
+                }
+            }
+        }
+    }
+}
+
+/// `out_h += Σ_s p[h * ld + s] · v_s` over the first `n` value rows (`vals`: `n × hd` f16) for
+/// `nq` heads (`out`: `nq × hd`).
+///
+/// # Panics
+/// If a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn accum_f16(
+    isa: Isa,
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: &[f16],
+    n: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        vals.len() >= n * hd && out.len() >= nq * hd,
+        "accum_f16: too short"
+    );
+    assert!(
+        nq == 0 || p.len() >= (nq - 1) * ld + n,
+        "accum_f16: probabilities too short"
+    );
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above.
+        Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
+            x86::accum::<false>(p, ld, nq, hd, x86::Src::f16(vals), n, out)
+        },
+        _ => {
+            for s in 0..n {
+                let v = &vals[s * hd..(s + 1) * hd];
+                for h in 0..nq {
+                    let w = p[h * ld + s];
+                    if w != 0.0 {
+                        for (o, x) in out[h * hd..(h + 1) * hd].iter_mut().zip(v) {
+                            *o += w * x.to_f32();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Values per scale of the Q8_0 KV cache format (ggml's Q8_0 block: 32 signed bytes and
+/// one f16 scale).
+pub const Q8_GROUP: usize = 32;
+
+/// Quantizes `x` (a multiple of [`Q8_GROUP`] values) to Q8_0 as ggml does: per group of 32,
+/// `d = max|x| / 127`, `q = round(x / d)` (computed as `x · (1/d)`, halves away from
+/// zero), the scale stored as f16. The value read back is `f32(d_f16) · q`.
+///
+/// # Panics
+/// If the lengths do not match.
+pub fn quantize_q8_0(x: &[f32], q: &mut [i8], d: &mut [f16]) {
+    assert!(
+        x.len() == q.len() && x.len() == d.len() * Q8_GROUP,
+        "quantize_q8_0: {} values, {} quants, {} scales",
+        x.len(),
+        q.len(),
+        d.len()
+    );
+    for ((xg, qg), dg) in x
+        .chunks_exact(Q8_GROUP)
+        .zip(q.chunks_exact_mut(Q8_GROUP))
+        .zip(d.iter_mut())
+    {
+        let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+        for (o, &v) in qg.iter_mut().zip(xg) {
+            // |v · inv| ≤ 127 up to rounding; the cast saturates anything past it.
+            *o = (v * inv).round() as i8;
+        }
+        *dg = f16::from_f32(scale);
+    }
+}
+
+/// [`scores_f16`] over Q8_0 keys: `keys` holds the key tiles' signed bytes (laid out as
+/// [`key_index`]) and `scales` their f16 scales, `[tile][dimension / 32][slot % 16]`. Key
+/// value `(s, d)` is `f32(scale) · q`, rounded to f32 as one product; each score is then
+/// the same chain over the dimensions as for f16 keys.
+///
+/// # Panics
+/// If a slice is too short, or `hd` is not a multiple of [`Q8_GROUP`].
+#[allow(clippy::too_many_arguments)]
+pub fn scores_q8_0(
+    isa: Isa,
+    q: &[f32],
+    nq: usize,
+    hd: usize,
+    keys: &[i8],
+    scales: &[f16],
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let tiles = n.next_multiple_of(KEY_TILE);
+    assert!(hd.is_multiple_of(Q8_GROUP), "scores_q8_0: head size {hd}");
+    assert!(
+        q.len() >= nq * hd && keys.len() >= tiles * hd && scales.len() >= tiles * hd / Q8_GROUP,
+        "scores_q8_0: inputs too short"
+    );
+    assert!(
+        nq == 0 || out.len() >= (nq - 1) * ld + n,
+        "scores_q8_0: output too short"
+    );
+    assert!(ld >= n, "scores_q8_0: leading dimension {ld} < {n}");
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above.
+        Tier::Avx512 { .. } => unsafe {
+            x86::scores::<true>(q, nq, hd, x86::Src::q8_0(keys, scales), n, scale, out, ld)
+        },
+        _ => {
+            for s in 0..n {
+                for h in 0..nq {
+                    let qh = &q[h * hd..(h + 1) * hd];
+                    let mut acc = 0.0f32;
+                    for (d, a) in qh.iter().enumerate() {
+                        acc += a * key_q8_0(keys, scales, hd, s, d);
+                    }
+                    out[h * ld + s] = acc * scale;
+                }
+            }
+        }
+    }
+}
+
+/// Dimension `d` of slot `s` of Q8_0 keys laid out as [`scores_q8_0`] reads them.
+pub fn key_q8_0(keys: &[i8], scales: &[f16], hd: usize, s: usize, d: usize) -> f32 {
+    let g = (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP) + (d / Q8_GROUP) * KEY_TILE + s % KEY_TILE;
+    scales[g].to_f32() * f32::from(keys[key_index(hd, s, d)])
+}
+
+/// [`accum_f16`] over Q8_0 value rows: `vals` holds `n × hd` signed bytes and `scales`
+/// `n × hd / 32` f16 scales (`[slot][group]`); value `(s, d)` is `f32(scale) · q`.
+///
+/// # Panics
+/// If a slice is too short, or `hd` is not a multiple of [`Q8_GROUP`].
+#[allow(clippy::too_many_arguments)]
+pub fn accum_q8_0(
+    isa: Isa,
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: &[i8],
+    scales: &[f16],
+    n: usize,
+    out: &mut [f32],
+) {
+    let groups = hd / Q8_GROUP;
+    assert!(hd.is_multiple_of(Q8_GROUP), "accum_q8_0: head size {hd}");
+    assert!(
+        vals.len() >= n * hd && scales.len() >= n * groups && out.len() >= nq * hd,
+        "accum_q8_0: too short"
+    );
+    assert!(
+        nq == 0 || p.len() >= (nq - 1) * ld + n,
+        "accum_q8_0: probabilities too short"
+    );
+    match resolve(isa) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 detected; sizes checked above (hd a multiple of 32).
+        Tier::Avx512 { .. } => unsafe {
+            x86::accum::<true>(p, ld, nq, hd, x86::Src::q8_0(vals, scales), n, out)
+        },
+        _ => {
+            for s in 0..n {
+                let v = &vals[s * hd..(s + 1) * hd];
+                let ds = &scales[s * groups..(s + 1) * groups];
+                for h in 0..nq {
+                    let w = p[h * ld + s];
+                    if w != 0.0 {
+                        for (d, (o, &x)) in out[h * hd..(h + 1) * hd].iter_mut().zip(v).enumerate()
+                        {
+                            *o += w * (ds[d / Q8_GROUP].to_f32() * f32::from(x));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // register tiles indexed by head and chunk
+mod x86;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+use super::*;
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// Units in the last place between `y` and the exact `t` (at `t`'s binade).
+fn ulps(y: f32, t: f64) -> f64 {
+    let tf = t as f32;
+    let ulp = f64::from(f32::from_bits(tf.to_bits() + 1) - tf);
+    (f64::from(y) - t).abs() / ulp
+}
+
+#[test]
+fn exp_is_within_two_ulp_and_handles_the_ends() {
+    let mut worst = 0.0f64;
+    // Every 97th float of [-87, 88.7] on both sides of zero.
+    for (a, b) in [(-0.0f32, -87.0f32), (0.0, 88.7)] {
+        for bits in (a.to_bits()..=b.to_bits()).step_by(97) {
+            let x = f32::from_bits(bits);
+            let e = ulps(exp(x), f64::from(x).exp());
+            assert!(e <= 2.0, "exp({x:e}) = {:e}: {e} ulp", exp(x));
+            worst = worst.max(e);
+        }
+    }
+    assert!(worst > 0.5, "not a rounding-free formula: worst {worst}");
+    assert_eq!(exp(0.0), 1.0);
+    assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp(-87.5), 0.0);
+    assert_eq!(exp(89.0), f32::INFINITY);
+    assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+    assert!(exp(f32::NAN).is_nan());
+    // The top of the range (2^128 built in two steps) stays finite below ln(f32::MAX).
+    assert!(exp(88.7).is_finite() && exp(88.7) > 3.0e38);
+    assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
+}
+
+/// Every score is one chain over the dimensions in order whatever the query count (1 to
+/// 13: one or two passes of up to 12) and slot count (whole tiles, a partial last tile):
+/// fused multiply-adds on the AVX-512 tier, separate multiply and add on the others,
+/// times the scale; compared bit for bit with that chain written out here.
+#[test]
+fn each_score_is_one_chain_whatever_the_grouping() {
+    let best = crate::quant::detect_best();
+    #[cfg(target_arch = "x86_64")]
+    let fused = matches!(
+        crate::quant::resolve(best),
+        crate::quant::Tier::Avx512 { .. }
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let fused = false;
+    let (hd, ld) = (64, 144);
+    let q = data(13 * hd, 11);
+    let keys: Vec<f16> = data(144 * hd, 12)
+        .iter()
+        .map(|&x| f16::from_f32(x))
+        .collect();
+    for nq in 1..=13 {
+        for n in [1, 15, 16, 17, 31, 32, 48, 64, 65, 100, 128, 144] {
+            let mut out = vec![f32::NAN; nq * ld];
+            scores_f16(best, &q, nq, hd, &keys, n, 0.125, &mut out, ld);
+            for h in 0..nq {
+                for s in 0..n {
+                    let mut acc = 0.0f32;
+                    for d in 0..hd {
+                        let (a, k) = (q[h * hd + d], keys[key_index(hd, s, d)].to_f32());
+                        acc = if fused {
+                            a.mul_add(k, acc)
+                        } else {
+                            acc + a * k
+                        };
+                    }
+                    let want = acc * 0.125;
+                    let got = out[h * ld + s];
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{nq} queries, {n} slots: head {h} slot {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_kernels_match_scalar() {
+    let best = crate::quant::detect_best();
+    let (hd, n, ldk) = (64, 37, 48);
+    let q = data(13 * hd, 1);
+    // Keys in whole tiles (48 slots' room for 37).
+    let kh: Vec<f16> = data(48 * hd, 4).iter().map(|&x| f16::from_f32(x)).collect();
+    let vh: Vec<f16> = data(n * hd, 5).iter().map(|&x| f16::from_f32(x)).collect();
+    for nq in [1, 3, 12, 13] {
+        let mut sa = vec![0.0f32; nq * ldk];
+        let mut sb = vec![0.0f32; nq * ldk];
+        scores_f16(Isa::Scalar, &q, nq, hd, &kh, n, 0.125, &mut sa, ldk);
+        scores_f16(best, &q, nq, hd, &kh, n, 0.125, &mut sb, ldk);
+        for h in 0..nq {
+            for s in 0..n {
+                let (x, y) = (sa[h * ldk + s], sb[h * ldk + s]);
+                assert!((x - y).abs() < 1e-4, "f16 score {nq} {h} {s}: {x} vs {y}");
+            }
+        }
+        let mut oa = vec![0.5f32; nq * hd];
+        let mut ob = vec![0.5f32; nq * hd];
+        accum_f16(Isa::Scalar, &sa, ldk, nq, hd, &vh, n, &mut oa);
+        accum_f16(best, &sa, ldk, nq, hd, &vh, n, &mut ob);
+        for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+            assert!((x - y).abs() < 1e-4, "f16 out {nq} {i}: {x} vs {y}");
+        }
+    }
+    // Each score is the same FMA chain whatever the slot count and query count.
+    let mut full = vec![0.0f32; 12 * ldk];
+    let mut part = vec![0.0f32; 3 * ldk];
+    scores_f16(best, &q, 12, hd, &kh, n, 0.125, &mut full, ldk);
+    scores_f16(best, &q, 3, hd, &kh, 20, 0.125, &mut part, ldk);
+    for h in 0..3 {
+        assert_eq!(full[h * ldk..h * ldk + 20], part[h * ldk..h * ldk + 20]);
+    }
+    // Head size 256 (Gemma): the value sums run in two column passes.
+    let hd2 = 256;
+    let q2 = data(4 * hd2, 6);
+    let kh2: Vec<f16> = data(48 * hd2, 7)
+        .iter()
+        .map(|&x| f16::from_f32(x))
+        .collect();
+    let vh2: Vec<f16> = data(n * hd2, 8).iter().map(|&x| f16::from_f32(x)).collect();
+    let mut s2 = vec![0.0f32; 5 * ldk];
+    scores_f16(Isa::Scalar, &q2, 4, hd2, &kh2, n, 0.0625, &mut s2, ldk);
+    let mut oa = vec![0.25f32; 5 * hd2];
+    let mut ob = oa.clone();
+    accum_f16(Isa::Scalar, &s2, ldk, 4, hd2, &vh2, n, &mut oa);
+    accum_f16(best, &s2, ldk, 4, hd2, &vh2, n, &mut ob);
+    for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+        assert!((x - y).abs() < 1e-4, "f16 out hd 256 {i}: {x} vs {y}");
+    }
+    // The maximum is exact on every tier, whatever the length and tail.
+    let a: Vec<f32> = data(n, 9).iter().map(|x| x * 30.0).collect();
+    for len in [0, 1, 15, 16, 17, 37] {
+        let want = a[..len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(max_f32(Isa::Scalar, &a[..len]), want, "len {len}");
+        assert_eq!(max_f32(best, &a[..len]), want, "len {len}");
+    }
+    let mut ea = a.clone();
+    let mut eb = a.clone();
+    let sa = exp_shifted(Isa::Scalar, &mut ea, 0.5);
+    let sb = exp_shifted(best, &mut eb, 0.5);
+    assert!((sa - sb).abs() < 1e-5 * sa);
+    for (x, y) in ea.iter().zip(&eb) {
+        assert!((x - y).abs() <= 2e-7 * x.abs().max(1e-30), "{x} vs {y}");
+    }
+}
+
+/// Q8_0 keys and values (quantized from `data`): the quants and tiled scales of `slots`
+/// key slots and value rows.
+fn q8_data(slots: usize, hd: usize, seed: u32) -> (Vec<i8>, Vec<f16>) {
+    let x = data(slots * hd, seed);
+    let mut q = vec![0i8; slots * hd];
+    let mut d = vec![f16::ZERO; slots * hd / Q8_GROUP];
+    quantize_q8_0(&x, &mut q, &mut d);
+    (q, d)
+}
+
+/// ggml's Q8_0 rule, checked in closed form: a group of (k − 16) / 4 has max |x| = 4, so
+/// d = 4 / 127 (stored as f16) and q_k = round((k − 16) · 127 / 16); an all-zero group
+/// gets d = 0 and zero quants; the values read back are within half a step.
+#[test]
+fn q8_0_quantization_follows_the_closed_form() {
+    let mut x: Vec<f32> = (0..32).map(|k| (k as f32 - 16.0) / 4.0).collect();
+    x.extend([0.0f32; 32]);
+    let (mut q, mut d) = (vec![0i8; 64], vec![f16::ZERO; 2]);
+    quantize_q8_0(&x, &mut q, &mut d);
+    assert_eq!(d[0], f16::from_f32(4.0 / 127.0));
+    assert_eq!(d[1], f16::ZERO);
+    for k in 0..32 {
+        let want = ((k as f64 - 16.0) * 127.0 / 16.0).round() as i8;
+        assert_eq!(q[k], want, "quant {k}");
+        let back = d[0].to_f32() * f32::from(q[k]);
+        assert!(
+            (back - x[k]).abs() <= 0.51 * 4.0 / 127.0 + 4.0 * 2f32.powi(-11),
+            "{k}"
+        );
+        assert_eq!(q[32 + k], 0);
+    }
+    assert_eq!(q[0], -127);
+}
+
+/// Q8_0 scores are one chain over the dimensions in order of `f32(d) · q` key values
+/// (fused on the AVX-512 tier), whatever the query and slot counts; the value sums match
+/// the scalar reference, at head sizes 64 and 256.
+#[test]
+fn q8_0_kernels_follow_the_chain_and_match_scalar() {
+    let best = crate::quant::detect_best();
+    #[cfg(target_arch = "x86_64")]
+    let fused = matches!(
+        crate::quant::resolve(best),
+        crate::quant::Tier::Avx512 { .. }
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let fused = false;
+    for hd in [64, 256] {
+        let ld = 48;
+        let q = data(13 * hd, 21);
+        let (kq, kd) = q8_data(48, hd, 22);
+        for nq in [1, 3, 4, 12, 13] {
+            for n in [1, 16, 17, 37, 48] {
+                let mut out = vec![f32::NAN; nq * ld];
+                scores_q8_0(best, &q, nq, hd, &kq, &kd, n, 0.125, &mut out, ld);
+                for h in 0..nq {
+                    for s in 0..n {
+                        let mut acc = 0.0f32;
+                        for d in 0..hd {
+                            let (a, k) = (q[h * hd + d], key_q8_0(&kq, &kd, hd, s, d));
+                            acc = if fused {
+                                a.mul_add(k, acc)
+                            } else {
+                                acc + a * k
+                            };
+                        }
+                        let want = acc * 0.125;
+                        assert_eq!(
+                            out[h * ld + s].to_bits(),
+                            want.to_bits(),
+                            "hd {hd}, {nq} queries, {n} slots: head {h} slot {s}"
+                        );
+                    }
+                }
+            }
+        }
+        let n = 37;
+        let (vq, vd) = q8_data(n, hd, 23);
+        for nq in [1, 3, 7, 13] {
+            let p: Vec<f32> = data(nq * ld, 24).iter().map(|x| x.abs()).collect();
+            let mut oa = vec![0.5f32; nq * hd];
+            let mut ob = oa.clone();
+            accum_q8_0(Isa::Scalar, &p, ld, nq, hd, &vq, &vd, n, &mut oa);
+            accum_q8_0(best, &p, ld, nq, hd, &vq, &vd, n, &mut ob);
+            // Independent sum in f64 of the dequantized values.
+            for h in 0..nq {
+                for c in 0..hd {
+                    let mut want = 0.5f64;
+                    for s in 0..n {
+                        let v = vd[s * hd / Q8_GROUP + c / Q8_GROUP].to_f32()
+                            * f32::from(vq[s * hd + c]);
+                        want += f64::from(p[h * ld + s]) * f64::from(v);
+                    }
+                    let (x, y) = (oa[h * hd + c], ob[h * hd + c]);
+                    assert!(
+                        (f64::from(x) - want).abs() < 1e-4,
+                        "scalar hd {hd} {nq} {h} {c}"
+                    );
+                    assert!(
+                        (x - y).abs() < 1e-4,
+                        "simd hd {hd} {nq} {h} {c}: {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+}
