@@ -5,6 +5,7 @@
 //!   before blocking (a full-length score row per head, softmax over it, then value sums);
 //! - `decode_blocked/<depth>`: the same through [`attention::attend`] (blocks of
 //!   [`attention::BLOCK`] slots, online softmax, chunks merged in order), one thread;
+//! - `decode_blocked_q8_0/<depth>`: the same over a Q8_0 cache of the same keys and values;
 //! - `decode_layer/<threads>t/<depth>`: a whole layer of one decode step (three KV heads),
 //!   every (head, chunk) a task shared out over a pool of one or two threads, then the
 //!   merges — the split that lets two workers share a single sequence;
@@ -16,6 +17,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::f16;
+use pocketperf_runtime::kv::{KvCache, KvHead, KvPolicy, KvShape, KvType};
 use pocketperf_runtime::model::attention::{self, BLOCK, HeadKv, Queries};
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant::{self, attn};
@@ -67,10 +69,34 @@ fn kv(depth: usize) -> Kv {
 
 fn head(kv: &Kv, h: usize) -> HeadKv<'_> {
     HeadKv {
-        keys: &kv.keys[h],
-        values: &kv.values[h],
+        cache: KvHead::F16 {
+            keys: &kv.keys[h],
+            values: &kv.values[h],
+        },
         positions: &kv.positions,
     }
+}
+
+/// KV head 0 of `kv` written into a Q8_0 cache (one layer, one head).
+fn q8_cache(kv: &Kv, depth: usize) -> KvCache {
+    let shape = KvShape {
+        n_layers: 1,
+        n_kv_heads: 1,
+        head_dim: HD,
+        capacity: depth,
+        ty: KvType::Q8_0,
+    };
+    let mut c = KvCache::new(shape, KvPolicy::Error).expect("a Q8_0 cache");
+    let (mut k, mut v) = ([0.0f32; HD], [0.0f32; HD]);
+    for s in 0..depth {
+        for d in 0..HD {
+            k[d] = kv.keys[0][attn::key_index(HD, s, d)].to_f32();
+            v[d] = kv.values[0][s * HD + d].to_f32();
+        }
+        let slot = c.claim(s as u32).expect("a free slot");
+        c.write(0, slot, &k, &v);
+    }
+    c
 }
 
 fn decode(c: &mut Criterion) {
@@ -120,6 +146,18 @@ fn decode(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("decode_blocked", depth), |b| {
             b.iter(|| {
                 attention::attend(isa, &h0, &qs, 0, depth, &mut scratch, &mut out);
+                black_box(&out);
+            })
+        });
+        // The same row over a Q8_0 cache of the same values.
+        let q8 = q8_cache(&kv, depth);
+        let hq = HeadKv {
+            cache: q8.head(0, 0),
+            positions: &kv.positions,
+        };
+        g.bench_function(BenchmarkId::new("decode_blocked_q8_0", depth), |b| {
+            b.iter(|| {
+                attention::attend(isa, &hq, &qs, 0, depth, &mut scratch, &mut out);
                 black_box(&out);
             })
         });

@@ -1,10 +1,15 @@
 //! Ring KV cache: one page-aligned anonymous mapping per session, allocated once.
 //!
-//! Layout (f16 elements): `[K | V]`, each `[layer][kv_head][slot…]` over the capacity rounded
-//! up to 16 slots, so that the attention scan over the slots of one head reads contiguous
-//! memory. Values are `[slot][head_dim]`; keys are in tiles of 16 slots stored
-//! dimension-major (`[slot / 16][head_dim][slot % 16]`, see [`crate::quant::attn::key_index`]),
-//! so that the scores of 16 slots take one load per dimension. Every slot remembers
+//! Layout ([`KvType::F16`], f16 elements): `[K | V]`, each `[layer][kv_head][slot…]` over the
+//! capacity rounded up to 16 slots, so that the attention scan over the slots of one head
+//! reads contiguous memory. Values are `[slot][head_dim]`; keys are in tiles of 16 slots
+//! stored dimension-major (`[slot / 16][head_dim][slot % 16]`, see
+//! [`crate::quant::attn::key_index`]), so that the scores of 16 slots take one load per
+//! dimension. [`KvType::Q8_0`] (ggml's Q8_0 rule, 32 values per f16 scale:
+//! [`crate::quant::attn::quantize_q8_0`]) stores the same positions as signed bytes,
+//! `[Kq | Vq | K scales | V scales]`: key scales `[layer][kv_head][slot / 16][head_dim /
+//! 32][slot % 16]`, value scales `[layer][kv_head][slot][head_dim / 32]` — 34 bytes per 32
+//! values instead of 64. Every slot remembers
 //! the absolute position of the token stored in it; attention masks by position, so the
 //! order of slots in memory does not matter and the write index may wrap.
 //!
@@ -17,7 +22,7 @@
 //! Nothing here allocates after [`KvCache::new`].
 
 use crate::error::{Error, Result};
-use crate::quant::attn::{KEY_TILE, key_index};
+use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, quantize_q8_0};
 use half::f16;
 use memmap2::MmapMut;
 
@@ -65,6 +70,43 @@ impl std::fmt::Display for KvPolicy {
     }
 }
 
+/// How K and V are stored (the same type for both, as `-ctk`/`-ctv` set in llama.cpp).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum KvType {
+    /// f16, rounded to nearest even.
+    #[default]
+    #[serde(rename = "f16")]
+    F16,
+    /// ggml's Q8_0: groups of 32 values as signed bytes times one f16 scale (head sizes a
+    /// multiple of 32).
+    #[serde(rename = "q8_0")]
+    Q8_0,
+}
+
+impl std::str::FromStr for KvType {
+    type Err = Error;
+    /// `f16` or `q8_0`.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            _ => Err(Error::InvalidArgument {
+                what: "kv-type".into(),
+                reason: format!("`{s}`: expected f16 or q8_0"),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+        })
+    }
+}
+
 /// Geometry of a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvShape {
@@ -73,6 +115,46 @@ pub struct KvShape {
     pub head_dim: usize,
     /// Number of token slots (`max_seq_len`).
     pub capacity: usize,
+    pub ty: KvType,
+}
+
+/// One KV head of a cache as stored (all slots of the capacity rounded up to 16; only the
+/// used ones are valid).
+#[derive(Clone, Copy, Debug)]
+pub enum KvHead<'a> {
+    /// Keys in key tiles ([`key_index`]), values `[slot][head_dim]`.
+    F16 { keys: &'a [f16], values: &'a [f16] },
+    /// The same positions as signed bytes, with their scales (see the module layout).
+    Q8_0 {
+        keys: &'a [i8],
+        key_scales: &'a [f16],
+        values: &'a [i8],
+        value_scales: &'a [f16],
+    },
+}
+
+impl KvHead<'_> {
+    /// Dimension `d` of the key in slot `s`, as attention reads it.
+    pub fn key(&self, hd: usize, s: usize, d: usize) -> f32 {
+        match *self {
+            KvHead::F16 { keys, .. } => keys[key_index(hd, s, d)].to_f32(),
+            KvHead::Q8_0 {
+                keys, key_scales, ..
+            } => crate::quant::attn::key_q8_0(keys, key_scales, hd, s, d),
+        }
+    }
+
+    /// Dimension `d` of the value in slot `s`, as attention reads it.
+    pub fn value(&self, hd: usize, s: usize, d: usize) -> f32 {
+        match *self {
+            KvHead::F16 { values, .. } => values[s * hd + d].to_f32(),
+            KvHead::Q8_0 {
+                values,
+                value_scales,
+                ..
+            } => value_scales[(s * hd + d) / Q8_GROUP].to_f32() * f32::from(values[s * hd + d]),
+        }
+    }
 }
 
 impl KvShape {
@@ -81,7 +163,7 @@ impl KvShape {
         self.capacity.checked_next_multiple_of(KEY_TILE)
     }
 
-    /// f16 elements of one of K or V.
+    /// Values of one of K or V.
     fn elems(&self) -> Option<usize> {
         self.n_layers
             .checked_mul(self.n_kv_heads)?
@@ -91,7 +173,12 @@ impl KvShape {
 
     /// Bytes of the whole mapping (K and V).
     pub fn bytes(&self) -> Option<usize> {
-        self.elems()?.checked_mul(2 * std::mem::size_of::<f16>())
+        let e = self.elems()?;
+        match self.ty {
+            KvType::F16 => e.checked_mul(2 * std::mem::size_of::<f16>()),
+            // Quants, then one f16 scale per 32 values.
+            KvType::Q8_0 => e.checked_mul(2)?.checked_add(e / Q8_GROUP * 4),
+        }
     }
 }
 
@@ -120,6 +207,15 @@ impl KvCache {
             || shape.head_dim == 0
         {
             return Err(Error::Kv(format!("empty cache geometry {shape:?}")));
+        }
+        if shape.ty == KvType::Q8_0 && !shape.head_dim.is_multiple_of(Q8_GROUP) {
+            return Err(Error::InvalidArgument {
+                what: "kv-type".into(),
+                reason: format!(
+                    "q8_0 stores groups of {Q8_GROUP} values; the model's head size {} is not a multiple of {Q8_GROUP}",
+                    shape.head_dim
+                ),
+            });
         }
         if let KvPolicy::Sliding { sinks } = policy
             && sinks >= shape.capacity
@@ -264,57 +360,103 @@ impl KvCache {
         self.shape.n_layers * self.shape.n_kv_heads * self.padded() * self.shape.head_dim
     }
 
-    fn all(&self) -> &[f16] {
-        // SAFETY: the mapping is page-aligned (so 2-byte aligned), its length is exactly
-        // 2 * elems() * size_of::<f16>() bytes, and f16 has no invalid bit patterns.
-        unsafe { std::slice::from_raw_parts(self.map.as_ptr() as *const f16, 2 * self.elems()) }
+    /// The mapping as `T`s from byte `off`, `n` of them.
+    fn view<T: Copy>(&self, off: usize, n: usize) -> &[T] {
+        assert!(off % std::mem::align_of::<T>() == 0 && off + n * size_of::<T>() <= self.map.len());
+        // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); T is
+        // f16 or i8, for which every bit pattern is a value.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off) as *const T, n) }
     }
 
-    fn all_mut(&mut self) -> &mut [f16] {
-        let n = 2 * self.elems();
-        // SAFETY: as in `all`, and `&mut self` gives exclusive access to the mapping.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr() as *mut f16, n) }
+    fn view_mut<T: Copy>(&mut self, off: usize, n: usize) -> &mut [T] {
+        assert!(off % std::mem::align_of::<T>() == 0 && off + n * size_of::<T>() <= self.map.len());
+        // SAFETY: as in `view`, and `&mut self` gives exclusive access to the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off) as *mut T, n) }
     }
 
-    /// All slots' keys of one head in key tiles (`capacity` rounded up to 16, times
-    /// `head_dim`; only `used()` slots are valid): dimension `d` of slot `s` at
-    /// [`key_index`]`(head_dim, s, d)`.
-    pub fn keys(&self, layer: usize, kv_head: usize) -> &[f16] {
-        let o = self.head_offset(layer, kv_head);
+    /// Byte offsets of one head's K values, V values, K scales and V scales (the scales
+    /// only for Q8_0), and the values per head.
+    fn offsets(&self, layer: usize, kv_head: usize) -> ([usize; 4], usize) {
+        let (e, o) = (self.elems(), self.head_offset(layer, kv_head));
         let n = self.padded() * self.shape.head_dim;
-        &self.all()[o..o + n]
+        match self.shape.ty {
+            KvType::F16 => ([2 * o, 2 * (e + o), 0, 0], n),
+            KvType::Q8_0 => (
+                [
+                    o,
+                    e + o,
+                    2 * e + 2 * (o / Q8_GROUP),
+                    2 * e + 2 * ((e + o) / Q8_GROUP),
+                ],
+                n,
+            ),
+        }
     }
 
-    /// All slots' values of one head, `[slot][head_dim]` (`capacity` rounded up to 16 rows).
-    pub fn values(&self, layer: usize, kv_head: usize) -> &[f16] {
-        let o = self.elems() + self.head_offset(layer, kv_head);
-        let n = self.padded() * self.shape.head_dim;
-        &self.all()[o..o + n]
+    /// All slots of one head (`capacity` rounded up to 16; only `used()` slots are valid).
+    pub fn head(&self, layer: usize, kv_head: usize) -> KvHead<'_> {
+        let ([k, v, kd, vd], n) = self.offsets(layer, kv_head);
+        match self.shape.ty {
+            KvType::F16 => KvHead::F16 {
+                keys: self.view(k, n),
+                values: self.view(v, n),
+            },
+            KvType::Q8_0 => KvHead::Q8_0 {
+                keys: self.view(k, n),
+                key_scales: self.view(kd, n / Q8_GROUP),
+                values: self.view(v, n),
+                value_scales: self.view(vd, n / Q8_GROUP),
+            },
+        }
     }
 
-    /// Dimension `d` of the key stored in `slot` of a head.
-    pub fn key(&self, layer: usize, kv_head: usize, slot: usize, d: usize) -> f16 {
-        self.keys(layer, kv_head)[key_index(self.shape.head_dim, slot, d)]
-    }
-
-    /// Stores one token's K and V rows (`n_kv_heads × head_dim` each, f32) for a layer,
-    /// rounded to f16 (nearest even; the same bits on every kernel tier).
+    /// Stores one token's K and V rows (`n_kv_heads × head_dim` each, f32) for a layer:
+    /// rounded to f16 (nearest even; the same bits on every kernel tier), or quantized to
+    /// Q8_0 ([`quantize_q8_0`], scalar code on every tier).
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let hd = self.shape.head_dim;
-        let elems = self.elems();
         let isa = crate::quant::active_isa();
         for h in 0..self.shape.n_kv_heads {
-            let base = self.head_offset(layer, h);
-            let o = base + slot * hd;
-            let all = self.all_mut();
-            for (d, &x) in k[h * hd..(h + 1) * hd].iter().enumerate() {
-                all[base + key_index(hd, slot, d)] = f16::from_f32(x);
+            let ([ko, vo, kdo, vdo], n) = self.offsets(layer, h);
+            let (kh, vh) = (&k[h * hd..(h + 1) * hd], &v[h * hd..(h + 1) * hd]);
+            match self.shape.ty {
+                KvType::F16 => {
+                    let keys = self.view_mut::<f16>(ko, n);
+                    for (d, &x) in kh.iter().enumerate() {
+                        keys[key_index(hd, slot, d)] = f16::from_f32(x);
+                    }
+                    let values = self.view_mut::<f16>(vo, n);
+                    crate::quant::attn::f32_to_f16(
+                        isa,
+                        vh,
+                        &mut values[slot * hd..(slot + 1) * hd],
+                    );
+                }
+                KvType::Q8_0 => {
+                    let groups = hd / Q8_GROUP;
+                    let tile = slot / KEY_TILE * KEY_TILE;
+                    for g in 0..groups {
+                        let (mut q, mut d) = ([0i8; Q8_GROUP], [f16::ZERO]);
+                        quantize_q8_0(&kh[g * Q8_GROUP..(g + 1) * Q8_GROUP], &mut q, &mut d);
+                        let keys = self.view_mut::<i8>(ko, n);
+                        for (i, &x) in q.iter().enumerate() {
+                            keys[key_index(hd, slot, g * Q8_GROUP + i)] = x;
+                        }
+                        let ks = self.view_mut::<f16>(kdo, n / Q8_GROUP);
+                        ks[tile * groups + g * KEY_TILE + slot % KEY_TILE] = d[0];
+                    }
+                    let (mut vq, mut vd) = ([0i8; 256], [f16::ZERO; 256 / Q8_GROUP]);
+                    for (c, xs) in vh.chunks(256).enumerate() {
+                        let (q, d) = (&mut vq[..xs.len()], &mut vd[..xs.len() / Q8_GROUP]);
+                        quantize_q8_0(xs, q, d);
+                        let at = slot * hd + c * 256;
+                        self.view_mut::<i8>(vo, n)[at..at + xs.len()].copy_from_slice(q);
+                        let at = at / Q8_GROUP;
+                        self.view_mut::<f16>(vdo, n / Q8_GROUP)[at..at + d.len()]
+                            .copy_from_slice(d);
+                    }
+                }
             }
-            crate::quant::attn::f32_to_f16(
-                isa,
-                &v[h * hd..(h + 1) * hd],
-                &mut all[elems + o..elems + o + hd],
-            );
         }
     }
 }
@@ -340,6 +482,7 @@ mod tests {
             n_kv_heads: 3,
             head_dim: 4,
             capacity: cap,
+            ty: KvType::F16,
         }
     }
 
@@ -381,14 +524,17 @@ mod tests {
         let s = kv.claim(0).unwrap();
         kv.write(1, s, &k, &v);
         for h in 0..3 {
-            let vs = &kv.values(1, h)[s * 4..s * 4 + 4];
+            let head = kv.head(1, h);
             for d in 0..4 {
-                assert_eq!(kv.key(1, h, s, d), f16::from_f32(k[h * 4 + d]));
-                assert_eq!(vs[d].to_f32(), v[h * 4 + d]);
+                assert_eq!(head.key(4, s, d), f16::from_f32(k[h * 4 + d]).to_f32());
+                assert_eq!(head.value(4, s, d), v[h * 4 + d]);
             }
         }
         // layer 0 untouched (anonymous mapping is zeroed)
-        assert!(kv.keys(0, 0).iter().all(|x| x.to_f32() == 0.0));
+        let KvHead::F16 { keys, .. } = kv.head(0, 0) else {
+            panic!("an f16 cache")
+        };
+        assert!(keys.iter().all(|x| x.to_f32() == 0.0));
     }
 
     #[test]
@@ -401,12 +547,14 @@ mod tests {
         kv.write(1, 17, &k, &k);
         for h in 0..3 {
             // Slot 17 is lane 1 of the second tile; a tile is 4 dimensions × 16 lanes.
-            let keys = kv.keys(1, h);
+            let KvHead::F16 { keys, values } = kv.head(1, h) else {
+                panic!("an f16 cache")
+            };
             assert_eq!(keys.len(), 32 * 4);
             for d in 0..4 {
                 assert_eq!(keys[64 + d * 16 + 1].to_f32(), k[h * 4 + d]);
             }
-            assert_eq!(kv.values(1, h)[17 * 4..18 * 4][3].to_f32(), k[h * 4 + 3]);
+            assert_eq!(values[17 * 4..18 * 4][3].to_f32(), k[h * 4 + 3]);
         }
     }
 
@@ -430,5 +578,83 @@ mod tests {
             KvPolicy::Sliding { sinks: 8 }
         );
         assert!("slide".parse::<KvPolicy>().is_err());
+    }
+
+    fn q8_shape(cap: usize, hd: usize) -> KvShape {
+        KvShape {
+            n_layers: 2,
+            n_kv_heads: 3,
+            head_dim: hd,
+            capacity: cap,
+            ty: KvType::Q8_0,
+        }
+    }
+
+    #[test]
+    fn q8_0_cache_is_sized_and_refuses_odd_heads() {
+        // 2 layers × 3 heads × 32 slots (20 rounded up) × 64 values, K and V: one byte each
+        // and an f16 scale per 32.
+        let kv = KvCache::new(q8_shape(20, 64), KvPolicy::Error).unwrap();
+        let e = 2 * 3 * 32 * 64;
+        assert_eq!(kv.bytes(), 2 * e + 2 * 2 * e / 32);
+        let err = KvCache::new(q8_shape(20, 48), KvPolicy::Error)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("head size 48"), "{err}");
+        assert_eq!("q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+        assert_eq!(
+            KvType::Q8_0.to_string().parse::<KvType>().unwrap(),
+            KvType::Q8_0
+        );
+        assert!("q4_0".parse::<KvType>().is_err());
+    }
+
+    /// Every slot, layer and head reads back its own token's values within half a
+    /// quantization step (d = max|x| / 127 per group of 32) and exactly as the quantizer
+    /// gave them; neighbouring slots and the other layer are untouched.
+    #[test]
+    fn q8_0_write_reads_back_each_slot_within_half_a_step() {
+        for hd in [64, 256] {
+            let mut kv = KvCache::new(q8_shape(40, hd), KvPolicy::Error).unwrap();
+            let row = |slot: usize, sign: f32| -> Vec<f32> {
+                (0..3 * hd)
+                    .map(|i| sign * ((i * 7 + slot * 13) % 29) as f32 * 0.37 - 3.0)
+                    .collect()
+            };
+            for slot in 0..37 {
+                assert_eq!(kv.claim(slot as u32).unwrap(), slot);
+                kv.write(1, slot, &row(slot, 1.0), &row(slot, -1.0));
+            }
+            for slot in 0..37 {
+                let (k, v) = (row(slot, 1.0), row(slot, -1.0));
+                for h in 0..3 {
+                    let head = kv.head(1, h);
+                    for g in 0..hd / Q8_GROUP {
+                        for (x, is_key) in [(&k, true), (&v, false)] {
+                            let xs = &x[h * hd + g * 32..h * hd + g * 32 + 32];
+                            let (mut q, mut d) = ([0i8; 32], [f16::ZERO]);
+                            quantize_q8_0(xs, &mut q, &mut d);
+                            let step = xs.iter().fold(0f32, |m, a| m.max(a.abs())) / 127.0;
+                            for i in 0..32 {
+                                let dim = g * 32 + i;
+                                let got = if is_key {
+                                    head.key(hd, slot, dim)
+                                } else {
+                                    head.value(hd, slot, dim)
+                                };
+                                assert_eq!(got, d[0].to_f32() * f32::from(q[i]));
+                                assert!(
+                                    (got - xs[i]).abs() <= 0.5 * step + 127.0 * step * 1e-3,
+                                    "hd {hd} slot {slot} head {h} dim {dim}: {got} vs {}",
+                                    xs[i]
+                                );
+                            }
+                        }
+                    }
+                }
+                assert_eq!(kv.head(0, 2).key(hd, slot, hd - 1), 0.0);
+                assert_eq!(kv.head(0, 0).value(hd, slot, 0), 0.0);
+            }
+        }
     }
 }

@@ -9,12 +9,12 @@
 mod common;
 
 use half::f16;
+use pocketperf_runtime::kv::{KvCache, KvHead, KvPolicy, KvShape, KvType};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::model::attention::{
     self, BLOCK, CHUNK, HeadKv, Queries, chunk_state, chunks, merge, scratch_len, state_len,
 };
 use pocketperf_runtime::perplexity::text_tokens;
-use pocketperf_runtime::quant::attn::key_index;
 use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::Engine;
 
@@ -38,6 +38,9 @@ struct Data {
     group: usize,
     keys: Vec<f16>,
     values: Vec<f16>,
+    /// Instead of `keys` and `values`: the same kind of data in a Q8_0 cache (one layer,
+    /// one head).
+    q8: Option<KvCache>,
     positions: Vec<u32>,
     /// Queries of rows at every position (`SLOTS × GROUP × hd`), large enough that the
     /// softmax is far from uniform (scores spread over about ±8).
@@ -65,6 +68,37 @@ fn data_hd(seed: u64, hd: usize, group: usize) -> Data {
         group,
         keys,
         values,
+        q8: None,
+        positions: (0..SLOTS as u32).collect(),
+        q,
+    }
+}
+
+/// Keys and values drawn as in [`data_hd`], written into a Q8_0 cache.
+fn data_q8(seed: u64, hd: usize, group: usize) -> Data {
+    let mut r = Rng(seed);
+    let shape = KvShape {
+        n_layers: 1,
+        n_kv_heads: 1,
+        head_dim: hd,
+        capacity: SLOTS,
+        ty: KvType::Q8_0,
+    };
+    let mut kv = KvCache::new(shape, KvPolicy::Error).unwrap();
+    for s in 0..SLOTS {
+        let k: Vec<f32> = (0..hd).map(|_| r.unit()).collect();
+        let v: Vec<f32> = (0..hd).map(|_| r.unit() * 2.0).collect();
+        assert_eq!(kv.claim(s as u32).unwrap(), s);
+        kv.write(0, s, &k, &v);
+    }
+    let qs = 3.0 * (HD as f32 / hd as f32).sqrt();
+    let q = (0..SLOTS * group * hd).map(|_| r.unit() * qs).collect();
+    Data {
+        hd,
+        group,
+        keys: Vec::new(),
+        values: Vec::new(),
+        q8: Some(kv),
         positions: (0..SLOTS as u32).collect(),
         q,
     }
@@ -92,7 +126,7 @@ fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
             .map(|&s| {
                 let (mut dot, mut abs) = (0.0f64, 0.0f64);
                 for (i, a) in qh.iter().enumerate() {
-                    let b = d.keys[key_index(hd, s, i)].to_f64();
+                    let b = f64::from(head(d).cache.key(hd, s, i));
                     dot += *a as f64 * b;
                     abs += (*a as f64 * b).abs();
                 }
@@ -104,8 +138,8 @@ fn exact(d: &Data, q: &[f32], pos: u32, window: u32) -> (Vec<f64>, f64) {
         let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
         let l: f64 = w.iter().sum();
         for (&s, &ws) in seen.iter().zip(&w) {
-            for (i, v) in d.values[s * hd..(s + 1) * hd].iter().enumerate() {
-                out[h * hd + i] += ws / l * v.to_f64();
+            for i in 0..hd {
+                out[h * hd + i] += ws / l * f64::from(head(d).cache.value(hd, s, i));
             }
         }
     }
@@ -152,9 +186,15 @@ fn queries_of<'a>(
 }
 
 fn head(d: &Data) -> HeadKv<'_> {
+    let cache = match &d.q8 {
+        Some(kv) => kv.head(0, 0),
+        None => KvHead::F16 {
+            keys: &d.keys,
+            values: &d.values,
+        },
+    };
     HeadKv {
-        keys: &d.keys,
-        values: &d.values,
+        cache,
         positions: &d.positions,
     }
 }
@@ -203,6 +243,34 @@ fn long_context_attention_is_within_the_f32_bound_of_exact_math() {
                     err <= tol,
                     "{isa:?} window {window} pos {pos}: max error {err:.3e} > bound {tol:.3e}"
                 );
+            }
+        }
+    }
+}
+
+/// The same bound over a Q8_0 cache, at head sizes 64 and 256: the exact reference reads
+/// the dequantized keys and values (`f32(d) · q`), so quantization adds nothing to the
+/// error of the blocked, chunked f32 arithmetic.
+#[test]
+fn long_context_attention_over_a_q8_0_cache_is_within_the_f32_bound_of_exact_math() {
+    for (hd, group) in [(HD, GROUP), (256, 4)] {
+        let d = data_q8(17, hd, group);
+        let vmax = vmax(&d);
+        for isa in tiers() {
+            for window in [u32::MAX, 1000] {
+                for pos in [4499u32, 2049, 130] {
+                    let q = row_q(&d, pos);
+                    let at = [pos];
+                    let qs = queries_of(q, &at, window, hd, group);
+                    let ours = attend(isa, &d, &qs, false);
+                    let (want, smax) = exact(&d, q, pos, window);
+                    let tol = bound_hd(smax, vmax, hd);
+                    let err = max_err(&ours, &want);
+                    assert!(
+                        err <= tol,
+                        "q8_0 hd {hd} {isa:?} window {window} pos {pos}: {err:.3e} > {tol:.3e}"
+                    );
+                }
             }
         }
     }
@@ -280,9 +348,9 @@ fn wrapped(mut d: Data) -> Data {
 
 /// The largest |value| in the cache.
 fn vmax(d: &Data) -> f64 {
-    d.values
-        .iter()
-        .map(|v| v.to_f64().abs())
+    let h = head(d);
+    (0..SLOTS * d.hd)
+        .map(|i| f64::from(h.cache.value(d.hd, i / d.hd, i % d.hd)).abs())
         .fold(0.0, f64::max)
 }
 
@@ -414,6 +482,7 @@ fn short_contexts_and_partial_tiles_agree_with_exact_math() {
                     group: GROUP,
                     keys: d.keys.clone(),
                     values: d.values.clone(),
+                    q8: None,
                     positions: (0..n).collect(),
                     q: Vec::new(),
                 };

@@ -42,6 +42,7 @@ fn opts(cap: usize, policy: KvPolicy, max_batch: usize, logits_all: bool) -> Ses
         kv_policy: policy,
         max_batch,
         logits_all,
+        ..SessionOptions::default()
     }
 }
 

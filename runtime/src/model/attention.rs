@@ -36,8 +36,8 @@
 //! the project's own [`attn::exp`] on every tier (the scalar tier's exponentials too, so the
 //! OpenCL kernels can reproduce them bit for bit). Nothing here allocates.
 
+use crate::kv::KvHead;
 use crate::quant::{Isa, attn};
-use half::f16;
 use std::ops::Range;
 
 /// Slots per block: the unit of the online softmax. A block's keys (`BLOCK × head_dim` f16,
@@ -52,12 +52,11 @@ pub const CHUNK: usize = 512;
 const PREFETCH_HD: usize = 64;
 
 /// One KV head of a ring: keys (whole key tiles, see [`crate::quant::attn::key_index`]) and
-/// values (`slots × head_dim`) in f16, and the absolute position held by each used slot
-/// (`positions.len()` = used slots).
+/// values (`slots × head_dim`) as the cache stores them (f16 or Q8_0), and the absolute
+/// position held by each used slot (`positions.len()` = used slots).
 #[derive(Clone, Copy, Debug)]
 pub struct HeadKv<'a> {
-    pub keys: &'a [f16],
-    pub values: &'a [f16],
+    pub cache: KvHead<'a>,
     pub positions: &'a [u32],
 }
 
@@ -182,20 +181,42 @@ pub fn chunk_state(
         let mut t = a;
         while t < e {
             let te = (t + step).min(e);
-            if wide {
-                attn::prefetch(&kv.values[t * hd..te * hd]);
+            let tiles = t * hd..te.next_multiple_of(attn::KEY_TILE) * hd;
+            let out = &mut sc[t - a..];
+            match kv.cache {
+                KvHead::F16 { keys, values } => {
+                    if wide {
+                        attn::prefetch(&values[t * hd..te * hd]);
+                    }
+                    let keys = &keys[tiles];
+                    attn::scores_f16(isa, qs.q, nq, hd, keys, te - t, qs.scale, out, BLOCK);
+                }
+                KvHead::Q8_0 {
+                    keys,
+                    key_scales,
+                    values,
+                    ..
+                } => {
+                    if wide {
+                        attn::prefetch(&values[t * hd..te * hd]);
+                    }
+                    let g = attn::Q8_GROUP;
+                    let scales = &key_scales[tiles.start / g..tiles.end / g];
+                    let keys = &keys[tiles];
+                    attn::scores_q8_0(
+                        isa,
+                        qs.q,
+                        nq,
+                        hd,
+                        keys,
+                        scales,
+                        te - t,
+                        qs.scale,
+                        out,
+                        BLOCK,
+                    );
+                }
             }
-            attn::scores_f16(
-                isa,
-                qs.q,
-                nq,
-                hd,
-                &kv.keys[t * hd..te.next_multiple_of(attn::KEY_TILE) * hd],
-                te - t,
-                qs.scale,
-                &mut sc[t - a..],
-                BLOCK,
-            );
             t = te;
         }
         // Every row sees every slot of the block (the bulk of a long causal prefix): the mask
@@ -241,7 +262,23 @@ pub fn chunk_state(
             l[j] = lnew;
         }
         if any {
-            attn::accum_f16(isa, sc, BLOCK, nq, hd, &kv.values[a * hd..e * hd], n, o);
+            match kv.cache {
+                KvHead::F16 { values, .. } => {
+                    attn::accum_f16(isa, sc, BLOCK, nq, hd, &values[a * hd..e * hd], n, o);
+                }
+                KvHead::Q8_0 {
+                    values,
+                    value_scales,
+                    ..
+                } => {
+                    let g = attn::Q8_GROUP;
+                    let (v, d) = (
+                        &values[a * hd..e * hd],
+                        &value_scales[a * hd / g..e * hd / g],
+                    );
+                    attn::accum_q8_0(isa, sc, BLOCK, nq, hd, v, d, n, o);
+                }
+            }
         }
         b0 += BLOCK;
     }

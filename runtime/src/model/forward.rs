@@ -7,7 +7,7 @@ use super::pass_io::{Counters, KvAccess};
 use super::weights::Model;
 use super::workspace::{RowInfo, Workspace};
 use crate::error::{Error, Result};
-use crate::kv::{KvCache, KvPolicy, KvShape};
+use crate::kv::{KvCache, KvPolicy, KvShape, KvType};
 use crate::pool::ThreadPool;
 use crate::quant::Isa;
 use std::sync::Arc;
@@ -18,6 +18,8 @@ pub struct SessionOptions {
     /// Token slots of the KV ring (`0` = the model's context length).
     pub max_seq_len: usize,
     pub kv_policy: KvPolicy,
+    /// How K and V are stored (f16, or Q8_0 at about half the bytes).
+    pub kv_type: KvType,
     /// Largest number of tokens processed in one forward call (prefill chunk).
     pub max_batch: usize,
     /// Keep the logits of every position of a batch (perplexity), not only the last.
@@ -29,6 +31,7 @@ impl Default for SessionOptions {
         SessionOptions {
             max_seq_len: 2048,
             kv_policy: KvPolicy::Error,
+            kv_type: KvType::F16,
             max_batch: 64,
             logits_all: false,
         }
@@ -53,6 +56,7 @@ impl Rings {
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             capacity,
+            ty: opts.kv_type,
         };
         // Every layer may be local (no global ring is then read, but it keeps the session's
         // slot bookkeeping): keep at least one layer in it.

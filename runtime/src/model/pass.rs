@@ -469,8 +469,7 @@ impl Pass<'_> {
                 } = blocks[blk];
                 let kv = kvs.kv(rows[t0].seq, local);
                 let head = attention::HeadKv {
-                    keys: kv.keys(layer, g),
-                    values: kv.values(layer, g),
+                    cache: kv.head(layer, g),
                     positions: kv.positions(),
                 };
                 let nq = (t1 - t0) * group;

@@ -170,7 +170,7 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
 /// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
 /// before the tile's scores, so that the rows, read later a few columns at a time, arrive
 /// while the scores are computed.
-pub fn prefetch(x: &[f16]) {
+pub fn prefetch<T>(x: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};

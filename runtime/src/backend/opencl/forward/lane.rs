@@ -31,6 +31,8 @@ impl ClSeq {
                     n_kv_heads: 1,
                     head_dim: 1,
                     capacity,
+                    // Slot bookkeeping only: the device buffers hold K and V.
+                    ty: crate::kv::KvType::F16,
                 },
                 policy,
             )?,
