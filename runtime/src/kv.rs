@@ -83,6 +83,17 @@ pub enum KvType {
     Q8_0,
 }
 
+impl KvType {
+    /// Bytes that `values` cached values take (a multiple of 32 for Q8_0).
+    pub fn bytes_for(self, values: usize) -> Option<usize> {
+        match self {
+            KvType::F16 => values.checked_mul(std::mem::size_of::<f16>()),
+            // Quants, then one f16 scale per 32 values.
+            KvType::Q8_0 => values.checked_add(values / Q8_GROUP * std::mem::size_of::<f16>()),
+        }
+    }
+}
+
 impl std::str::FromStr for KvType {
     type Err = Error;
     /// `f16` or `q8_0`.
@@ -173,12 +184,7 @@ impl KvShape {
 
     /// Bytes of the whole mapping (K and V).
     pub fn bytes(&self) -> Option<usize> {
-        let e = self.elems()?;
-        match self.ty {
-            KvType::F16 => e.checked_mul(2 * std::mem::size_of::<f16>()),
-            // Quants, then one f16 scale per 32 values.
-            KvType::Q8_0 => e.checked_mul(2)?.checked_add(e / Q8_GROUP * 4),
-        }
+        self.ty.bytes_for(self.elems()?)?.checked_mul(2)
     }
 }
 

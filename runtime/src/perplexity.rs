@@ -10,6 +10,7 @@
 //! perplexity after its `k`-th chunk.
 
 use crate::error::{Error, Result};
+use crate::kv::KvType;
 use crate::model::SessionOptions;
 use crate::session::{Engine, log_prob};
 use crate::tokenizer::Prompt;
@@ -36,6 +37,16 @@ pub fn text_tokens(engine: &Engine, text: &str) -> Result<Vec<u32>> {
 /// Perplexity of `tokens` in chunks of `ctx` (see the module comment). `ctx` must be at least
 /// 4 and `tokens` must hold at least one chunk.
 pub fn perplexity(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perplexity> {
+    perplexity_with(engine, tokens, ctx, KvType::F16)
+}
+
+/// [`perplexity`] with K and V cached as `kv_type`.
+pub fn perplexity_with(
+    engine: &Engine,
+    tokens: &[u32],
+    ctx: usize,
+    kv_type: KvType,
+) -> Result<Perplexity> {
     let bad = |reason: String| Error::InvalidArgument {
         what: "perplexity".into(),
         reason,
@@ -65,6 +76,7 @@ pub fn perplexity(engine: &Engine, tokens: &[u32], ctx: usize) -> Result<Perplex
         max_seq_len: ctx,
         max_batch: ctx - ctx / 2,
         logits_all: true,
+        kv_type,
         ..Default::default()
     })?;
     let vocab = engine.model.config().vocab_size;

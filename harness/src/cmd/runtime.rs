@@ -13,7 +13,7 @@ use crate::tools::{self, model_file, naming_file, read_utf8};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use pocketperf_runtime::backend::BackendChoice;
-use pocketperf_runtime::kv::KvPolicy;
+use pocketperf_runtime::kv::{KvPolicy, KvType};
 use pocketperf_runtime::quant;
 use pocketperf_runtime::residency::LoadOptions;
 use pocketperf_runtime::session::Engine;
@@ -60,6 +60,22 @@ pub struct KvPolicyArgs {
 /// `--kv-policy`'s parser (the runtime's own, its message naming the flag).
 pub fn parse_kv_policy(s: &str) -> std::result::Result<KvPolicy, String> {
     s.parse::<KvPolicy>().map_err(|e| e.to_string())
+}
+
+/// `--kv-type`: how the KV cache stores keys and values (`pocketperf_runtime::kv::KvType`),
+/// as llama.cpp's `-ctk`/`-ctv` set both. Offered by `generate`, `logits`, `perplexity` and
+/// `bench` on the CPU backend (the OpenCL backend refuses q8_0 at session start).
+#[derive(Args, Debug, Clone, Copy, serde::Serialize)]
+pub struct KvTypeArgs {
+    /// `f16` (the default) or `q8_0` (ggml's Q8_0: 32 values as bytes with one f16 scale,
+    /// 34 bytes instead of 64; head sizes a multiple of 32).
+    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
+}
+
+/// `--kv-type`'s parser (the runtime's own, its message naming the flag).
+pub fn parse_kv_type(s: &str) -> std::result::Result<KvType, String> {
+    s.parse::<KvType>().map_err(|e| e.to_string())
 }
 
 /// Options shared by every command that runs the model.
@@ -192,6 +208,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub kv: KvPolicyArgs,
     #[command(flatten)]
+    pub kv_type: KvTypeArgs,
+    #[command(flatten)]
     pub governor: crate::cmd::governor::GovernorArgs,
 }
 
@@ -216,6 +234,7 @@ pub fn generate(a: &GenerateArgs) -> Result<i32> {
             seed: a.seed,
             ctx: a.ctx,
             kv_policy: a.kv.kv_policy,
+            kv_type: a.kv_type.kv_type,
             governor: &a.governor,
         },
     )?;
@@ -239,6 +258,8 @@ pub struct LogitsArgs {
     pub raw_out: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub kv_type: KvTypeArgs,
 }
 
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
@@ -269,7 +290,14 @@ pub fn logits(a: &LogitsArgs) -> Result<i32> {
         (None, Some(s)) => parse_ids(s)?,
         _ => bail!("give --prompt or --prompt-ids"),
     };
-    tools::logits::logits(&engine, &ids, a.top_k, a.raw_out.as_deref(), a.json)?;
+    tools::logits::logits(
+        &engine,
+        &ids,
+        a.top_k,
+        a.raw_out.as_deref(),
+        a.json,
+        a.kv_type.kv_type,
+    )?;
     Ok(0)
 }
 
@@ -283,12 +311,14 @@ pub struct PerplexityArgs {
     pub ctx: usize,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub kv_type: KvTypeArgs,
 }
 
 pub fn perplexity(a: &PerplexityArgs) -> Result<i32> {
     let (engine, _) = a.engine.load()?;
     let text = read_utf8(&a.file)?;
-    tools::perplexity::perplexity(&engine, text, a.ctx, a.json)
+    tools::perplexity::perplexity(&engine, text, a.ctx, a.kv_type.kv_type, a.json)
         .with_context(|| format!("{}", a.file.display()))?;
     Ok(0)
 }
@@ -337,6 +367,8 @@ pub struct BenchArgs {
     pub cold: bool,
     #[command(flatten)]
     pub residency: ResidencyArgs,
+    #[command(flatten)]
+    pub kv_type: KvTypeArgs,
     /// Output format, printed and written to --out: Markdown table, CSV, one JSON document,
     /// JSON lines (header first, then one row per line) or SQL (CREATE TABLE + INSERTs).
     #[arg(long, value_enum, default_value = "md")]
@@ -411,6 +443,7 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         startup_runs: a.startup_runs,
         cold: a.cold,
         load: a.residency.options(),
+        kv_type: a.kv_type.kv_type,
         output: a.output,
         out: a.out.as_deref(),
         backend: &a.backend,

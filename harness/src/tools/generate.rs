@@ -5,7 +5,7 @@
 use crate::cmd::governor::GovernorArgs;
 use crate::sut::prompts::prompt_tokens;
 use anyhow::{Result, bail};
-use pocketperf_runtime::kv::KvPolicy;
+use pocketperf_runtime::kv::{KvPolicy, KvType};
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, GenerateOptions, SamplingParams};
 use pocketperf_runtime::tokenizer::StreamDecoder;
@@ -30,6 +30,8 @@ pub struct GenerateSpec<'a> {
     /// What the ring does when it is full: with `error` the prompt and the new tokens must
     /// fit `ctx`; with `sliding` only the prompt must, and generation goes on past `ctx`.
     pub kv_policy: KvPolicy,
+    /// How the KV cache stores keys and values.
+    pub kv_type: KvType,
     pub governor: &'a GovernorArgs,
 }
 
@@ -88,6 +90,7 @@ pub fn generate(engine: &Engine, a: &GenerateSpec) -> Result<()> {
     let mut s = engine.session(SessionOptions {
         max_seq_len: a.ctx,
         kv_policy: a.kv_policy,
+        kv_type: a.kv_type,
         ..Default::default()
     })?;
     let opts = GenerateOptions {

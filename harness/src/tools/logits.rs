@@ -3,6 +3,7 @@
 //! little-endian to a file.
 
 use anyhow::{Result, bail};
+use pocketperf_runtime::kv::KvType;
 use pocketperf_runtime::model::SessionOptions;
 use pocketperf_runtime::session::{Engine, log_prob};
 use std::path::Path;
@@ -14,6 +15,7 @@ pub fn logits(
     top_k: usize,
     raw_out: Option<&Path>,
     json: bool,
+    kv_type: KvType,
 ) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty");
@@ -21,6 +23,7 @@ pub fn logits(
     let mut s = engine.session(SessionOptions {
         max_seq_len: ids.len().max(1),
         max_batch: ids.len().clamp(1, 512),
+        kv_type,
         ..Default::default()
     })?;
     let l = s.prefill(ids)?.to_vec();

@@ -89,10 +89,11 @@ impl ModelConfig {
         self.swa_layers.iter().filter(|&&s| s).count()
     }
 
-    /// KV bytes (f16 keys and values) one decode step reads when `n_past` tokens precede
-    /// it: global layers read every cached position, local layers at most the window.
-    pub fn kv_bytes_read(&self, n_past: usize) -> u64 {
-        let per_slot_layer = (2 * self.kv_dim() * 2) as u64;
+    /// KV bytes (keys and values stored as `ty`) one decode step reads when `n_past` tokens
+    /// precede it: global layers read every cached position, local layers at most the
+    /// window.
+    pub fn kv_bytes_read(&self, n_past: usize, ty: crate::kv::KvType) -> u64 {
+        let per_slot_layer = 2 * ty.bytes_for(self.kv_dim()).unwrap_or(usize::MAX) as u64;
         let seen = n_past as u64 + 1;
         let local = self.n_swa_layers() as u64;
         let global = self.n_layers as u64 - local;

@@ -9,6 +9,7 @@ use crate::cmd::backend::BackendArgs;
 use crate::outputs::backend_counters;
 use anyhow::Result;
 use pocketperf_runtime::backend::{BackendChoice, DeviceCounters};
+use pocketperf_runtime::kv::KvType;
 use pocketperf_runtime::model::{ModelConfig, SessionOptions};
 use pocketperf_runtime::quant::Isa;
 use pocketperf_runtime::residency::LoadOptions;
@@ -26,6 +27,7 @@ pub struct MeasureSpec<'a> {
     pub isa: Isa,
     pub backend: &'a BackendArgs,
     pub load: &'a LoadOptions,
+    pub kv_type: KvType,
 }
 
 /// Deterministic pseudo-random token ids (as llama-bench does, content does not matter for speed).
@@ -43,11 +45,11 @@ pub fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
 
 /// KV bytes decode reads per token, averaged over `n` tokens appended to `start` cached ones
 /// (sliding-window layers read at most their window).
-fn kv_read_per_token(c: &ModelConfig, start: usize, n: usize) -> u64 {
+fn kv_read_per_token(c: &ModelConfig, ty: KvType, start: usize, n: usize) -> u64 {
     if n == 0 {
         return 0;
     }
-    let total: u64 = (start..start + n).map(|p| c.kv_bytes_read(p)).sum();
+    let total: u64 = (start..start + n).map(|p| c.kv_bytes_read(p, ty)).sum();
     total / n as u64
 }
 
@@ -100,6 +102,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
         let mut s = engine.session(SessionOptions {
             max_seq_len: cap.max(16),
             max_batch: prefill_batch.clamp(1, 512),
+            kv_type: m.kv_type,
             ..Default::default()
         })?;
         kv_max = kv_max.max(s.forward_state().map_or(0, kv_bytes));
@@ -173,7 +176,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                     n: tg,
                     depth,
                     samples,
-                    bytes: (bpt, kv_read_per_token(&cfg, depth, tg)),
+                    bytes: (bpt, kv_read_per_token(&cfg, m.kv_type, depth, tg)),
                 };
                 push(
                     (TestKind::Generate, i, di),
@@ -193,6 +196,7 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                         dec.session(SessionOptions {
                             max_seq_len: cap,
                             max_batch: chunk,
+                            kv_type: m.kv_type,
                             ..Default::default()
                         })
                     })
@@ -235,7 +239,10 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                         n: tg,
                         depth,
                         samples,
-                        bytes: (bpt / b as u64, kv_read_per_token(&cfg, depth, tg)),
+                        bytes: (
+                            bpt / b as u64,
+                            kv_read_per_token(&cfg, m.kv_type, depth, tg),
+                        ),
                     };
                     push((TestKind::Batched(b), i, di), meas, None, None);
                 }

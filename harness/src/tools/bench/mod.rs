@@ -27,6 +27,7 @@ use anyhow::{Context, Result, bail};
 use measure::MeasureSpec;
 use model_info::ModelColumns;
 use pocketperf_runtime::gguf::GgufFile;
+use pocketperf_runtime::kv::KvType;
 use pocketperf_runtime::model::ModelConfig;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::residency::LoadOptions;
@@ -52,6 +53,8 @@ pub struct BenchSpec<'a> {
     pub cold: bool,
     /// How the model is made resident (`--mlock`, `--prefault`).
     pub load: LoadOptions,
+    /// How every session's KV cache stores keys and values.
+    pub kv_type: KvType,
     pub output: OutputFormat,
     /// Also write the output here.
     pub out: Option<&'a Path>,
@@ -87,6 +90,12 @@ fn check(a: &BenchSpec) -> Result<()> {
     a.sweep.check()?;
     if a.models.len() > 1 && (a.startup_runs > 0 || a.cold) {
         bail!("--startup-runs and --cold time one model: give one --model");
+    }
+    if a.cold && a.kv_type != KvType::F16 {
+        bail!(
+            "--kv-type {} with --cold: the cold start times the default f16 cache; measure it in a run without --kv-type",
+            a.kv_type
+        );
     }
     for p in a.models {
         let g = GgufFile::open(p).with_context(|| format!("{}", p.display()))?;
@@ -177,6 +186,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
                 isa,
                 backend: a.backend,
                 load: &a.load,
+                kv_type: a.kv_type,
             },
             &progress,
         )?;
@@ -206,6 +216,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
                 threads.last().copied().unwrap_or(1),
                 a.startup_runs,
                 &engine,
+                a.kv_type,
             )?)
         }
         _ => None,
@@ -227,7 +238,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
         "threads": threads, "pp": a.sweep.pp, "tg": a.sweep.tg, "depth": a.sweep.depth,
         "batch": a.sweep.batch, "reps": a.reps, "probe_mib": a.probe_mib,
         "startup_runs": a.startup_runs, "cold": a.cold, "mlock": a.load.mlock,
-        "prefault": a.load.prefault, "isa": isa.name(), "vnni": quant::has_vnni(),
+        "prefault": a.load.prefault, "kv_type": a.kv_type, "isa": isa.name(), "vnni": quant::has_vnni(),
         "vbmi": quant::has_vbmi(), "backend": &a.backend, "output": a.output.name(),
         "sut": "in-process",
     });

@@ -4,6 +4,7 @@
 use super::rows::{Spread, Startup};
 use crate::sut::prompts::prompt_tokens;
 use anyhow::{Context, Result, bail};
+use pocketperf_runtime::kv::KvType;
 use pocketperf_runtime::session::Engine;
 use std::path::Path;
 use std::time::Instant;
@@ -27,13 +28,20 @@ fourteen fifteen sixteen seventeen eighteen nineteen twenty";
     Ok(best)
 }
 
-/// Times `pocketperf generate --max-tokens 1` from spawn to exit, `runs` times after one
-/// warm-up run.
-pub fn startup(model: &Path, threads: usize, runs: usize, engine: &Engine) -> Result<Startup> {
+/// Times `pocketperf generate --max-tokens 1` (with the bench's `--kv-type`) from spawn to
+/// exit, `runs` times after one warm-up run.
+pub fn startup(
+    model: &Path,
+    threads: usize,
+    runs: usize,
+    engine: &Engine,
+    kv_type: KvType,
+) -> Result<Startup> {
     let (prompt, n) = prompt_of(engine, 16)?;
     let exe = std::env::current_exe().context("cannot locate the pocketperf executable")?;
     let t = threads.to_string();
     let m = model.display().to_string();
+    let kv = kv_type.to_string();
     let args = [
         "generate",
         "--model",
@@ -44,6 +52,8 @@ pub fn startup(model: &Path, threads: usize, runs: usize, engine: &Engine) -> Re
         "1",
         "--ctx",
         "64",
+        "--kv-type",
+        kv.as_str(),
         "--prompt",
         prompt.as_str(),
     ];

@@ -143,6 +143,15 @@ impl ClCore {
                 reason,
             })
         };
+        if opts.kv_type != crate::kv::KvType::F16 {
+            return bad(
+                "kv-type",
+                format!(
+                    "{}: the OpenCL backend keeps K and V in f16 (q8_0 runs on the CPU backend)",
+                    opts.kv_type
+                ),
+            );
+        }
         if opts.max_seq_len != 0 && opts.max_seq_len != self.opts.max_seq_len {
             return bad(
                 "max_seq_len",
