@@ -8,7 +8,8 @@
 //! dimension. [`KvType::Q8_0`] (ggml's Q8_0 rule, 32 values per f16 scale:
 //! [`crate::quant::attn::quantize_q8_0`]) stores the same positions as signed bytes,
 //! `[Kq | Vq | K scales | V scales]`: key scales `[layer][kv_head][slot / 16][head_dim /
-//! 32][slot % 16]`, value scales `[layer][kv_head][slot][head_dim / 32]` — 34 bytes per 32
+//! 32][slot % 16]`, value scales the same (`[slot / 16][head_dim / 32][slot % 16]`, so that a
+//! tile's 16 scales of a group are one load) — 34 bytes per 32
 //! values instead of 64. Every slot remembers
 //! the absolute position of the token stored in it; attention masks by position, so the
 //! order of slots in memory does not matter and the write index may wrap.
@@ -163,7 +164,12 @@ impl KvHead<'_> {
                 values,
                 value_scales,
                 ..
-            } => value_scales[(s * hd + d) / Q8_GROUP].to_f32() * f32::from(values[s * hd + d]),
+            } => {
+                let g = (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP)
+                    + (d / Q8_GROUP) * KEY_TILE
+                    + s % KEY_TILE;
+                value_scales[g].to_f32() * f32::from(values[s * hd + d])
+            }
         }
     }
 }
@@ -368,14 +374,20 @@ impl KvCache {
 
     /// The mapping as `T`s from byte `off`, `n` of them.
     fn view<T: Copy>(&self, off: usize, n: usize) -> &[T] {
-        assert!(off % std::mem::align_of::<T>() == 0 && off + n * size_of::<T>() <= self.map.len());
+        assert!(
+            off.is_multiple_of(std::mem::align_of::<T>())
+                && off + n * size_of::<T>() <= self.map.len()
+        );
         // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); T is
         // f16 or i8, for which every bit pattern is a value.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off) as *const T, n) }
     }
 
     fn view_mut<T: Copy>(&mut self, off: usize, n: usize) -> &mut [T] {
-        assert!(off % std::mem::align_of::<T>() == 0 && off + n * size_of::<T>() <= self.map.len());
+        assert!(
+            off.is_multiple_of(std::mem::align_of::<T>())
+                && off + n * size_of::<T>() <= self.map.len()
+        );
         // SAFETY: as in `view`, and `&mut self` gives exclusive access to the mapping.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off) as *mut T, n) }
     }
@@ -451,15 +463,13 @@ impl KvCache {
                         let ks = self.view_mut::<f16>(kdo, n / Q8_GROUP);
                         ks[tile * groups + g * KEY_TILE + slot % KEY_TILE] = d[0];
                     }
-                    let (mut vq, mut vd) = ([0i8; 256], [f16::ZERO; 256 / Q8_GROUP]);
-                    for (c, xs) in vh.chunks(256).enumerate() {
-                        let (q, d) = (&mut vq[..xs.len()], &mut vd[..xs.len() / Q8_GROUP]);
-                        quantize_q8_0(xs, q, d);
-                        let at = slot * hd + c * 256;
-                        self.view_mut::<i8>(vo, n)[at..at + xs.len()].copy_from_slice(q);
-                        let at = at / Q8_GROUP;
-                        self.view_mut::<f16>(vdo, n / Q8_GROUP)[at..at + d.len()]
-                            .copy_from_slice(d);
+                    for g in 0..groups {
+                        let (mut q, mut d) = ([0i8; Q8_GROUP], [f16::ZERO]);
+                        quantize_q8_0(&vh[g * Q8_GROUP..(g + 1) * Q8_GROUP], &mut q, &mut d);
+                        let at = slot * hd + g * Q8_GROUP;
+                        self.view_mut::<i8>(vo, n)[at..at + Q8_GROUP].copy_from_slice(&q);
+                        let vs = self.view_mut::<f16>(vdo, n / Q8_GROUP);
+                        vs[tile * groups + g * KEY_TILE + slot % KEY_TILE] = d[0];
                     }
                 }
             }

@@ -4,7 +4,8 @@
 //! query's result whatever shares its task (a prefill tile, a lone decode row, chunks
 //! computed out of order and merged), with and without a sliding window, on a wrapped
 //! (unordered) ring; and, on the reference model, decode at a depth of three chunks giving
-//! the same bits on one and two threads.
+//! the same bits on one and two threads, with an f16 and with a Q8_0 cache; and the same
+//! bound of exact math over a Q8_0 cache.
 
 mod common;
 
@@ -434,7 +435,7 @@ fn decode_at_depth_gives_the_same_bits_on_one_and_two_threads() {
     let isa = quant::isa_from_env().expect("POCKETPERF_ISA");
     let text_path = common::reference_dir_for("smollm2-135m").join("ppl_text.txt");
     let text = std::fs::read_to_string(&text_path).expect("read the perplexity text");
-    let run = |threads: usize| {
+    let run = |threads: usize, kv_type: KvType| {
         let engine = Engine::load(&common::model_path(), threads, isa).expect("load model");
         let mut ids = text_tokens(&engine, &text).expect("tokenize");
         while ids.len() < 1104 {
@@ -444,6 +445,7 @@ fn decode_at_depth_gives_the_same_bits_on_one_and_two_threads() {
             .session(SessionOptions {
                 max_seq_len: 1200,
                 max_batch: 64,
+                kv_type,
                 ..Default::default()
             })
             .expect("session");
@@ -454,13 +456,19 @@ fn decode_at_depth_gives_the_same_bits_on_one_and_two_threads() {
         }
         out
     };
-    let (one, two) = (run(1), run(2));
-    assert!(
-        one.iter()
-            .zip(&two)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "logits differ between one and two threads"
-    );
+    let mut by_type = Vec::new();
+    for kv_type in [KvType::F16, KvType::Q8_0] {
+        let (one, two) = (run(1, kv_type), run(2, kv_type));
+        assert!(
+            one.iter()
+                .zip(&two)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{kv_type} cache: logits differ between one and two threads"
+        );
+        by_type.push(one);
+    }
+    // The Q8_0 cache is read: its logits are not the f16 cache's.
+    assert!(by_type[0] != by_type[1], "q8_0 logits equal f16's");
 }
 
 /// Short contexts (1 to 40 slots, partial tiles and blocks) through prefill tiles and single

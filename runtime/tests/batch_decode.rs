@@ -4,7 +4,7 @@
 
 mod common;
 
-use pocketperf_runtime::kv::KvPolicy;
+use pocketperf_runtime::kv::{KvPolicy, KvType};
 use pocketperf_runtime::model::{BatchForward, Forward, Model, SessionOptions};
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant;
@@ -25,11 +25,16 @@ const PROMPTS: [&[u32]; 3] = [
 ];
 
 fn session(model: &Model, pool: &Arc<ThreadPool>, cap: usize) -> Forward {
+    session_of(model, pool, cap, KvType::F16)
+}
+
+fn session_of(model: &Model, pool: &Arc<ThreadPool>, cap: usize, kv_type: KvType) -> Forward {
     let isa = quant::isa_from_env().unwrap();
     Forward::new(
         model,
         SessionOptions {
             max_seq_len: cap,
+            kv_type,
             ..Default::default()
         },
         pool.clone(),
@@ -40,6 +45,17 @@ fn session(model: &Model, pool: &Arc<ThreadPool>, cap: usize) -> Forward {
 
 #[test]
 fn batch_decode_equals_one_at_a_time_and_allocates_nothing() {
+    batch_equals_alone(KvType::F16);
+}
+
+/// The same over Q8_0 caches (sequence 1 keeps an f16 one: a batch may mix them).
+#[test]
+fn batch_decode_over_q8_0_caches_equals_one_at_a_time() {
+    batch_equals_alone(KvType::Q8_0);
+}
+
+fn batch_equals_alone(kv_type: KvType) {
+    let ty = |i: usize| if i == 1 { KvType::F16 } else { kv_type };
     let model = Model::open(&common::model_path()).unwrap();
     let isa = quant::isa_from_env().unwrap();
     let pool = Arc::new(ThreadPool::new(2));
@@ -49,8 +65,8 @@ fn batch_decode_equals_one_at_a_time_and_allocates_nothing() {
     // Reference: each sequence alone, greedy.
     let mut alone: Vec<Vec<Vec<f32>>> = Vec::new();
     let mut tokens: Vec<Vec<u32>> = Vec::new();
-    for p in PROMPTS {
-        let mut f = session(&model, &pool, 64);
+    for (i, p) in PROMPTS.iter().enumerate() {
+        let mut f = session_of(&model, &pool, 64, ty(i));
         let mut tok = argmax(f.forward(&model, p).unwrap());
         let (mut ls, mut ts) = (Vec::new(), vec![tok]);
         for _ in 0..steps {
@@ -66,8 +82,9 @@ fn batch_decode_equals_one_at_a_time_and_allocates_nothing() {
     // Batched: the same prompts, then the same tokens fed to all three at once.
     let mut seqs: Vec<Forward> = PROMPTS
         .iter()
-        .map(|p| {
-            let mut f = session(&model, &pool, 64);
+        .enumerate()
+        .map(|(i, p)| {
+            let mut f = session_of(&model, &pool, 64, ty(i));
             f.forward(&model, p).unwrap();
             f
         })
@@ -102,8 +119,8 @@ fn batch_decode_equals_one_at_a_time_and_allocates_nothing() {
     assert_eq!(batch.counters.tokens_decoded, 3 * steps as u64);
 
     // A batch of one is a plain decode too.
-    let mut one = session(&model, &pool, 64);
-    let mut two = session(&model, &pool, 64);
+    let mut one = session_of(&model, &pool, 64, kv_type);
+    let mut two = session_of(&model, &pool, 64, kv_type);
     one.forward(&model, PROMPTS[0]).unwrap();
     two.forward(&model, PROMPTS[0]).unwrap();
     let a = one.forward(&model, &[tokens[0][0]]).unwrap().to_vec();

@@ -272,9 +272,11 @@ pub fn chunk_state(
                     ..
                 } => {
                     let g = attn::Q8_GROUP;
+                    // The scales of whole tiles (the ring is padded to them).
+                    let e16 = e.next_multiple_of(attn::KEY_TILE);
                     let (v, d) = (
                         &values[a * hd..e * hd],
-                        &value_scales[a * hd / g..e * hd / g],
+                        &value_scales[a * hd / g..e16 * hd / g],
                     );
                     attn::accum_q8_0(isa, sc, BLOCK, nq, hd, v, d, n, o);
                 }

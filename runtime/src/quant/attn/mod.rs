@@ -327,9 +327,10 @@ pub fn quantize_q8_0(x: &[f32], q: &mut [i8], d: &mut [f16]) {
 }
 
 /// [`scores_f16`] over Q8_0 keys: `keys` holds the key tiles' signed bytes (laid out as
-/// [`key_index`]) and `scales` their f16 scales, `[tile][dimension / 32][slot % 16]`. Key
-/// value `(s, d)` is `f32(scale) · q`, rounded to f32 as one product; each score is then
-/// the same chain over the dimensions as for f16 keys.
+/// [`key_index`]) and `scales` their f16 scales, `[tile][dimension / 32][slot % 16]`. Each
+/// score is, per group of 32 dimensions in order, a chain `part += q_d · k_d` over the
+/// group's quants, then `acc += scale_g · part` (the key's value `(s, d)` is
+/// `f32(scale) · q`, [`key_q8_0`]), times `scale` at the end.
 ///
 /// # Panics
 /// If a slice is too short, or `hd` is not a multiple of [`Q8_GROUP`].
@@ -364,12 +365,17 @@ pub fn scores_q8_0(
             x86::scores::<true>(q, nq, hd, x86::Src::q8_0(keys, scales), n, scale, out, ld)
         },
         _ => {
+            let t = |s: usize| (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP) + s % KEY_TILE;
             for s in 0..n {
                 for h in 0..nq {
                     let qh = &q[h * hd..(h + 1) * hd];
                     let mut acc = 0.0f32;
-                    for (d, a) in qh.iter().enumerate() {
-                        acc += a * key_q8_0(keys, scales, hd, s, d);
+                    for (g, qg) in qh.chunks_exact(Q8_GROUP).enumerate() {
+                        let mut part = 0.0f32;
+                        for (i, a) in qg.iter().enumerate() {
+                            part += a * f32::from(keys[key_index(hd, s, g * Q8_GROUP + i)]);
+                        }
+                        acc += scales[t(s) + g * KEY_TILE].to_f32() * part;
                     }
                     out[h * ld + s] = acc * scale;
                 }
@@ -384,8 +390,10 @@ pub fn key_q8_0(keys: &[i8], scales: &[f16], hd: usize, s: usize, d: usize) -> f
     scales[g].to_f32() * f32::from(keys[key_index(hd, s, d)])
 }
 
-/// [`accum_f16`] over Q8_0 value rows: `vals` holds `n × hd` signed bytes and `scales`
-/// `n × hd / 32` f16 scales (`[slot][group]`); value `(s, d)` is `f32(scale) · q`.
+/// [`accum_f16`] over Q8_0 value rows: `vals` holds `n × hd` signed bytes and `scales` the
+/// f16 scales of their whole tiles of 16 slots, `[slot / 16][dimension / 32][slot % 16]`
+/// (as the keys' scales). Each slot's probability is first multiplied by its group's scale
+/// (`w = p · d`, rounded to f32), then `out += w · q`.
 ///
 /// # Panics
 /// If a slice is too short, or `hd` is not a multiple of [`Q8_GROUP`].
@@ -404,7 +412,9 @@ pub fn accum_q8_0(
     let groups = hd / Q8_GROUP;
     assert!(hd.is_multiple_of(Q8_GROUP), "accum_q8_0: head size {hd}");
     assert!(
-        vals.len() >= n * hd && scales.len() >= n * groups && out.len() >= nq * hd,
+        vals.len() >= n * hd
+            && scales.len() >= n.next_multiple_of(KEY_TILE) * groups
+            && out.len() >= nq * hd,
         "accum_q8_0: too short"
     );
     assert!(
@@ -420,13 +430,20 @@ pub fn accum_q8_0(
         _ => {
             for s in 0..n {
                 let v = &vals[s * hd..(s + 1) * hd];
-                let ds = &scales[s * groups..(s + 1) * groups];
+                let t = (s / KEY_TILE) * KEY_TILE * groups + s % KEY_TILE;
                 for h in 0..nq {
-                    let w = p[h * ld + s];
-                    if w != 0.0 {
-                        for (d, (o, &x)) in out[h * hd..(h + 1) * hd].iter_mut().zip(v).enumerate()
+                    let p = p[h * ld + s];
+                    if p != 0.0 {
+                        let o = &mut out[h * hd..(h + 1) * hd];
+                        for (g, (og, vg)) in o
+                            .chunks_exact_mut(Q8_GROUP)
+                            .zip(v.chunks_exact(Q8_GROUP))
+                            .enumerate()
                         {
-                            *o += w * (ds[d / Q8_GROUP].to_f32() * f32::from(x));
+                            let w = p * scales[t + g * KEY_TILE].to_f32();
+                            for (o, &x) in og.iter_mut().zip(vg) {
+                                *o += w * f32::from(x);
+                            }
                         }
                     }
                 }

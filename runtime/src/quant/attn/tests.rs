@@ -194,9 +194,10 @@ fn q8_0_quantization_follows_the_closed_form() {
     assert_eq!(q[0], -127);
 }
 
-/// Q8_0 scores are one chain over the dimensions in order of `f32(d) · q` key values
-/// (fused on the AVX-512 tier), whatever the query and slot counts; the value sums match
-/// the scalar reference, at head sizes 64 and 256.
+/// Q8_0 scores are, per group of 32 dimensions in order, one chain over the quants and
+/// one multiply-add by the group's scale (fused on the AVX-512 tier), whatever the query
+/// and slot counts; the value sums match the scalar reference and an f64 sum, at head
+/// sizes 64 and 256.
 #[test]
 fn q8_0_kernels_follow_the_chain_and_match_scalar() {
     let best = crate::quant::detect_best();
@@ -218,12 +219,27 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
                 for h in 0..nq {
                     for s in 0..n {
                         let mut acc = 0.0f32;
-                        for d in 0..hd {
-                            let (a, k) = (q[h * hd + d], key_q8_0(&kq, &kd, hd, s, d));
+                        for g in 0..hd / Q8_GROUP {
+                            let mut part = 0.0f32;
+                            for d in g * Q8_GROUP..(g + 1) * Q8_GROUP {
+                                let a = q[h * hd + d];
+                                let k = f32::from(kq[key_index(hd, s, d)]);
+                                part = if fused {
+                                    a.mul_add(k, part)
+                                } else {
+                                    part + a * k
+                                };
+                            }
+                            // The group's scale, where the tiles keep it; a dequantized
+                            // key is that scale times its quant.
+                            let dg = kd[(s / 16) * 16 * (hd / Q8_GROUP) + g * 16 + s % 16].to_f32();
+                            let d0 = g * Q8_GROUP;
+                            let q0 = f32::from(kq[key_index(hd, s, d0)]);
+                            assert_eq!(key_q8_0(&kq, &kd, hd, s, d0), dg * q0);
                             acc = if fused {
-                                a.mul_add(k, acc)
+                                dg.mul_add(part, acc)
                             } else {
-                                acc + a * k
+                                acc + dg * part
                             };
                         }
                         let want = acc * 0.125;
@@ -237,7 +253,8 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
             }
         }
         let n = 37;
-        let (vq, vd) = q8_data(n, hd, 23);
+        // Value rows with the scales of whole tiles (48 slots' room for 37).
+        let (vq, vd) = q8_data(48, hd, 23);
         for nq in [1, 3, 7, 13] {
             let p: Vec<f32> = data(nq * ld, 24).iter().map(|x| x.abs()).collect();
             let mut oa = vec![0.5f32; nq * hd];
@@ -249,8 +266,8 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
                 for c in 0..hd {
                     let mut want = 0.5f64;
                     for s in 0..n {
-                        let v = vd[s * hd / Q8_GROUP + c / Q8_GROUP].to_f32()
-                            * f32::from(vq[s * hd + c]);
+                        let g = (s / 16) * 16 * (hd / Q8_GROUP) + (c / Q8_GROUP) * 16 + s % 16;
+                        let v = vd[g].to_f32() * f32::from(vq[s * hd + c]);
                         want += f64::from(p[h * ld + s]) * f64::from(v);
                     }
                     let (x, y) = (oa[h * hd + c], ob[h * hd + c]);

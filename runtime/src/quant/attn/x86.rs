@@ -155,9 +155,8 @@ impl Src {
         }
     }
 
-    /// The same head from slot `s` (a whole key tile for keys): `s·hd` values and
-    /// `s·hd/32` scales further (keys' scales are `[tile][group][lane]`, values'
-    /// `[slot][group]`, so both advance alike).
+    /// The same head from slot `s` (a whole key tile): `s·hd` values and `s·hd/32` scales
+    /// further (the scales of keys and values are both `[tile][group][lane]`).
     fn at(self, s: usize, hd: usize) -> Self {
         Src {
             h: self.h.wrapping_add(s * hd),
@@ -187,18 +186,28 @@ unsafe fn scores_tile<const H: usize, const Q8: bool>(
     // its scales) at `tile` and the stored lanes inside `op`'s rows.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); H];
-        let mut scale = _mm512_setzero_ps();
-        for d in 0..hd {
-            let kd = if Q8 {
-                if d % super::Q8_GROUP == 0 {
-                    scale = ld16h(tile.d.add(d / super::Q8_GROUP * 16));
+        if Q8 {
+            // Per group of 32 dimensions: a chain over the quants, then one FMA by the
+            // 16 slots' scales into the score.
+            for g in 0..hd / super::Q8_GROUP {
+                let mut part = [_mm512_setzero_ps(); H];
+                for d in g * super::Q8_GROUP..(g + 1) * super::Q8_GROUP {
+                    let kd = ld16b(tile.q.add(d * 16));
+                    for (j, a) in part.iter_mut().enumerate() {
+                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
+                    }
                 }
-                _mm512_mul_ps(ld16b(tile.q.add(d * 16)), scale)
-            } else {
-                ld16h(tile.h.add(d * 16))
-            };
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
+                let scale = ld16h(tile.d.add(g * 16));
+                for (a, p) in acc.iter_mut().zip(&part) {
+                    *a = _mm512_fmadd_ps(scale, *p, *a);
+                }
+            }
+        } else {
+            for d in 0..hd {
+                let kd = ld16h(tile.h.add(d * 16));
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
+                }
             }
         }
         for (j, a) in acc.iter().enumerate() {
@@ -260,12 +269,12 @@ pub(super) unsafe fn scores<const Q8: bool>(
 }
 
 /// `out_h += Σ_s p_h[s] · v_s` for `H` heads and `C` chunks of 16 columns from column
-/// `col`: accumulators in registers, one FMA chain over the slots in order per value.
-/// `Q8`: value rows are Q8_0 (16 bytes times their group's scale); else f16.
+/// `col` of f16 value rows: accumulators in registers, one FMA chain over the slots in
+/// order per value.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accum_tile<const H: usize, const C: usize, const Q8: bool>(
+unsafe fn accum_tile<const H: usize, const C: usize>(
     pp: *const f32,
     ld: usize,
     hd: usize,
@@ -275,8 +284,53 @@ unsafe fn accum_tile<const H: usize, const C: usize, const Q8: bool>(
     op: *mut f32,
 ) {
     // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
-    // rows of hd values (and their scales) and H output rows of hd floats, columns
-    // col..col + 16·C inside.
+    // rows of hd halves and H output rows of hd floats, columns col..col + 16·C inside.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); C]; H];
+        for (h, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(op.add(h * hd + col + 16 * c));
+            }
+        }
+        for s in 0..n {
+            let mut v = [_mm512_setzero_ps(); C];
+            for (c, vc) in v.iter_mut().enumerate() {
+                *vc = ld16h(vp.h.add(s * hd + col + 16 * c));
+            }
+            for (h, row) in acc.iter_mut().enumerate() {
+                let w = _mm512_set1_ps(*pp.add(h * ld + s));
+                for (a, vc) in row.iter_mut().zip(&v) {
+                    *a = _mm512_fmadd_ps(w, *vc, *a);
+                }
+            }
+        }
+        for (h, row) in acc.iter().enumerate() {
+            for (c, a) in row.iter().enumerate() {
+                _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a);
+            }
+        }
+    }
+}
+
+/// The same over Q8_0 value rows (`col` a multiple of 64, so the `C` chunks lie in at most
+/// two groups of 32): for each tile of 16 slots, each head's probabilities times the slots'
+/// scales of a group (`w = p · d`, one product per slot, head and group), then per slot
+/// and value `acc += w · q`: one FMA chain over the slots in order per value.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_tile_q8<const H: usize, const C: usize>(
+    pp: *const f32,
+    ld: usize,
+    hd: usize,
+    vp: Src,
+    n: usize,
+    col: usize,
+    op: *mut f32,
+) {
+    // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
+    // rows of hd bytes with the scales of their tiles, and H output rows of hd floats,
+    // columns col..col + 16·C inside; the loads past n are masked off.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); C]; H];
         for (h, row) in acc.iter_mut().enumerate() {
@@ -285,24 +339,32 @@ unsafe fn accum_tile<const H: usize, const C: usize, const Q8: bool>(
             }
         }
         let groups = hd / super::Q8_GROUP;
-        for s in 0..n {
-            let mut v = [_mm512_setzero_ps(); C];
-            for (c, vc) in v.iter_mut().enumerate() {
-                let i = s * hd + col + 16 * c;
-                *vc = if Q8 {
-                    let g = (col + 16 * c) / super::Q8_GROUP;
-                    let d = _mm512_set1_ps((*vp.d.add(s * groups + g)).to_f32());
-                    _mm512_mul_ps(ld16b(vp.q.add(i)), d)
-                } else {
-                    ld16h(vp.h.add(i))
-                };
-            }
-            for (h, row) in acc.iter_mut().enumerate() {
-                let w = _mm512_set1_ps(*pp.add(h * ld + s));
-                for (a, vc) in row.iter_mut().zip(&v) {
-                    *a = _mm512_fmadd_ps(w, *vc, *a);
+        let g0 = col / super::Q8_GROUP;
+        let mut w = [[[0.0f32; 16]; 2]; H];
+        let mut s0 = 0;
+        while s0 < n {
+            let nv = (n - s0).min(16);
+            let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+            for gi in 0..C.div_ceil(2) {
+                let dp = vp.d.add(s0 * groups + (g0 + gi) * 16) as *const i16;
+                let d16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, dp));
+                for (h, wh) in w.iter_mut().enumerate() {
+                    let p16 = _mm512_maskz_loadu_ps(m, pp.add(h * ld + s0));
+                    _mm512_storeu_ps(wh[gi].as_mut_ptr(), _mm512_mul_ps(p16, d16));
                 }
             }
+            for s in 0..nv {
+                let mut v = [_mm512_setzero_ps(); C];
+                for (c, vc) in v.iter_mut().enumerate() {
+                    *vc = ld16b(vp.q.add((s0 + s) * hd + col + 16 * c));
+                }
+                for (h, row) in acc.iter_mut().enumerate() {
+                    for (c, (a, vc)) in row.iter_mut().zip(&v).enumerate() {
+                        *a = _mm512_fmadd_ps(_mm512_set1_ps(w[h][c / 2][s]), *vc, *a);
+                    }
+                }
+            }
+            s0 += 16;
         }
         for (h, row) in acc.iter().enumerate() {
             for (c, a) in row.iter().enumerate() {
@@ -341,11 +403,15 @@ pub(super) unsafe fn accum<const Q8: bool>(
                 let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
                 macro_rules! go {
                     ($h:literal) => {
-                        match chunks {
-                            1 => accum_tile::<$h, 1, Q8>(ph, ld, hd, vp, n, col, oh),
-                            2 => accum_tile::<$h, 2, Q8>(ph, ld, hd, vp, n, col, oh),
-                            3 => accum_tile::<$h, 3, Q8>(ph, ld, hd, vp, n, col, oh),
-                            _ => accum_tile::<$h, 4, Q8>(ph, ld, hd, vp, n, col, oh),
+                        match (Q8, chunks) {
+                            (false, 1) => accum_tile::<$h, 1>(ph, ld, hd, vp, n, col, oh),
+                            (false, 2) => accum_tile::<$h, 2>(ph, ld, hd, vp, n, col, oh),
+                            (false, 3) => accum_tile::<$h, 3>(ph, ld, hd, vp, n, col, oh),
+                            (false, _) => accum_tile::<$h, 4>(ph, ld, hd, vp, n, col, oh),
+                            (true, 1) => accum_tile_q8::<$h, 1>(ph, ld, hd, vp, n, col, oh),
+                            (true, 2) => accum_tile_q8::<$h, 2>(ph, ld, hd, vp, n, col, oh),
+                            (true, 3) => accum_tile_q8::<$h, 3>(ph, ld, hd, vp, n, col, oh),
+                            (true, _) => accum_tile_q8::<$h, 4>(ph, ld, hd, vp, n, col, oh),
                         }
                     };
                 }
