@@ -7,7 +7,7 @@
 #
 #   bench/side-by-side.sh [--pairs N] [--threads "1 2"] [--tests "pp512 tg128 tg128@d4096"]
 #                         [--pp 512,1024] [--tg 128] [--depth 0,4096]
-#                         [--model PATH] [--out DIR]
+#                         [--model PATH] [--out DIR] [--kv-type q8_0]
 #
 # The sweep is the cross product of --pp, --tg, --depth and --threads (comma or space
 # separated), passed as lists to both sides: llama-bench -p, -n, -d, -t and pocketperf bench
@@ -15,6 +15,10 @@
 # decoded together). --tests names tests instead (ppN or tgN, optionally @dD, on top of a KV
 # cache holding D tokens): their lengths and depths make the lists, and only the named tests
 # are kept. Default: --tests "pp512 tg128".
+#
+# --kv-type q8_0 caches K and V as Q8_0 on both sides: pocketperf bench --kv-type q8_0 and
+# llama-bench -ctk q8_0 -ctv q8_0 -fa 1 (llama.cpp quantizes V only with flash attention).
+# Default f16: neither side is given a cache flag.
 #
 # Writes DIR/runs.csv (every test of every run, with the 1-minute load average when the run
 # started), DIR/pocketperf-commit (the build measured, from the binary's own result header)
@@ -31,6 +35,7 @@ pp_list=""
 tg_list=""
 depth_list=""
 model=""
+kv_type="f16"
 out="results/side-by-side-$(date -u +%Y%m%dT%H%M%SZ)"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -42,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --depth) depth_list="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --kv-type) kv_type="$2"; shift 2 ;;
     *) echo "side-by-side: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -99,6 +105,11 @@ if [[ ! -f "$model" ]]; then
   echo "side-by-side: model not found: $model" >&2
   exit 2
 fi
+case "$kv_type" in
+  f16) peer_kv=() ;;
+  q8_0) peer_kv=(-ctk q8_0 -ctv q8_0 -fa 1) ;;
+  *) echo "side-by-side: --kv-type must be f16 or q8_0, not $kv_type" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 csv="$out/runs.csv"
 echo "pair,test,threads,runtime,tokens_per_s,load1" > "$csv"
@@ -122,6 +133,7 @@ for i in $(seq 1 "$pairs"); do
   # llama-bench -o json: an array of tests with n_prompt, n_gen, n_depth, n_threads, avg_ts
   # (one repetition, so avg_ts is the sample).
   "$peer" -m "$model" -p "$pp_list" -n "$tg_list" -d "$depth_list" -t "$t_list" -r 1 -o json \
+    "${peer_kv[@]}" \
     2>/dev/null \
     | jq -r '.[] | "\(if .n_prompt > 0 then "pp\(.n_prompt)" else "tg\(.n_gen)" end)\(if .n_depth > 0 then "@d\(.n_depth)" else "" end),\(.n_threads),\(.avg_ts)"' \
     | wanted | sed "s/^/$i,/; s/,\([^,]*\)$/,llama.cpp,\1,$l/" >> "$csv"
@@ -129,7 +141,8 @@ for i in $(seq 1 "$pairs"); do
   # pocketperf bench --output jsonl: a header line, then one row per line (test, threads,
   # tokens_per_s_median).
   rows=$("$pp" bench --model "$model" --threads "$t_list" --pp "$pp_list" --tg "$tg_list" \
-    --depth "$depth_list" --batch 0 --probe-mib 0 --reps 1 --output jsonl 2>/dev/null)
+    --depth "$depth_list" --batch 0 --probe-mib 0 --reps 1 --kv-type "$kv_type" --output jsonl \
+    2>/dev/null)
   # The build measured, as the binary itself reports it (POCKETPERF_BIN may be another
   # build than this checkout's).
   echo "$rows" | head -n 1 | jq -r '.header.git_commit' > "$out/pocketperf-commit"
@@ -138,9 +151,9 @@ for i in $(seq 1 "$pairs"); do
   echo "side-by-side: pair $i done (load $l)" >&2
 done
 
-python3 - "$csv" "$out/summary.md" "$model" "$peer" "$pairs" "$out/pocketperf-commit" <<'PY'
+python3 - "$csv" "$out/summary.md" "$model" "$peer" "$pairs" "$out/pocketperf-commit" "$kv_type" <<'PY'
 import csv, statistics, sys
-path, md, model, peer, pairs, commit_file = sys.argv[1:7]
+path, md, model, peer, pairs, commit_file, kv_type = sys.argv[1:8]
 rows = list(csv.DictReader(open(path)))
 keys = []
 for r in rows:
@@ -149,7 +162,7 @@ for r in rows:
         keys.append(k)
 commit = open(commit_file).read().strip()
 out = [
-    f"pocketperf {commit} vs llama.cpp ({peer}), model {model}, {pairs} alternated pairs per row",
+    f"pocketperf {commit} vs llama.cpp ({peer}), model {model}, KV cache {kv_type}, {pairs} alternated pairs per row",
     "",
     "| test | threads | llama.cpp t/s median (min–max) | pocketperf t/s median (min–max) | ratio median (min–max) | load avg during row |",
     "|---|---|---|---|---|---|",
