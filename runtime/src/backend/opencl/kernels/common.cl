@@ -55,7 +55,7 @@ inline ulong row_bytes(int wtype, int cols) {
     }
 }
 
-// e^x by the CPU backend's own steps (runtime/src/quant/attn.rs `exp`: the same IEEE
+// e^x by the CPU backend's own steps (runtime/src/quant/attn/mod.rs `exp`: the same IEEE
 // operations and constants, FP_CONTRACT OFF), not the device's exp(), whose rounding is the
 // device's (PoCL's differs from glibc's by an ulp on about one argument in ten).
 inline float pp_exp(float x) {
