@@ -43,6 +43,20 @@ fn exp_is_within_two_ulp_and_handles_the_ends() {
     assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
 }
 
+/// Whether `isa`'s score chains use fused multiply-adds (the AVX-512 tier's do).
+fn fused(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return matches!(
+        crate::quant::resolve(isa),
+        crate::quant::Tier::Avx512 { .. }
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
 /// Every score is one chain over the dimensions in order whatever the query count (1 to
 /// 13: one or two passes of up to 12) and slot count (whole tiles, a partial last tile):
 /// fused multiply-adds on the AVX-512 tier, separate multiply and add on the others,
@@ -50,13 +64,7 @@ fn exp_is_within_two_ulp_and_handles_the_ends() {
 #[test]
 fn each_score_is_one_chain_whatever_the_grouping() {
     let best = crate::quant::detect_best();
-    #[cfg(target_arch = "x86_64")]
-    let fused = matches!(
-        crate::quant::resolve(best),
-        crate::quant::Tier::Avx512 { .. }
-    );
-    #[cfg(not(target_arch = "x86_64"))]
-    let fused = false;
+    let fused = fused(best);
     let (hd, ld) = (64, 144);
     let q = data(13 * hd, 11);
     let keys: Vec<f16> = data(144 * hd, 12)
@@ -201,13 +209,7 @@ fn q8_0_quantization_follows_the_closed_form() {
 #[test]
 fn q8_0_kernels_follow_the_chain_and_match_scalar() {
     let best = crate::quant::detect_best();
-    #[cfg(target_arch = "x86_64")]
-    let fused = matches!(
-        crate::quant::resolve(best),
-        crate::quant::Tier::Avx512 { .. }
-    );
-    #[cfg(not(target_arch = "x86_64"))]
-    let fused = false;
+    let fused = fused(best);
     for hd in [64, 256] {
         let ld = 48;
         let q = data(13 * hd, 21);

@@ -268,6 +268,42 @@ pub(super) unsafe fn scores<const Q8: bool>(
     }
 }
 
+/// The `H × C` output registers of a value-sum pass: `C` chunks of 16 columns from `col` of
+/// each of `H` output rows of `hd` floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load_out<const H: usize, const C: usize>(
+    op: *const f32,
+    hd: usize,
+    col: usize,
+) -> [[__m512; C]; H] {
+    let mut acc = [[_mm512_setzero_ps(); C]; H];
+    for (h, row) in acc.iter_mut().enumerate() {
+        for (c, a) in row.iter_mut().enumerate() {
+            // SAFETY: the caller guarantees the H rows' columns col..col + 16·C.
+            *a = unsafe { _mm512_loadu_ps(op.add(h * hd + col + 16 * c)) };
+        }
+    }
+    acc
+}
+
+/// Stores what [`load_out`] loaded.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store_out<const H: usize, const C: usize>(
+    acc: &[[__m512; C]; H],
+    op: *mut f32,
+    hd: usize,
+    col: usize,
+) {
+    for (h, row) in acc.iter().enumerate() {
+        for (c, a) in row.iter().enumerate() {
+            // SAFETY: as in `load_out`.
+            unsafe { _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a) };
+        }
+    }
+}
+
 /// `out_h += Σ_s p_h[s] · v_s` for `H` heads and `C` chunks of 16 columns from column
 /// `col` of f16 value rows: accumulators in registers, one FMA chain over the slots in
 /// order per value.
@@ -286,12 +322,7 @@ unsafe fn accum_tile<const H: usize, const C: usize>(
     // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
     // rows of hd halves and H output rows of hd floats, columns col..col + 16·C inside.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); C]; H];
-        for (h, row) in acc.iter_mut().enumerate() {
-            for (c, a) in row.iter_mut().enumerate() {
-                *a = _mm512_loadu_ps(op.add(h * hd + col + 16 * c));
-            }
-        }
+        let mut acc = load_out::<H, C>(op, hd, col);
         for s in 0..n {
             let mut v = [_mm512_setzero_ps(); C];
             for (c, vc) in v.iter_mut().enumerate() {
@@ -304,11 +335,7 @@ unsafe fn accum_tile<const H: usize, const C: usize>(
                 }
             }
         }
-        for (h, row) in acc.iter().enumerate() {
-            for (c, a) in row.iter().enumerate() {
-                _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a);
-            }
-        }
+        store_out(&acc, op, hd, col);
     }
 }
 
@@ -332,12 +359,7 @@ unsafe fn accum_tile_q8<const H: usize, const C: usize>(
     // rows of hd bytes with the scales of their tiles, and H output rows of hd floats,
     // columns col..col + 16·C inside; the loads past n are masked off.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); C]; H];
-        for (h, row) in acc.iter_mut().enumerate() {
-            for (c, a) in row.iter_mut().enumerate() {
-                *a = _mm512_loadu_ps(op.add(h * hd + col + 16 * c));
-            }
-        }
+        let mut acc = load_out::<H, C>(op, hd, col);
         let groups = hd / super::Q8_GROUP;
         let g0 = col / super::Q8_GROUP;
         let mut w = [[[0.0f32; 16]; 2]; H];
@@ -366,11 +388,7 @@ unsafe fn accum_tile_q8<const H: usize, const C: usize>(
             }
             s0 += 16;
         }
-        for (h, row) in acc.iter().enumerate() {
-            for (c, a) in row.iter().enumerate() {
-                _mm512_storeu_ps(op.add(h * hd + col + 16 * c), *a);
-            }
-        }
+        store_out(&acc, op, hd, col);
     }
 }
 
