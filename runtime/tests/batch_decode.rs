@@ -9,8 +9,8 @@ use pocketperf_runtime::model::{BatchForward, Forward, Model, SessionOptions};
 use pocketperf_runtime::pool::ThreadPool;
 use pocketperf_runtime::quant;
 use pocketperf_runtime::session::argmax;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 mod counting_alloc;
 use counting_alloc::{ALLOCS, COUNTING, Counting};
@@ -43,14 +43,26 @@ fn session_of(model: &Model, pool: &Arc<ThreadPool>, cap: usize, kv_type: KvType
     .unwrap()
 }
 
+/// The allocation counter is global: the tests of this file run one at a time, so that one
+/// test's allocations are never counted in another's window.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn batch_decode_equals_one_at_a_time_and_allocates_nothing() {
+    let _one_at_a_time = serial();
     batch_equals_alone(KvType::F16);
 }
 
 /// The same over Q8_0 caches (sequence 1 keeps an f16 one: a batch may mix them).
 #[test]
 fn batch_decode_over_q8_0_caches_equals_one_at_a_time() {
+    let _one_at_a_time = serial();
     batch_equals_alone(KvType::Q8_0);
 }
 
@@ -132,6 +144,7 @@ fn batch_equals_alone(kv_type: KvType) {
 
 #[test]
 fn batch_decode_refuses_bad_batches_without_changing_state() {
+    let _one_at_a_time = serial();
     let model = Model::open(&common::model_path()).unwrap();
     let isa = quant::isa_from_env().unwrap();
     let pool = Arc::new(ThreadPool::new(1));
