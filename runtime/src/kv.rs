@@ -23,7 +23,7 @@
 //! Nothing here allocates after [`KvCache::new`].
 
 use crate::error::{Error, Result};
-use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, quantize_q8_0};
+use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, quantize_q8_0, scale_index};
 use half::f16;
 use memmap2::MmapMut;
 
@@ -164,12 +164,7 @@ impl KvHead<'_> {
                 values,
                 value_scales,
                 ..
-            } => {
-                let g = (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP)
-                    + (d / Q8_GROUP) * KEY_TILE
-                    + s % KEY_TILE;
-                value_scales[g].to_f32() * f32::from(values[s * hd + d])
-            }
+            } => crate::quant::attn::value_q8_0(values, value_scales, hd, s, d),
         }
     }
 }
@@ -451,25 +446,18 @@ impl KvCache {
                     );
                 }
                 KvType::Q8_0 => {
-                    let groups = hd / Q8_GROUP;
-                    let tile = slot / KEY_TILE * KEY_TILE;
-                    for g in 0..groups {
+                    for g in (0..hd).step_by(Q8_GROUP) {
                         let (mut q, mut d) = ([0i8; Q8_GROUP], [f16::ZERO]);
-                        quantize_q8_0(&kh[g * Q8_GROUP..(g + 1) * Q8_GROUP], &mut q, &mut d);
+                        quantize_q8_0(&kh[g..g + Q8_GROUP], &mut q, &mut d);
                         let keys = self.view_mut::<i8>(ko, n);
                         for (i, &x) in q.iter().enumerate() {
-                            keys[key_index(hd, slot, g * Q8_GROUP + i)] = x;
+                            keys[key_index(hd, slot, g + i)] = x;
                         }
-                        let ks = self.view_mut::<f16>(kdo, n / Q8_GROUP);
-                        ks[tile * groups + g * KEY_TILE + slot % KEY_TILE] = d[0];
-                    }
-                    for g in 0..groups {
-                        let (mut q, mut d) = ([0i8; Q8_GROUP], [f16::ZERO]);
-                        quantize_q8_0(&vh[g * Q8_GROUP..(g + 1) * Q8_GROUP], &mut q, &mut d);
-                        let at = slot * hd + g * Q8_GROUP;
-                        self.view_mut::<i8>(vo, n)[at..at + Q8_GROUP].copy_from_slice(&q);
-                        let vs = self.view_mut::<f16>(vdo, n / Q8_GROUP);
-                        vs[tile * groups + g * KEY_TILE + slot % KEY_TILE] = d[0];
+                        self.view_mut::<f16>(kdo, n / Q8_GROUP)[scale_index(hd, slot, g)] = d[0];
+                        let row = slot * hd + g;
+                        let values = &mut self.view_mut::<i8>(vo, n)[row..row + Q8_GROUP];
+                        quantize_q8_0(&vh[g..g + Q8_GROUP], values, &mut d);
+                        self.view_mut::<f16>(vdo, n / Q8_GROUP)[scale_index(hd, slot, g)] = d[0];
                     }
                 }
             }

@@ -181,42 +181,10 @@ pub fn chunk_state(
         let mut t = a;
         while t < e {
             let te = (t + step).min(e);
-            let tiles = t * hd..te.next_multiple_of(attn::KEY_TILE) * hd;
-            let out = &mut sc[t - a..];
-            match kv.cache {
-                KvHead::F16 { keys, values } => {
-                    if wide {
-                        attn::prefetch(&values[t * hd..te * hd]);
-                    }
-                    let keys = &keys[tiles];
-                    attn::scores_f16(isa, qs.q, nq, hd, keys, te - t, qs.scale, out, BLOCK);
-                }
-                KvHead::Q8_0 {
-                    keys,
-                    key_scales,
-                    values,
-                    ..
-                } => {
-                    if wide {
-                        attn::prefetch(&values[t * hd..te * hd]);
-                    }
-                    let g = attn::Q8_GROUP;
-                    let scales = &key_scales[tiles.start / g..tiles.end / g];
-                    let keys = &keys[tiles];
-                    attn::scores_q8_0(
-                        isa,
-                        qs.q,
-                        nq,
-                        hd,
-                        keys,
-                        scales,
-                        te - t,
-                        qs.scale,
-                        out,
-                        BLOCK,
-                    );
-                }
+            if wide {
+                prefetch_values(&kv.cache, t * hd..te * hd);
             }
+            tile_scores(isa, &kv.cache, qs, nq, t, te, &mut sc[t - a..]);
             t = te;
         }
         // Every row sees every slot of the block (the bulk of a long causal prefix): the mask
@@ -262,27 +230,77 @@ pub fn chunk_state(
             l[j] = lnew;
         }
         if any {
-            match kv.cache {
-                KvHead::F16 { values, .. } => {
-                    attn::accum_f16(isa, sc, BLOCK, nq, hd, &values[a * hd..e * hd], n, o);
-                }
-                KvHead::Q8_0 {
-                    values,
-                    value_scales,
-                    ..
-                } => {
-                    let g = attn::Q8_GROUP;
-                    // The scales of whole tiles (the ring is padded to them).
-                    let e16 = e.next_multiple_of(attn::KEY_TILE);
-                    let (v, d) = (
-                        &values[a * hd..e * hd],
-                        &value_scales[a * hd / g..e16 * hd / g],
-                    );
-                    attn::accum_q8_0(isa, sc, BLOCK, nq, hd, v, d, n, o);
-                }
-            }
+            value_sums(isa, &kv.cache, sc, nq, hd, a, e, o);
         }
         b0 += BLOCK;
+    }
+}
+
+/// Asks the caches for value rows `rows` (values, not bytes) of a head.
+fn prefetch_values(cache: &KvHead<'_>, rows: Range<usize>) {
+    match *cache {
+        KvHead::F16 { values, .. } => attn::prefetch(&values[rows]),
+        KvHead::Q8_0 { values, .. } => attn::prefetch(&values[rows]),
+    }
+}
+
+/// Scores of the `nq` heads of `qs` against slots `t..te` (`t` a multiple of 16) into `out`
+/// (rows [`BLOCK`] apart), by the cache's type.
+fn tile_scores(
+    isa: Isa,
+    cache: &KvHead<'_>,
+    qs: &Queries<'_>,
+    nq: usize,
+    t: usize,
+    te: usize,
+    out: &mut [f32],
+) {
+    let hd = qs.hd;
+    let tiles = t * hd..te.next_multiple_of(attn::KEY_TILE) * hd;
+    let (q, n, scale) = (qs.q, te - t, qs.scale);
+    match *cache {
+        KvHead::F16 { keys, .. } => {
+            attn::scores_f16(isa, q, nq, hd, &keys[tiles], n, scale, out, BLOCK);
+        }
+        KvHead::Q8_0 {
+            keys, key_scales, ..
+        } => {
+            let g = attn::Q8_GROUP;
+            let scales = &key_scales[tiles.start / g..tiles.end / g];
+            attn::scores_q8_0(isa, q, nq, hd, &keys[tiles], scales, n, scale, out, BLOCK);
+        }
+    }
+}
+
+/// `o += Σ p · v` over slots `a..e` (`a` a multiple of 16; probabilities `p` in rows
+/// [`BLOCK`] apart), by the cache's type.
+#[allow(clippy::too_many_arguments)]
+fn value_sums(
+    isa: Isa,
+    cache: &KvHead<'_>,
+    p: &[f32],
+    nq: usize,
+    hd: usize,
+    a: usize,
+    e: usize,
+    o: &mut [f32],
+) {
+    let n = e - a;
+    match *cache {
+        KvHead::F16 { values, .. } => {
+            attn::accum_f16(isa, p, BLOCK, nq, hd, &values[a * hd..e * hd], n, o);
+        }
+        KvHead::Q8_0 {
+            values,
+            value_scales,
+            ..
+        } => {
+            // The scales of whole tiles (the ring is padded to them).
+            let g = attn::Q8_GROUP;
+            let e16 = e.next_multiple_of(attn::KEY_TILE);
+            let d = &value_scales[a * hd / g..e16 * hd / g];
+            attn::accum_q8_0(isa, p, BLOCK, nq, hd, &values[a * hd..e * hd], d, n, o);
+        }
     }
 }
 

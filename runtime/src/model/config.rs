@@ -93,7 +93,9 @@ impl ModelConfig {
     /// precede it: global layers read every cached position, local layers at most the
     /// window.
     pub fn kv_bytes_read(&self, n_past: usize, ty: crate::kv::KvType) -> u64 {
-        let per_slot_layer = 2 * ty.bytes_for(self.kv_dim()).unwrap_or(usize::MAX) as u64;
+        // kv_dim is a tensor dimension the loader bounds: its bytes cannot overflow (the
+        // map_or saturates instead of panicking).
+        let per_slot_layer = 2 * ty.bytes_for(self.kv_dim()).map_or(u64::MAX, |b| b as u64);
         let seen = n_past as u64 + 1;
         let local = self.n_swa_layers() as u64;
         let global = self.n_layers as u64 - local;

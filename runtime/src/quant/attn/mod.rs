@@ -296,6 +296,13 @@ pub fn accum_f16(
 /// one f16 scale).
 pub const Q8_GROUP: usize = 32;
 
+/// Index of the Q8_0 scale of dimension `d` of slot `s` (head size `hd`), keys and values
+/// alike: per tile of [`KEY_TILE`] slots, group-major (`[s / 16][d / 32][s % 16]`), so the
+/// 16 slots' scales of one group are adjacent.
+pub const fn scale_index(hd: usize, s: usize, d: usize) -> usize {
+    (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP) + (d / Q8_GROUP) * KEY_TILE + s % KEY_TILE
+}
+
 /// Quantizes `x` (a multiple of [`Q8_GROUP`] values) to Q8_0 as ggml does: per group of 32,
 /// `d = max|x| / 127`, `q = round(x / d)` (computed as `x · (1/d)`, halves away from
 /// zero), the scale stored as f16. The value read back is `f32(d_f16) · q`.
@@ -365,7 +372,6 @@ pub fn scores_q8_0(
             x86::scores::<true>(q, nq, hd, x86::Src::q8_0(keys, scales), n, scale, out, ld)
         },
         _ => {
-            let t = |s: usize| (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP) + s % KEY_TILE;
             for s in 0..n {
                 for h in 0..nq {
                     let qh = &q[h * hd..(h + 1) * hd];
@@ -375,7 +381,7 @@ pub fn scores_q8_0(
                         for (i, a) in qg.iter().enumerate() {
                             part += a * f32::from(keys[key_index(hd, s, g * Q8_GROUP + i)]);
                         }
-                        acc += scales[t(s) + g * KEY_TILE].to_f32() * part;
+                        acc += scales[scale_index(hd, s, g * Q8_GROUP)].to_f32() * part;
                     }
                     out[h * ld + s] = acc * scale;
                 }
@@ -386,8 +392,12 @@ pub fn scores_q8_0(
 
 /// Dimension `d` of slot `s` of Q8_0 keys laid out as [`scores_q8_0`] reads them.
 pub fn key_q8_0(keys: &[i8], scales: &[f16], hd: usize, s: usize, d: usize) -> f32 {
-    let g = (s / KEY_TILE) * KEY_TILE * (hd / Q8_GROUP) + (d / Q8_GROUP) * KEY_TILE + s % KEY_TILE;
-    scales[g].to_f32() * f32::from(keys[key_index(hd, s, d)])
+    scales[scale_index(hd, s, d)].to_f32() * f32::from(keys[key_index(hd, s, d)])
+}
+
+/// Dimension `d` of slot `s` of Q8_0 value rows laid out as [`accum_q8_0`] reads them.
+pub fn value_q8_0(vals: &[i8], scales: &[f16], hd: usize, s: usize, d: usize) -> f32 {
+    scales[scale_index(hd, s, d)].to_f32() * f32::from(vals[s * hd + d])
 }
 
 /// [`accum_f16`] over Q8_0 value rows: `vals` holds `n × hd` signed bytes and `scales` the
@@ -430,7 +440,6 @@ pub fn accum_q8_0(
         _ => {
             for s in 0..n {
                 let v = &vals[s * hd..(s + 1) * hd];
-                let t = (s / KEY_TILE) * KEY_TILE * groups + s % KEY_TILE;
                 for h in 0..nq {
                     let p = p[h * ld + s];
                     if p != 0.0 {
@@ -440,7 +449,7 @@ pub fn accum_q8_0(
                             .zip(v.chunks_exact(Q8_GROUP))
                             .enumerate()
                         {
-                            let w = p * scales[t + g * KEY_TILE].to_f32();
+                            let w = p * scales[scale_index(hd, s, g * Q8_GROUP)].to_f32();
                             for (o, &x) in og.iter_mut().zip(vg) {
                                 *o += w * f32::from(x);
                             }
