@@ -1,7 +1,8 @@
 //! `--kv-type` as a user gives it, on synthetic tiny models: `bench` writes it in its
 //! settings and counts the KV bytes a decoded token reads by the type (closed form below),
 //! `perplexity` and `logits` run with it and their numbers move off the f16 cache's, and what
-//! cannot run is refused naming the flag or the head size (a Q8_0 group is 32 values).
+//! cannot run (`bench` and `generate` on a head size of 16) is refused naming the flag or the
+//! head size (a Q8_0 group is 32 values).
 
 use pocketperf_runtime::GgmlType;
 use pocketperf_testkit::{TinyLlama, tiny_llama};
@@ -191,6 +192,21 @@ fn what_cannot_run_is_refused_naming_it() {
         "1",
         "--probe-mib",
         "0",
+        "--kv-type",
+        "q8_0",
+    ]);
+    assert!(e.contains("head size 16"), "{e}");
+    // generate hands the type to its session too.
+    let e = run(&[
+        "generate",
+        "--model",
+        m16.to_str().unwrap(),
+        "--prompt",
+        "a b c",
+        "--max-tokens",
+        "2",
+        "--ctx",
+        "32",
         "--kv-type",
         "q8_0",
     ]);
