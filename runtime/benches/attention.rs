@@ -113,6 +113,7 @@ fn decode(c: &mut Criterion) {
             hd: HD,
             scale: 0.125,
             window: u32::MAX,
+            q8: None,
         };
         g.throughput(Throughput::Elements(depth as u64));
         let mut sc = vec![0.0f32; GROUP * depth];
@@ -155,9 +156,15 @@ fn decode(c: &mut Criterion) {
             cache: q8.head(0, 0),
             positions: &kv.positions,
         };
+        // The queries quantized once, as the forward pass does per attention task.
+        let mut qbuf = attn::QueryQ8Buf::with_capacity(q.len());
+        let qs8 = Queries {
+            q8: Some(qbuf.quantize(&q)),
+            ..qs
+        };
         g.bench_function(BenchmarkId::new("decode_blocked_q8_0", depth), |b| {
             b.iter(|| {
-                attention::attend(isa, &hq, &qs, 0, depth, &mut scratch, &mut out);
+                attention::attend(isa, &hq, &qs8, 0, depth, &mut scratch, &mut out);
                 black_box(&out);
             })
         });
@@ -171,6 +178,7 @@ fn decode(c: &mut Criterion) {
             hd: HD,
             scale: 0.125,
             window: u32::MAX,
+            q8: None,
         };
         let mut tscratch = vec![0.0f32; attention::scratch_len(4 * GROUP, HD)];
         let mut tout = vec![0.0f32; 4 * GROUP * HD];
@@ -252,6 +260,7 @@ fn decode_layer(c: &mut Criterion) {
                     hd: HD,
                     scale: 0.125,
                     window: u32::MAX,
+                    q8: None,
                 })
                 .collect();
             let nch = attention::chunks(0, depth).len();

@@ -7,10 +7,12 @@
 //! [`crate::quant::attn::key_index`]), so that the scores of 16 slots take one load per
 //! dimension. [`KvType::Q8_0`] (ggml's Q8_0 rule, 32 values per f16 scale:
 //! [`crate::quant::attn::quantize_q8_0`]) stores the same positions as signed bytes,
-//! `[Kq | Vq | K scales | V scales]`: key scales `[layer][kv_head][slot / 16][head_dim /
-//! 32][slot % 16]`, value scales the same (`[slot / 16][head_dim / 32][slot % 16]`, so that a
-//! tile's 16 scales of a group are one load) — 34 bytes per 32
-//! values instead of 64. Every slot remembers
+//! `[Kq | Vq | K scales | V scales]`: keys in tiles of 16 slots by quads of 4 dimensions
+//! (`[slot / 16][head_dim / 4][slot % 16][4]`, see [`crate::quant::attn::key_index_q8`]:
+//! one 64-byte load feeds an integer dot product per slot), values `[slot][head_dim]`, key
+//! scales `[layer][kv_head][slot / 16][head_dim / 32][slot % 16]`, value scales the same (so
+//! that a tile's 16 scales of a group are one load) — 34 bytes per 32 values instead of 64.
+//! Every slot remembers
 //! the absolute position of the token stored in it; attention masks by position, so the
 //! order of slots in memory does not matter and the write index may wrap.
 //!
@@ -23,7 +25,7 @@
 //! Nothing here allocates after [`KvCache::new`].
 
 use crate::error::{Error, Result};
-use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, quantize_q8_0, scale_index};
+use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, key_index_q8, quantize_q8_0, scale_index};
 use half::f16;
 use memmap2::MmapMut;
 
@@ -136,7 +138,8 @@ pub struct KvShape {
 pub enum KvHead<'a> {
     /// Keys in key tiles ([`key_index`]), values `[slot][head_dim]`.
     F16 { keys: &'a [f16], values: &'a [f16] },
-    /// The same positions as signed bytes, with their scales (see the module layout).
+    /// The same positions as signed bytes (keys in [`key_index_q8`] tiles), with their
+    /// scales (see the module layout).
     Q8_0 {
         keys: &'a [i8],
         key_scales: &'a [f16],
@@ -451,7 +454,7 @@ impl KvCache {
                         quantize_q8_0(&kh[g..g + Q8_GROUP], &mut q, &mut d);
                         let keys = self.view_mut::<i8>(ko, n);
                         for (i, &x) in q.iter().enumerate() {
-                            keys[key_index(hd, slot, g + i)] = x;
+                            keys[key_index_q8(hd, slot, g + i)] = x;
                         }
                         self.view_mut::<f16>(kdo, n / Q8_GROUP)[scale_index(hd, slot, g)] = d[0];
                         let row = slot * hd + g;

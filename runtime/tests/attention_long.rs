@@ -16,6 +16,7 @@ use pocketperf_runtime::model::attention::{
     self, BLOCK, CHUNK, HeadKv, Queries, chunk_state, chunks, merge, scratch_len, state_len,
 };
 use pocketperf_runtime::perplexity::text_tokens;
+use pocketperf_runtime::quant::attn::{Q8_GROUP, QueryQ8Buf};
 use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::Engine;
 
@@ -183,6 +184,7 @@ fn queries_of<'a>(
         hd,
         scale: SCALE,
         window,
+        q8: None,
     }
 }
 
@@ -250,8 +252,9 @@ fn long_context_attention_is_within_the_f32_bound_of_exact_math() {
 }
 
 /// The same bound over a Q8_0 cache, at head sizes 64 and 256: the exact reference reads
-/// the dequantized keys and values (`f32(d) · q`), so quantization adds nothing to the
-/// error of the blocked, chunked f32 arithmetic.
+/// the dequantized keys and values (`f32(d) · q`) and the dequantized query (scores against
+/// a Q8_0 cache take the query quantized), so quantization adds nothing to the error of the
+/// blocked, chunked f32 arithmetic.
 #[test]
 fn long_context_attention_over_a_q8_0_cache_is_within_the_f32_bound_of_exact_math() {
     for (hd, group) in [(HD, GROUP), (256, 4)] {
@@ -262,9 +265,17 @@ fn long_context_attention_over_a_q8_0_cache_is_within_the_f32_bound_of_exact_mat
                 for pos in [4499u32, 2049, 130] {
                     let q = row_q(&d, pos);
                     let at = [pos];
-                    let qs = queries_of(q, &at, window, hd, group);
+                    let mut buf = QueryQ8Buf::with_capacity(q.len());
+                    let q8 = buf.quantize(q);
+                    let deq: Vec<f32> = (0..q.len())
+                        .map(|i| f32::from(q8.quants[i]) * q8.scales[i / Q8_GROUP])
+                        .collect();
+                    let qs = Queries {
+                        q8: Some(q8),
+                        ..queries_of(q, &at, window, hd, group)
+                    };
                     let ours = attend(isa, &d, &qs, false);
-                    let (want, smax) = exact(&d, q, pos, window);
+                    let (want, smax) = exact(&d, &deq, pos, window);
                     let tol = bound_hd(smax, vmax, hd);
                     let err = max_err(&ours, &want);
                     assert!(

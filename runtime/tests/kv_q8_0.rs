@@ -3,10 +3,12 @@
 //! against llama.cpp's with its own Q8_0 cache (`-ctk q8_0 -ctv q8_0`, figures recorded from
 //! the peer build in `tests/peer/kv_q8_0_perplexity.json`), at contexts of 128 and 512.
 //!
-//! Tolerance 1.5%: llama.cpp's flash attention also rounds the query to Q8_0 before the
-//! scores (this runtime keeps it f32), so the two quantized runs are perturbed differently;
-//! their f16 runs agree within 1% (the real-models issue's bound). The recorded f16 figures
-//! bound how far each quantized run may drift from its own f16 run.
+//! Tolerance 1.5%: both runtimes round the query to Q8_0 before the scores against a Q8_0
+//! cache (llama.cpp keeps the query's scale in f16, this runtime in f32) but accumulate in
+//! different orders, and their f16 runs agree within about 1% (the real-models issue's
+//! bound). The recorded f16 figures bound what the quantized cache may cost: no more than
+//! it costs llama.cpp, plus 1.5 points (costing less is no defect: at context 512 Gemma 3's
+//! Q8_0 run reads a little below its f16 run).
 
 mod common;
 
@@ -57,11 +59,11 @@ fn check(name: &str) {
             (ours / theirs - 1.0).abs() < 0.015,
             "{name} ctx {ctx}: q8_0 perplexity {ours:.4} vs llama.cpp's q8_0 {theirs:.4}"
         );
-        // The quantized cache costs about what it costs llama.cpp: the change from f16 is
-        // within 1.5 points of llama.cpp's own change.
+        // The quantized cache costs no more than it costs llama.cpp: the rise from f16 is
+        // at most 1.5 points above llama.cpp's own rise.
         let (mine, peer) = (ours / ours_f16 - 1.0, theirs / theirs_f16 - 1.0);
         assert!(
-            (mine - peer).abs() < 0.015,
+            mine - peer < 0.015,
             "{name} ctx {ctx}: q8_0 moves perplexity by {:+.2}%, llama.cpp's by {:+.2}%",
             100.0 * mine,
             100.0 * peer

@@ -73,6 +73,9 @@ pub struct Queries<'a> {
     /// A row at position `p` sees the slots at `p − window + 1 ..= p` (`u32::MAX`: all
     /// earlier ones).
     pub window: u32,
+    /// The same heads quantized ([`attn::QueryQ8Buf::quantize`]), which a Q8_0 cache's
+    /// scores read instead of `q`; `None` for an f16 cache.
+    pub q8: Option<attn::QueryQ8<'a>>,
 }
 
 impl Queries<'_> {
@@ -267,7 +270,12 @@ fn tile_scores(
         } => {
             let g = attn::Q8_GROUP;
             let scales = &key_scales[tiles.start / g..tiles.end / g];
-            attn::scores_q8_0(isa, q, nq, hd, &keys[tiles], scales, n, scale, out, BLOCK);
+            // An internal contract: whoever builds the queries of a Q8_0 head quantizes them.
+            let q8 = qs
+                .q8
+                .as_ref()
+                .expect("queries of a Q8_0 cache come quantized");
+            attn::scores_q8_0(isa, q8, nq, hd, &keys[tiles], scales, n, scale, out, BLOCK);
         }
     }
 }

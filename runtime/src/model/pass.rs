@@ -12,6 +12,7 @@ use super::layers::{
 use super::pass_io::{Counters, KvAccess};
 use super::weights::{LayerWeights, Model};
 use super::workspace::{Block, RowInfo, TILE_QUERIES, Workspace};
+use crate::kv::KvHead;
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -447,10 +448,14 @@ impl Pass<'_> {
         let q = &ws.q[..];
         let rows = &ws.rows[..n];
         let blocks = &ws.blocks[..nblk];
+        let query_q8 = &ws.query_q8[..];
         let next = AtomicUsize::new(0);
         let job = |w: usize, _nw: usize| {
             // SAFETY: each worker owns scratch block `w`.
             let sc = unsafe { scratch.slice(w * stride, stride) };
+            // Worker `w`'s own buffer: never contended (a poisoned lock only means another
+            // job panicked; the buffer is rewritten before each use).
+            let mut qq = query_q8[w].lock().unwrap_or_else(|e| e.into_inner());
             let (work, rest) = sc.split_at_mut(attention::scratch_len(sc_rows, hd));
             let (qbuf, rest) = rest.split_at_mut(sc_rows * hd);
             let obuf = &mut rest[..sc_rows * hd];
@@ -479,6 +484,10 @@ impl Pass<'_> {
                         .copy_from_slice(&q[src..src + group * hd]);
                     pos[b] = rows[ti].pos;
                 }
+                let q8 = match head.cache {
+                    KvHead::Q8_0 { .. } => Some(qq.quantize(&qbuf[..nq * hd])),
+                    KvHead::F16 { .. } => None,
+                };
                 let qs = attention::Queries {
                     q: &qbuf[..nq * hd],
                     pos: &pos[..t1 - t0],
@@ -486,6 +495,7 @@ impl Pass<'_> {
                     hd,
                     scale,
                     window,
+                    q8,
                 };
                 let (lo, hi) = attention::visible(&head, &qs, tiled);
                 if split {

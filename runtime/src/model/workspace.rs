@@ -4,6 +4,8 @@
 use super::attention::{self, CHUNK};
 use super::config::ModelConfig;
 use crate::quant::QuantizedActs;
+use crate::quant::attn::QueryQ8Buf;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 
 /// Where one row of a forward call belongs: its sequence (index into the KV set), absolute
@@ -54,6 +56,8 @@ pub(super) struct Workspace {
     /// Per-worker attention scratch, `scratch_stride` floats each.
     pub(super) scratch: Vec<f32>,
     pub(super) scratch_stride: usize,
+    /// Per-worker query heads of one attention task, quantized for a Q8_0 cache.
+    pub(super) query_q8: Vec<Mutex<QueryQ8Buf>>,
     /// Query heads of one attention task at most.
     pub(super) sc_rows: usize,
     /// Rows whose attention may be split into chunks (`SPLIT_ROWS` at most).
@@ -109,6 +113,9 @@ impl Workspace {
             acts2: QuantizedActs::new(rows, c.n_ff),
             scratch: vec![0.0; threads * scratch_stride],
             scratch_stride,
+            query_q8: (0..threads)
+                .map(|_| Mutex::new(QueryQ8Buf::with_capacity(sc_rows * hd)))
+                .collect(),
             sc_rows,
             split_rows,
             max_chunks,

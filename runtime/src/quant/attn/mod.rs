@@ -228,9 +228,7 @@ pub fn scores_f16(
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } => unsafe {
-            x86::scores::<false>(q, nq, hd, x86::Src::f16(keys), n, scale, out, ld)
-        },
+        Tier::Avx512 { .. } => unsafe { x86::scores(q, nq, hd, keys.as_ptr(), n, scale, out, ld) },
         _ => {
             for s in 0..n {
                 for h in 0..nq {
@@ -333,18 +331,102 @@ pub fn quantize_q8_0(x: &[f32], q: &mut [i8], d: &mut [f16]) {
     }
 }
 
-/// [`scores_f16`] over Q8_0 keys: `keys` holds the key tiles' signed bytes (laid out as
-/// [`key_index`]) and `scales` their f16 scales, `[tile][dimension / 32][slot % 16]`. Each
-/// score is, per group of 32 dimensions in order, a chain `part += q_d · k_d` over the
-/// group's quants, then `acc += scale_g · part` (the key's value `(s, d)` is
-/// `f32(scale) · q`, [`key_q8_0`]), times `scale` at the end.
+/// Index of dimension `d` of slot `s` in Q8_0 keys (head size `hd`): tiles of
+/// [`KEY_TILE`] slots, and inside a tile, per quad of 4 dimensions, the 16 slots' 4 bytes
+/// (`[s / 16][d / 4][s % 16][d % 4]`), so that one 64-byte load gives 4 dimensions of 16
+/// slots: one integer dot product of 4 bytes per slot lane.
+pub const fn key_index_q8(hd: usize, s: usize, d: usize) -> usize {
+    (s / KEY_TILE) * KEY_TILE * hd + (d / 4) * 4 * KEY_TILE + (s % KEY_TILE) * 4 + d % 4
+}
+
+/// Query heads quantized for integer scores against Q8_0 keys ([`QueryQ8Buf::quantize`]):
+/// per head and group of 32 dimensions, 32 signed bytes, an f32 scale and the offset
+/// `−128 · Σ quants` (the correction of a dot product taken with the keys' bytes flipped to
+/// unsigned, `k + 128`).
+#[derive(Clone, Copy, Debug)]
+pub struct QueryQ8<'a> {
+    /// `heads × hd` quants.
+    pub quants: &'a [i8],
+    /// `heads × hd / 32` scales.
+    pub scales: &'a [f32],
+    /// `heads × hd / 32` offsets.
+    pub offsets: &'a [i32],
+}
+
+/// Storage for [`QueryQ8`]: sized once, reused without allocating.
+#[derive(Debug, Default)]
+pub struct QueryQ8Buf {
+    quants: Vec<i8>,
+    scales: Vec<f32>,
+    offsets: Vec<i32>,
+}
+
+impl QueryQ8Buf {
+    /// Room for `values` query values (quantizing no more never allocates).
+    pub fn with_capacity(values: usize) -> Self {
+        QueryQ8Buf {
+            quants: Vec::with_capacity(values),
+            scales: Vec::with_capacity(values / Q8_GROUP),
+            offsets: Vec::with_capacity(values / Q8_GROUP),
+        }
+    }
+
+    /// Quantizes query heads `q` (a multiple of [`Q8_GROUP`] values) by ggml's Q8_0 rule
+    /// ([`quantize_q8_0`]) with the scale kept in f32: per group of 32, `d = max|x| / 127`,
+    /// `q = round(x · (1/d))`.
+    ///
+    /// # Panics
+    /// If `q.len()` is not a multiple of [`Q8_GROUP`].
+    pub fn quantize(&mut self, q: &[f32]) -> QueryQ8<'_> {
+        assert!(
+            q.len().is_multiple_of(Q8_GROUP),
+            "QueryQ8Buf: {} values",
+            q.len()
+        );
+        let groups = q.len() / Q8_GROUP;
+        self.quants.resize(q.len(), 0);
+        self.scales.resize(groups, 0.0);
+        self.offsets.resize(groups, 0);
+        for (((xg, qg), d), off) in q
+            .chunks_exact(Q8_GROUP)
+            .zip(self.quants.chunks_exact_mut(Q8_GROUP))
+            .zip(self.scales.iter_mut())
+            .zip(self.offsets.iter_mut())
+        {
+            let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let scale = amax / 127.0;
+            let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+            let mut sum = 0i32;
+            for (o, &v) in qg.iter_mut().zip(xg) {
+                // |v · inv| ≤ 127 up to rounding; the cast saturates anything past it.
+                *o = (v * inv).round() as i8;
+                sum += i32::from(*o);
+            }
+            *d = scale;
+            *off = -128 * sum;
+        }
+        QueryQ8 {
+            quants: &self.quants,
+            scales: &self.scales,
+            offsets: &self.offsets,
+        }
+    }
+}
+
+/// [`scores_f16`] over Q8_0 keys, with the queries quantized too ([`QueryQ8`], as
+/// llama.cpp's CPU attention quantizes them for a Q8_0 cache): `keys` holds the key tiles'
+/// signed bytes (laid out as [`key_index_q8`]) and `scales` their f16 scales,
+/// `[tile][dimension / 32][slot % 16]`. Each score is, per group of 32 dimensions in order,
+/// the exact integer dot product `part` of the query's and the key's quants, then
+/// `acc += (d_key · d_query) · part` (the product rounded to f32; fused multiply-add on the
+/// AVX-512 VNNI tier, a multiply and an add on the others), times `scale` at the end.
 ///
 /// # Panics
 /// If a slice is too short, or `hd` is not a multiple of [`Q8_GROUP`].
 #[allow(clippy::too_many_arguments)]
 pub fn scores_q8_0(
     isa: Isa,
-    q: &[f32],
+    q: &QueryQ8<'_>,
     nq: usize,
     hd: usize,
     keys: &[i8],
@@ -355,9 +437,14 @@ pub fn scores_q8_0(
     ld: usize,
 ) {
     let tiles = n.next_multiple_of(KEY_TILE);
+    let groups = hd / Q8_GROUP;
     assert!(hd.is_multiple_of(Q8_GROUP), "scores_q8_0: head size {hd}");
     assert!(
-        q.len() >= nq * hd && keys.len() >= tiles * hd && scales.len() >= tiles * hd / Q8_GROUP,
+        q.quants.len() >= nq * hd
+            && q.scales.len() >= nq * groups
+            && q.offsets.len() >= nq * groups
+            && keys.len() >= tiles * hd
+            && scales.len() >= tiles * groups,
         "scores_q8_0: inputs too short"
     );
     assert!(
@@ -367,23 +454,35 @@ pub fn scores_q8_0(
     assert!(ld >= n, "scores_q8_0: leading dimension {ld} < {n}");
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512 detected; sizes checked above.
-        Tier::Avx512 { .. } => unsafe {
-            x86::scores::<true>(q, nq, hd, x86::Src::q8_0(keys, scales), n, scale, out, ld)
+        // SAFETY: AVX-512 VNNI detected; sizes checked above.
+        Tier::Avx512 { vnni: true, .. } => unsafe {
+            x86::scores_q8(q, nq, hd, keys, scales, n, scale, out, ld)
         },
         _ => {
-            for s in 0..n {
+            for t in (0..n).step_by(KEY_TILE) {
+                let (tk, td) = (&keys[t * hd..], &scales[t * groups..]);
+                let lanes = (n - t).min(KEY_TILE);
                 for h in 0..nq {
-                    let qh = &q[h * hd..(h + 1) * hd];
-                    let mut acc = 0.0f32;
-                    for (g, qg) in qh.chunks_exact(Q8_GROUP).enumerate() {
-                        let mut part = 0.0f32;
-                        for (i, a) in qg.iter().enumerate() {
-                            part += a * f32::from(keys[key_index(hd, s, g * Q8_GROUP + i)]);
+                    let mut acc = [0.0f32; KEY_TILE];
+                    for g in 0..groups {
+                        let qg = &q.quants[h * hd + g * Q8_GROUP..][..Q8_GROUP];
+                        let mut part = [0i32; KEY_TILE];
+                        for (quad, qd) in qg.chunks_exact(4).enumerate() {
+                            let kq = &tk[(g * Q8_GROUP / 4 + quad) * 4 * KEY_TILE..];
+                            for (s, p) in part.iter_mut().enumerate() {
+                                for (j, &a) in qd.iter().enumerate() {
+                                    *p += i32::from(a) * i32::from(kq[s * 4 + j]);
+                                }
+                            }
                         }
-                        acc += scales[scale_index(hd, s, g * Q8_GROUP)].to_f32() * part;
+                        let dq = q.scales[h * groups + g];
+                        for (s, (a, &p)) in acc.iter_mut().zip(&part).enumerate() {
+                            *a += td[g * KEY_TILE + s].to_f32() * dq * p as f32;
+                        }
                     }
-                    out[h * ld + s] = acc * scale;
+                    for (s, a) in acc[..lanes].iter().enumerate() {
+                        out[h * ld + t + s] = a * scale;
+                    }
                 }
             }
         }
@@ -392,7 +491,7 @@ pub fn scores_q8_0(
 
 /// Dimension `d` of slot `s` of Q8_0 keys laid out as [`scores_q8_0`] reads them.
 pub fn key_q8_0(keys: &[i8], scales: &[f16], hd: usize, s: usize, d: usize) -> f32 {
-    scales[scale_index(hd, s, d)].to_f32() * f32::from(keys[key_index(hd, s, d)])
+    scales[scale_index(hd, s, d)].to_f32() * f32::from(keys[key_index_q8(hd, s, d)])
 }
 
 /// Dimension `d` of slot `s` of Q8_0 value rows laid out as [`accum_q8_0`] reads them.

@@ -202,54 +202,129 @@ fn q8_0_quantization_follows_the_closed_form() {
     assert_eq!(q[0], -127);
 }
 
-/// Q8_0 scores are, per group of 32 dimensions in order, one chain over the quants and
-/// one multiply-add by the group's scale (fused on the AVX-512 tier), whatever the query
-/// and slot counts; the value sums match the scalar reference and an f64 sum, at head
-/// sizes 64 and 256.
+/// Q8_0 keys (quantized from `data`) in the key layout ([`key_index_q8`]): the quants and
+/// tiled scales of `slots` slots.
+fn q8_keys(slots: usize, hd: usize, seed: u32) -> (Vec<i8>, Vec<f16>) {
+    let (q, d) = q8_data(slots, hd, seed);
+    let mut k = vec![0i8; q.len()];
+    for s in 0..slots {
+        for c in 0..hd {
+            k[key_index_q8(hd, s, c)] = q[s * hd + c];
+        }
+    }
+    (k, d)
+}
+
+/// The query quantization follows ggml's Q8_0 rule with an f32 scale, and its offsets are
+/// −128 times each group's sum of quants.
+#[test]
+fn query_quantization_follows_the_rule() {
+    let q = data(3 * 64, 31);
+    let mut buf = QueryQ8Buf::with_capacity(q.len());
+    let qq = buf.quantize(&q);
+    for (g, xg) in q.chunks_exact(Q8_GROUP).enumerate() {
+        let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert_eq!(qq.scales[g], amax / 127.0);
+        let mut sum = 0;
+        for (i, &x) in xg.iter().enumerate() {
+            let want = (x * (127.0 / amax)).round();
+            let got = qq.quants[g * Q8_GROUP + i];
+            // x · (1/d) and x · (127/amax) may differ in the last bit: at most one step
+            // apart, and only at a half.
+            assert!((f32::from(got) - want).abs() <= 1.0, "group {g} value {i}");
+            assert!((f32::from(got) * qq.scales[g] - x).abs() <= 0.5001 * qq.scales[g]);
+            sum += i32::from(got);
+        }
+        assert_eq!(qq.offsets[g], -128 * sum);
+        assert!(
+            qq.quants[g * Q8_GROUP..(g + 1) * Q8_GROUP]
+                .iter()
+                .any(|&v| v.abs() == 127)
+        );
+    }
+    // An all-zero group: zero scale, quants and offset.
+    let z = buf.quantize(&[0.0; 32]);
+    assert_eq!((z.scales, z.offsets), (&[0.0f32][..], &[0i32][..]));
+    assert!(z.quants.iter().all(|&v| v == 0));
+}
+
+/// Whether `isa`'s Q8_0 scores fuse the multiply-add by the scales (the AVX-512 VNNI
+/// tier's do).
+fn fused_q8(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return matches!(
+        crate::quant::resolve(isa),
+        crate::quant::Tier::Avx512 { vnni: true, .. }
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// Q8_0 scores are, per group of 32 dimensions in order, the exact integer dot product of
+/// the quantized query and the key's quants, then one multiply-add by the product of the
+/// two scales (fused on the AVX-512 VNNI tier), whatever the query and slot counts; the
+/// value sums match the scalar reference and an f64 sum, at head sizes 64 and 256.
 #[test]
 fn q8_0_kernels_follow_the_chain_and_match_scalar() {
     let best = crate::quant::detect_best();
-    let fused = fused(best);
+    let fused = fused_q8(best);
     for hd in [64, 256] {
         let ld = 48;
+        let groups = hd / Q8_GROUP;
         let q = data(13 * hd, 21);
-        let (kq, kd) = q8_data(48, hd, 22);
+        let mut buf = QueryQ8Buf::with_capacity(q.len());
+        let qq = buf.quantize(&q);
+        let (kq, kd) = q8_keys(48, hd, 22);
         for nq in [1, 3, 4, 12, 13] {
             for n in [1, 16, 17, 37, 48] {
-                let mut out = vec![f32::NAN; nq * ld];
-                scores_q8_0(best, &q, nq, hd, &kq, &kd, n, 0.125, &mut out, ld);
-                for h in 0..nq {
-                    for s in 0..n {
-                        let mut acc = 0.0f32;
-                        for g in 0..hd / Q8_GROUP {
-                            let mut part = 0.0f32;
-                            for d in g * Q8_GROUP..(g + 1) * Q8_GROUP {
-                                let a = q[h * hd + d];
-                                let k = f32::from(kq[key_index(hd, s, d)]);
-                                part = if fused {
-                                    a.mul_add(k, part)
+                for isa in [Isa::Scalar, best] {
+                    let fused = fused && isa == best;
+                    let mut out = vec![f32::NAN; nq * ld];
+                    scores_q8_0(isa, &qq, nq, hd, &kq, &kd, n, 0.125, &mut out, ld);
+                    for h in 0..nq {
+                        for s in 0..n {
+                            let mut acc = 0.0f32;
+                            for g in 0..groups {
+                                let mut part = 0i64;
+                                for d in g * Q8_GROUP..(g + 1) * Q8_GROUP {
+                                    let k = kq[key_index_q8(hd, s, d)];
+                                    part += i64::from(qq.quants[h * hd + d]) * i64::from(k);
+                                }
+                                // The group's scale, where the tiles keep it; a dequantized
+                                // key is that scale times its quant.
+                                let dg = kd[(s / 16) * 16 * groups + g * 16 + s % 16].to_f32();
+                                let d0 = g * Q8_GROUP;
+                                let q0 = f32::from(kq[key_index_q8(hd, s, d0)]);
+                                assert_eq!(key_q8_0(&kq, &kd, hd, s, d0), dg * q0);
+                                let w = dg * qq.scales[h * groups + g];
+                                acc = if fused {
+                                    w.mul_add(part as f32, acc)
                                 } else {
-                                    part + a * k
+                                    acc + w * part as f32
                                 };
                             }
-                            // The group's scale, where the tiles keep it; a dequantized
-                            // key is that scale times its quant.
-                            let dg = kd[(s / 16) * 16 * (hd / Q8_GROUP) + g * 16 + s % 16].to_f32();
-                            let d0 = g * Q8_GROUP;
-                            let q0 = f32::from(kq[key_index(hd, s, d0)]);
-                            assert_eq!(key_q8_0(&kq, &kd, hd, s, d0), dg * q0);
-                            acc = if fused {
-                                dg.mul_add(part, acc)
-                            } else {
-                                acc + dg * part
-                            };
+                            let want = acc * 0.125;
+                            // Against the f64 score of the unquantized query with the
+                            // dequantized key: off by at most the query's rounding, half a
+                            // step per dimension times |k| (plus f32 slack).
+                            let (mut exact, mut bound) = (0.0f64, 1e-5f64);
+                            for d in 0..hd {
+                                let k = f64::from(key_q8_0(&kq, &kd, hd, s, d));
+                                exact += f64::from(q[h * hd + d]) * k;
+                                let dq = f64::from(qq.scales[h * groups + d / Q8_GROUP]);
+                                bound += 0.5 * dq * k.abs();
+                            }
+                            let err = (f64::from(want) - 0.125 * exact).abs();
+                            assert!(err <= 0.125 * bound, "hd {hd} head {h} slot {s}: {err}");
+                            assert_eq!(
+                                out[h * ld + s].to_bits(),
+                                want.to_bits(),
+                                "{isa:?} hd {hd}, {nq} queries, {n} slots: head {h} slot {s}"
+                            );
                         }
-                        let want = acc * 0.125;
-                        assert_eq!(
-                            out[h * ld + s].to_bits(),
-                            want.to_bits(),
-                            "hd {hd}, {nq} queries, {n} slots: head {h} slot {s}"
-                        );
                     }
                 }
             }

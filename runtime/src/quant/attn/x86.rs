@@ -130,7 +130,7 @@ unsafe fn ld16b(p: *const i8) -> __m512 {
 
 /// Where a head's cached keys or values start: f16 values (`h`), or Q8_0 quants (`q`) and
 /// their f16 scales (`d`). Only the pointers of the kernel's format are read; the others
-/// may dangle. Advanced with `wrapping_add`, which is defined for any pointer.
+/// are null.
 #[derive(Clone, Copy)]
 pub(super) struct Src {
     pub h: *const f16,
@@ -154,60 +154,31 @@ impl Src {
             d: d.as_ptr(),
         }
     }
-
-    /// The same head from slot `s` (a whole key tile): `s·hd` values and `s·hd/32` scales
-    /// further (the scales of keys and values are both `[tile][group][lane]`).
-    fn at(self, s: usize, hd: usize) -> Self {
-        Src {
-            h: self.h.wrapping_add(s * hd),
-            q: self.q.wrapping_add(s * hd),
-            d: self.d.wrapping_add(s * hd / super::Q8_GROUP),
-        }
-    }
 }
 
 /// Scores of `H` queries (`qp`, rows of `hd`) for the 16 slots of one key tile, lanes in
 /// `m` stored at `op + j·ld`. `H` is a constant so that the accumulators stay in
-/// registers. `Q8`: the tile's keys are Q8_0 (each dimension's 16 bytes times its group's
-/// 16 scales, the product rounded to f32 as the scalar reference rounds it); else f16.
+/// registers.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_tile<const H: usize, const Q8: bool>(
+unsafe fn scores_tile<const H: usize>(
     qp: *const f32,
     hd: usize,
-    tile: Src,
+    tile: *const f16,
     sc: __m512,
     op: *mut f32,
     ld: usize,
     m: __mmask16,
 ) {
-    // SAFETY: the caller guarantees H·hd floats at qp, a whole key tile (and, for Q8_0,
-    // its scales) at `tile` and the stored lanes inside `op`'s rows.
+    // SAFETY: the caller guarantees H·hd floats at qp, a whole key tile at `tile` and the
+    // stored lanes inside `op`'s rows.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); H];
-        if Q8 {
-            // Per group of 32 dimensions: a chain over the quants, then one FMA by the
-            // 16 slots' scales into the score.
-            for g in 0..hd / super::Q8_GROUP {
-                let mut part = [_mm512_setzero_ps(); H];
-                for d in g * super::Q8_GROUP..(g + 1) * super::Q8_GROUP {
-                    let kd = ld16b(tile.q.add(d * 16));
-                    for (j, a) in part.iter_mut().enumerate() {
-                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
-                    }
-                }
-                let scale = ld16h(tile.d.add(g * 16));
-                for (a, p) in acc.iter_mut().zip(&part) {
-                    *a = _mm512_fmadd_ps(scale, *p, *a);
-                }
-            }
-        } else {
-            for d in 0..hd {
-                let kd = ld16h(tile.h.add(d * 16));
-                for (j, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
-                }
+        for d in 0..hd {
+            let kd = ld16h(tile.add(d * 16));
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(j * hd + d)), kd, *a);
             }
         }
         for (j, a) in acc.iter().enumerate() {
@@ -222,11 +193,11 @@ unsafe fn scores_tile<const H: usize, const Q8: bool>(
 /// slots, which keeps prefill, decode and batched decode bit-identical).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores<const Q8: bool>(
+pub(super) unsafe fn scores(
     q: &[f32],
     nq: usize,
     hd: usize,
-    keys: Src,
+    keys: *const f16,
     n: usize,
     scale: f32,
     out: &mut [f32],
@@ -242,24 +213,126 @@ pub(super) unsafe fn scores<const Q8: bool>(
         while s0 < n {
             let nv = (n - s0).min(16);
             let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
-            let tile = keys.at(s0, hd);
+            let tile = keys.add(s0 * hd);
             let mut h0 = 0;
             while h0 < nq {
                 let hn = (nq - h0).min(12);
                 let (qh, oh) = (qp.add(h0 * hd), op.add(h0 * ld + s0));
                 match hn {
-                    1 => scores_tile::<1, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    2 => scores_tile::<2, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    3 => scores_tile::<3, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    4 => scores_tile::<4, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    5 => scores_tile::<5, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    6 => scores_tile::<6, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    7 => scores_tile::<7, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    8 => scores_tile::<8, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    9 => scores_tile::<9, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    10 => scores_tile::<10, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    11 => scores_tile::<11, Q8>(qh, hd, tile, sc, oh, ld, m),
-                    _ => scores_tile::<12, Q8>(qh, hd, tile, sc, oh, ld, m),
+                    1 => scores_tile::<1>(qh, hd, tile, sc, oh, ld, m),
+                    2 => scores_tile::<2>(qh, hd, tile, sc, oh, ld, m),
+                    3 => scores_tile::<3>(qh, hd, tile, sc, oh, ld, m),
+                    4 => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m),
+                    5 => scores_tile::<5>(qh, hd, tile, sc, oh, ld, m),
+                    6 => scores_tile::<6>(qh, hd, tile, sc, oh, ld, m),
+                    7 => scores_tile::<7>(qh, hd, tile, sc, oh, ld, m),
+                    8 => scores_tile::<8>(qh, hd, tile, sc, oh, ld, m),
+                    9 => scores_tile::<9>(qh, hd, tile, sc, oh, ld, m),
+                    10 => scores_tile::<10>(qh, hd, tile, sc, oh, ld, m),
+                    11 => scores_tile::<11>(qh, hd, tile, sc, oh, ld, m),
+                    _ => scores_tile::<12>(qh, hd, tile, sc, oh, ld, m),
+                }
+                h0 += hn;
+            }
+            s0 += 16;
+        }
+    }
+}
+
+/// Integer scores of `H` quantized queries for the 16 slots of one Q8_0 key tile (layout
+/// [`super::key_index_q8`]), lanes in `m` stored at `op + j·ld`: per group of 32
+/// dimensions, 8 `vpdpbusd` of the tile's bytes flipped to unsigned (`k + 128`) against
+/// each query's 4 bytes, from the query's offset `−128 · Σ q` (so the sum is the exact
+/// signed dot product), then one FMA by `d_key · d_query`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_tile_q8<const H: usize>(
+    q: &super::QueryQ8<'_>,
+    h0: usize,
+    hd: usize,
+    keys: *const i8,
+    scales: *const f16,
+    sc: __m512,
+    op: *mut f32,
+    ld: usize,
+    m: __mmask16,
+) {
+    let groups = hd / super::Q8_GROUP;
+    let flip = _mm512_set1_epi8(i8::MIN);
+    let (qq, qd, qo) = (q.quants.as_ptr(), q.scales.as_ptr(), q.offsets.as_ptr());
+    // SAFETY: the caller guarantees heads h0..h0 + H of `q`, a whole key tile and its
+    // scales at `keys` and `scales`, and the stored lanes inside `op`'s rows.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); H];
+        for g in 0..groups {
+            let mut part = [_mm512_setzero_si512(); H];
+            for (j, p) in part.iter_mut().enumerate() {
+                *p = _mm512_set1_epi32(*qo.add((h0 + j) * groups + g));
+            }
+            for quad in 0..super::Q8_GROUP / 4 {
+                let k = _mm512_loadu_si512(keys.add((g * 8 + quad) * 64) as *const __m512i);
+                let ku = _mm512_xor_si512(k, flip);
+                for (j, p) in part.iter_mut().enumerate() {
+                    let w = (qq.add((h0 + j) * hd + g * super::Q8_GROUP + quad * 4) as *const i32)
+                        .read_unaligned();
+                    *p = _mm512_dpbusd_epi32(*p, ku, _mm512_set1_epi32(w));
+                }
+            }
+            let dk = ld16h(scales.add(g * 16));
+            for (j, (a, p)) in acc.iter_mut().zip(&part).enumerate() {
+                let w = _mm512_mul_ps(dk, _mm512_set1_ps(*qd.add((h0 + j) * groups + g)));
+                *a = _mm512_fmadd_ps(w, _mm512_cvtepi32_ps(*p), *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm512_mask_storeu_ps(op.add(j * ld), m, _mm512_mul_ps(*a, sc));
+        }
+    }
+}
+
+/// [`super::scores_q8_0`] on AVX-512 VNNI: up to 12 queries per pass over a key tile.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_q8(
+    q: &super::QueryQ8<'_>,
+    nq: usize,
+    hd: usize,
+    keys: &[i8],
+    scales: &[f16],
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let groups = hd / super::Q8_GROUP;
+    let op = out.as_mut_ptr();
+    let sc = _mm512_set1_ps(scale);
+    // SAFETY: q holds nq heads, keys and scales the whole tiles of n slots, out
+    // (nq-1)·ld + n floats (caller); lanes past n are never stored.
+    unsafe {
+        let mut s0 = 0;
+        while s0 < n {
+            let nv = (n - s0).min(16);
+            let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+            let (kt, dt) = (keys.as_ptr().add(s0 * hd), scales.as_ptr().add(s0 * groups));
+            let mut h0 = 0;
+            while h0 < nq {
+                let hn = (nq - h0).min(12);
+                let oh = op.add(h0 * ld + s0);
+                match hn {
+                    1 => scores_tile_q8::<1>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    2 => scores_tile_q8::<2>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    3 => scores_tile_q8::<3>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    4 => scores_tile_q8::<4>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    5 => scores_tile_q8::<5>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    6 => scores_tile_q8::<6>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    7 => scores_tile_q8::<7>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    8 => scores_tile_q8::<8>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    9 => scores_tile_q8::<9>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    10 => scores_tile_q8::<10>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    11 => scores_tile_q8::<11>(q, h0, hd, kt, dt, sc, oh, ld, m),
+                    _ => scores_tile_q8::<12>(q, h0, hd, kt, dt, sc, oh, ld, m),
                 }
                 h0 += hn;
             }
