@@ -159,7 +159,7 @@ fn decode(c: &mut Criterion) {
         // The queries quantized once, as the forward pass does per attention task.
         let mut qbuf = attn::QueryQ8Buf::with_capacity(q.len());
         let qs8 = Queries {
-            q8: Some(qbuf.quantize(&q)),
+            q8: Some(qbuf.quantize(isa, &q)),
             ..qs
         };
         g.bench_function(BenchmarkId::new("decode_blocked_q8_0", depth), |b| {

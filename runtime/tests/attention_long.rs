@@ -266,7 +266,7 @@ fn long_context_attention_over_a_q8_0_cache_is_within_the_f32_bound_of_exact_mat
                     let q = row_q(&d, pos);
                     let at = [pos];
                     let mut buf = QueryQ8Buf::with_capacity(q.len());
-                    let q8 = buf.quantize(q);
+                    let q8 = buf.quantize(isa, q);
                     let deq: Vec<f32> = (0..q.len())
                         .map(|i| f32::from(q8.quants[i]) * q8.scales[i / Q8_GROUP])
                         .collect();

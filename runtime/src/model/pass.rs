@@ -485,7 +485,7 @@ impl Pass<'_> {
                     pos[b] = rows[ti].pos;
                 }
                 let q8 = match head.cache {
-                    KvHead::Q8_0 { .. } => Some(qq.quantize(&qbuf[..nq * hd])),
+                    KvHead::Q8_0 { .. } => Some(qq.quantize(isa, &qbuf[..nq * hd])),
                     KvHead::F16 { .. } => None,
                 };
                 let qs = attention::Queries {

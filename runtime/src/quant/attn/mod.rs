@@ -1,4 +1,4 @@
-//! Attention kernels: scores of query heads against f16 keys, the maximum and shifted
+//! Attention kernels: scores of query heads against f16 or Q8_0 keys, the maximum and shifted
 //! exponentials of a score row (softmax), value accumulation, f16 ⇄ f32 conversion of cache
 //! rows, and the SwiGLU gate. The blocked online-softmax attention built on them is
 //! [`crate::model::attention`]. Scalar reference everywhere; AVX-512 kernels when
@@ -6,7 +6,9 @@
 //!
 //! Numerics: queries, scores, probabilities and outputs are f32; keys and values are the
 //! f16 values of the KV cache widened exactly. Scores and value sums are accumulated in f32
-//! (the SIMD tiers in a different order than the reference), softmax subtracts the row
+//! (the SIMD tiers in a different order than the reference). Against a Q8_0 cache the
+//! queries are quantized too ([`QueryQ8Buf`]) and each group's part of a score is an exact
+//! integer dot product (`vpdpbusd` on AVX-512 VNNI), scaled in f32. Softmax subtracts the row
 //! maximum before exponentiating. The scalar tier's exponential is [`exp`], the project's
 //! own (plain f32 operations, the same bits on every platform and in the OpenCL kernels);
 //! the AVX-512 `exp` is a degree-6 polynomial after range reduction with `vscalefps`,
@@ -372,12 +374,12 @@ impl QueryQ8Buf {
     }
 
     /// Quantizes query heads `q` (a multiple of [`Q8_GROUP`] values) by ggml's Q8_0 rule
-    /// ([`quantize_q8_0`]) with the scale kept in f32: per group of 32, `d = max|x| / 127`,
-    /// `q = round(x · (1/d))`.
+    /// ([`quantize_q8_0`]) with the scale kept in f32 and halves rounded to even: per group
+    /// of 32, `d = max|x| / 127`, `q = round(x · (1/d))`. The same bits on every tier.
     ///
     /// # Panics
     /// If `q.len()` is not a multiple of [`Q8_GROUP`].
-    pub fn quantize(&mut self, q: &[f32]) -> QueryQ8<'_> {
+    pub fn quantize(&mut self, isa: Isa, q: &[f32]) -> QueryQ8<'_> {
         assert!(
             q.len().is_multiple_of(Q8_GROUP),
             "QueryQ8Buf: {} values",
@@ -396,12 +398,20 @@ impl QueryQ8Buf {
             let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let scale = amax / 127.0;
             let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            let mut sum = 0i32;
-            for (o, &v) in qg.iter_mut().zip(xg) {
-                // |v · inv| ≤ 127 up to rounding; the cast saturates anything past it.
-                *o = (v * inv).round() as i8;
-                sum += i32::from(*o);
-            }
+            let sum = match resolve(isa) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX-512 detected; 32 values in and out.
+                Tier::Avx512 { .. } => unsafe { x86::quantize_group(xg, inv, qg) },
+                _ => {
+                    let mut sum = 0i32;
+                    for (o, &v) in qg.iter_mut().zip(xg) {
+                        // |v · inv| ≤ 127 up to rounding; the cast saturates anything past it.
+                        *o = (v * inv).round_ties_even() as i8;
+                        sum += i32::from(*o);
+                    }
+                    sum
+                }
+            };
             *d = scale;
             *off = -128 * sum;
         }

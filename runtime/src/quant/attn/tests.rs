@@ -215,19 +215,31 @@ fn q8_keys(slots: usize, hd: usize, seed: u32) -> (Vec<i8>, Vec<f16>) {
     (k, d)
 }
 
-/// The query quantization follows ggml's Q8_0 rule with an f32 scale, and its offsets are
-/// −128 times each group's sum of quants.
+/// The query quantization follows ggml's Q8_0 rule with an f32 scale and halves rounded to
+/// even, gives the scalar tier's bits on the best tier, and its offsets are −128 times each
+/// group's sum of quants.
 #[test]
 fn query_quantization_follows_the_rule() {
-    let q = data(3 * 64, 31);
+    let best = crate::quant::detect_best();
+    let mut q = data(3 * 64, 31);
+    // A group whose scale is exactly 1 (maximum 127), with halves at 63.5 and -0.5.
+    q[0] = 127.0;
+    q[1] = 63.5;
+    q[2] = -0.5;
+    let mut reference = QueryQ8Buf::with_capacity(q.len());
+    let want = reference.quantize(Isa::Scalar, &q);
+    assert_eq!((want.quants[1], want.quants[2]), (64, 0), "halves to even");
     let mut buf = QueryQ8Buf::with_capacity(q.len());
-    let qq = buf.quantize(&q);
+    let qq = buf.quantize(best, &q);
+    // Every tier: the scalar tier's bits.
+    assert_eq!(qq.quants, want.quants);
+    assert_eq!(qq.offsets, want.offsets);
     for (g, xg) in q.chunks_exact(Q8_GROUP).enumerate() {
         let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         assert_eq!(qq.scales[g], amax / 127.0);
         let mut sum = 0;
         for (i, &x) in xg.iter().enumerate() {
-            let want = (x * (127.0 / amax)).round();
+            let want = (x * (127.0 / amax)).round_ties_even();
             let got = qq.quants[g * Q8_GROUP + i];
             // x · (1/d) and x · (127/amax) may differ in the last bit: at most one step
             // apart, and only at a half.
@@ -243,7 +255,7 @@ fn query_quantization_follows_the_rule() {
         );
     }
     // An all-zero group: zero scale, quants and offset.
-    let z = buf.quantize(&[0.0; 32]);
+    let z = buf.quantize(best, &[0.0; 32]);
     assert_eq!((z.scales, z.offsets), (&[0.0f32][..], &[0i32][..]));
     assert!(z.quants.iter().all(|&v| v == 0));
 }
@@ -276,7 +288,7 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
         let groups = hd / Q8_GROUP;
         let q = data(13 * hd, 21);
         let mut buf = QueryQ8Buf::with_capacity(q.len());
-        let qq = buf.quantize(&q);
+        let qq = buf.quantize(best, &q);
         let (kq, kd) = q8_keys(48, hd, 22);
         for nq in [1, 3, 4, 12, 13] {
             for n in [1, 16, 17, 37, 48] {

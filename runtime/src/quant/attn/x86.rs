@@ -239,6 +239,25 @@ pub(super) unsafe fn scores(
     }
 }
 
+/// One group of 32 query values rounded to bytes (`x · inv`, halves to even, as the
+/// scalar reference); returns the sum of the bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn quantize_group(x: &[f32], inv: f32, q: &mut [i8]) -> i32 {
+    // SAFETY: 32 values in x and q (caller).
+    unsafe {
+        let s = _mm512_set1_ps(inv);
+        let a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x.as_ptr()), s));
+        let b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x.as_ptr().add(16)), s));
+        // |x · inv| ≤ 127 (x's group maximum is 127 / inv): the narrowing keeps the values.
+        _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(a));
+        _mm_storeu_si128(
+            q.as_mut_ptr().add(16) as *mut __m128i,
+            _mm512_cvtepi32_epi8(b),
+        );
+        _mm512_reduce_add_epi32(_mm512_add_epi32(a, b))
+    }
+}
+
 /// Integer scores of `H` quantized queries for the 16 slots of one Q8_0 key tile (layout
 /// [`super::key_index_q8`]), lanes in `m` stored at `op + j·ld`: per group of 32
 /// dimensions, 8 `vpdpbusd` of the tile's bytes flipped to unsigned (`k + 128`) against
