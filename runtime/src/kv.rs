@@ -9,7 +9,8 @@
 //! [`crate::quant::attn::quantize_q8_0`]) stores the same positions as signed bytes,
 //! `[Kq | Vq | K scales | V scales]`: keys in tiles of 16 slots by quads of 4 dimensions
 //! (`[slot / 16][head_dim / 4][slot % 16][4]`, see [`crate::quant::attn::key_index_q8`]:
-//! one 64-byte load feeds an integer dot product per slot), values `[slot][head_dim]`, key
+//! one 64-byte load feeds an integer dot product per slot), values by pairs of slots
+//! (`[slot / 2][head_dim][slot % 2]`, [`crate::quant::attn::value_index_q8`]), key
 //! scales `[layer][kv_head][slot / 16][head_dim / 32][slot % 16]`, value scales the same (so
 //! that a tile's 16 scales of a group are one load) — 34 bytes per 32 values instead of 64.
 //! Every slot remembers
@@ -25,7 +26,9 @@
 //! Nothing here allocates after [`KvCache::new`].
 
 use crate::error::{Error, Result};
-use crate::quant::attn::{KEY_TILE, Q8_GROUP, key_index, key_index_q8, quantize_q8_0, scale_index};
+use crate::quant::attn::{
+    KEY_TILE, Q8_GROUP, key_index, key_index_q8, quantize_q8_0, scale_index, value_index_q8,
+};
 use half::f16;
 use memmap2::MmapMut;
 
@@ -138,8 +141,8 @@ pub struct KvShape {
 pub enum KvHead<'a> {
     /// Keys in key tiles ([`key_index`]), values `[slot][head_dim]`.
     F16 { keys: &'a [f16], values: &'a [f16] },
-    /// The same positions as signed bytes (keys in [`key_index_q8`] tiles), with their
-    /// scales (see the module layout).
+    /// The same positions as signed bytes (keys in [`key_index_q8`] tiles, values in
+    /// [`value_index_q8`] pairs), with their scales (see the module layout).
     Q8_0 {
         keys: &'a [i8],
         key_scales: &'a [f16],
@@ -457,9 +460,11 @@ impl KvCache {
                             keys[key_index_q8(hd, slot, g + i)] = x;
                         }
                         self.view_mut::<f16>(kdo, n / Q8_GROUP)[scale_index(hd, slot, g)] = d[0];
-                        let row = slot * hd + g;
-                        let values = &mut self.view_mut::<i8>(vo, n)[row..row + Q8_GROUP];
-                        quantize_q8_0(&vh[g..g + Q8_GROUP], values, &mut d);
+                        quantize_q8_0(&vh[g..g + Q8_GROUP], &mut q, &mut d);
+                        let values = self.view_mut::<i8>(vo, n);
+                        for (i, &x) in q.iter().enumerate() {
+                            values[value_index_q8(hd, slot, g + i)] = x;
+                        }
                         self.view_mut::<f16>(vdo, n / Q8_GROUP)[scale_index(hd, slot, g)] = d[0];
                     }
                 }

@@ -167,9 +167,7 @@ pub fn chunk_state(
         let a = b0.max(s0) & !15;
         let e = (b0 + BLOCK).min(s1);
         let n = e - a;
-        let (smin, smax) = kv.positions[a..e]
-            .iter()
-            .fold((u32::MAX, 0), |(x, y), &p| (x.min(p), y.max(p)));
+        let (smin, smax) = attn::min_max_u32(isa, &kv.positions[a..e]);
         // No row sees any slot of the block (every slot after the last row, or out of every
         // row's window: most of a wrapped sliding-window ring longer than its window): the
         // block would leave every state as it is, so it is not computed.
@@ -224,10 +222,9 @@ pub fn chunk_state(
             };
             let lnew = prev + attn::exp_shifted(isa, row, mn);
             let inv = 1.0 / lnew;
-            row.iter_mut().for_each(|x| *x *= inv);
+            attn::scale_f32(isa, row, inv);
             if prev != 0.0 {
-                let f = prev * inv;
-                o[j * hd..(j + 1) * hd].iter_mut().for_each(|x| *x *= f);
+                attn::scale_f32(isa, &mut o[j * hd..(j + 1) * hd], prev * inv);
             }
             m[j] = mn;
             l[j] = lnew;
@@ -303,11 +300,14 @@ fn value_sums(
             value_scales,
             ..
         } => {
-            // The scales of whole tiles (the ring is padded to them).
+            // The slot pairs and the scales of whole tiles (the ring is padded to them).
             let g = attn::Q8_GROUP;
             let e16 = e.next_multiple_of(attn::KEY_TILE);
-            let d = &value_scales[a * hd / g..e16 * hd / g];
-            attn::accum_q8_0(isa, p, BLOCK, nq, hd, &values[a * hd..e * hd], d, n, o);
+            let (v, d) = (
+                &values[a * hd..e16 * hd],
+                &value_scales[a * hd / g..e16 * hd / g],
+            );
+            attn::accum_q8_0(isa, p, BLOCK, nq, hd, v, d, n, o);
         }
     }
 }

@@ -120,42 +120,6 @@ unsafe fn ld16h(p: *const f16) -> __m512 {
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
 }
 
-/// 16 signed bytes widened to f32 (exactly).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-#[inline]
-unsafe fn ld16b(p: *const i8) -> __m512 {
-    // SAFETY: the caller guarantees 16 readable bytes at p.
-    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
-}
-
-/// Where a head's cached keys or values start: f16 values (`h`), or Q8_0 quants (`q`) and
-/// their f16 scales (`d`). Only the pointers of the kernel's format are read; the others
-/// are null.
-#[derive(Clone, Copy)]
-pub(super) struct Src {
-    pub h: *const f16,
-    pub q: *const i8,
-    pub d: *const f16,
-}
-
-impl Src {
-    pub(super) fn f16(h: &[f16]) -> Self {
-        Src {
-            h: h.as_ptr(),
-            q: std::ptr::null(),
-            d: std::ptr::null(),
-        }
-    }
-
-    pub(super) fn q8_0(q: &[i8], d: &[f16]) -> Self {
-        Src {
-            h: std::ptr::null(),
-            q: q.as_ptr(),
-            d: d.as_ptr(),
-        }
-    }
-}
-
 /// Scores of `H` queries (`qp`, rows of `hd`) for the 16 slots of one key tile, lanes in
 /// `m` stored at `op + j·ld`. `H` is a constant so that the accumulators stay in
 /// registers.
@@ -406,7 +370,7 @@ unsafe fn accum_tile<const H: usize, const C: usize>(
     pp: *const f32,
     ld: usize,
     hd: usize,
-    vp: Src,
+    vp: *const f16,
     n: usize,
     col: usize,
     op: *mut f32,
@@ -418,7 +382,7 @@ unsafe fn accum_tile<const H: usize, const C: usize>(
         for s in 0..n {
             let mut v = [_mm512_setzero_ps(); C];
             for (c, vc) in v.iter_mut().enumerate() {
-                *vc = ld16h(vp.h.add(s * hd + col + 16 * c));
+                *vc = ld16h(vp.add(s * hd + col + 16 * c));
             }
             for (h, row) in acc.iter_mut().enumerate() {
                 let w = _mm512_set1_ps(*pp.add(h * ld + s));
@@ -431,77 +395,23 @@ unsafe fn accum_tile<const H: usize, const C: usize>(
     }
 }
 
-/// The same over Q8_0 value rows (`col` a multiple of 64, so the `C` chunks lie in at most
-/// two groups of 32): for each tile of 16 slots, each head's probabilities times the slots'
-/// scales of a group (`w = p · d`, one product per slot, head and group), then per slot
-/// and value `acc += w · q`: one FMA chain over the slots in order per value.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn accum_tile_q8<const H: usize, const C: usize>(
-    pp: *const f32,
-    ld: usize,
-    hd: usize,
-    vp: Src,
-    n: usize,
-    col: usize,
-    op: *mut f32,
-) {
-    // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
-    // rows of hd bytes with the scales of their tiles, and H output rows of hd floats,
-    // columns col..col + 16·C inside; the loads past n are masked off.
-    unsafe {
-        let mut acc = load_out::<H, C>(op, hd, col);
-        let groups = hd / super::Q8_GROUP;
-        let g0 = col / super::Q8_GROUP;
-        let mut w = [[[0.0f32; 16]; 2]; H];
-        let mut s0 = 0;
-        while s0 < n {
-            let nv = (n - s0).min(16);
-            let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
-            for gi in 0..C.div_ceil(2) {
-                let dp = vp.d.add(s0 * groups + (g0 + gi) * 16) as *const i16;
-                let d16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, dp));
-                for (h, wh) in w.iter_mut().enumerate() {
-                    let p16 = _mm512_maskz_loadu_ps(m, pp.add(h * ld + s0));
-                    _mm512_storeu_ps(wh[gi].as_mut_ptr(), _mm512_mul_ps(p16, d16));
-                }
-            }
-            for s in 0..nv {
-                let mut v = [_mm512_setzero_ps(); C];
-                for (c, vc) in v.iter_mut().enumerate() {
-                    *vc = ld16b(vp.q.add((s0 + s) * hd + col + 16 * c));
-                }
-                for (h, row) in acc.iter_mut().enumerate() {
-                    for (c, (a, vc)) in row.iter_mut().zip(&v).enumerate() {
-                        *a = _mm512_fmadd_ps(_mm512_set1_ps(w[h][c / 2][s]), *vc, *a);
-                    }
-                }
-            }
-            s0 += 16;
-        }
-        store_out(&acc, op, hd, col);
-    }
-}
-
 /// `out_h += Σ_s p_h[s] · v_s`, one FMA chain over the slots in order per output value,
 /// up to six heads and 64 columns per pass (24 accumulators, 4 value registers and a
 /// broadcast: each widened value row serves six heads).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accum<const Q8: bool>(
+pub(super) unsafe fn accum(
     p: &[f32],
     ld: usize,
     nq: usize,
     hd: usize,
-    vals: Src,
+    vals: *const f16,
     n: usize,
     out: &mut [f32],
 ) {
-    let vp = vals;
     let pp = p.as_ptr();
     let op = out.as_mut_ptr();
-    // SAFETY: sizes checked by the caller (hd a multiple of 16, of 32 for Q8_0).
+    // SAFETY: sizes checked by the caller (hd a multiple of 16).
     unsafe {
         let mut c0 = 0;
         while c0 < hd / 16 {
@@ -513,15 +423,11 @@ pub(super) unsafe fn accum<const Q8: bool>(
                 let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
                 macro_rules! go {
                     ($h:literal) => {
-                        match (Q8, chunks) {
-                            (false, 1) => accum_tile::<$h, 1>(ph, ld, hd, vp, n, col, oh),
-                            (false, 2) => accum_tile::<$h, 2>(ph, ld, hd, vp, n, col, oh),
-                            (false, 3) => accum_tile::<$h, 3>(ph, ld, hd, vp, n, col, oh),
-                            (false, _) => accum_tile::<$h, 4>(ph, ld, hd, vp, n, col, oh),
-                            (true, 1) => accum_tile_q8::<$h, 1>(ph, ld, hd, vp, n, col, oh),
-                            (true, 2) => accum_tile_q8::<$h, 2>(ph, ld, hd, vp, n, col, oh),
-                            (true, 3) => accum_tile_q8::<$h, 3>(ph, ld, hd, vp, n, col, oh),
-                            (true, _) => accum_tile_q8::<$h, 4>(ph, ld, hd, vp, n, col, oh),
+                        match chunks {
+                            1 => accum_tile::<$h, 1>(ph, ld, hd, vals, n, col, oh),
+                            2 => accum_tile::<$h, 2>(ph, ld, hd, vals, n, col, oh),
+                            3 => accum_tile::<$h, 3>(ph, ld, hd, vals, n, col, oh),
+                            _ => accum_tile::<$h, 4>(ph, ld, hd, vals, n, col, oh),
                         }
                     };
                 }
@@ -538,6 +444,202 @@ pub(super) unsafe fn accum<const Q8: bool>(
             c0 += chunks;
         }
     }
+}
+
+/// 16 slots' weights `p · d` of one group (lanes outside `m` zero).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+#[inline]
+unsafe fn weights16(p: *const f32, d: *const f16, m: __mmask16) -> __m512 {
+    // SAFETY: the caller guarantees the lanes in `m` readable at p and d.
+    unsafe {
+        let d16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, d as *const i16));
+        _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), d16)
+    }
+}
+
+/// One run (`n` ≤ [`super::Q8_RUN`] slots, from a whole tile) of [`super::accum_q8_0`] for
+/// `H` heads and `C` chunks of 16 columns from `col` (a multiple of 64, so the chunks lie in
+/// at most two groups): each head's and group's 16-bit weights into a stack buffer, then
+/// per pair of slots one widened 32-byte load per chunk and one `vpdpwssd` per head and
+/// chunk, then `out += (W / 32767) · Σ`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_run_q8<const H: usize, const C: usize>(
+    pp: *const f32,
+    ld: usize,
+    hd: usize,
+    vals: *const i8,
+    scales: *const f16,
+    n: usize,
+    col: usize,
+    op: *mut f32,
+) {
+    let groups = hd / super::Q8_GROUP;
+    let g0 = col / super::Q8_GROUP;
+    let mut u = [[[0i16; super::Q8_RUN]; 2]; H];
+    let mut back = [[0.0f32; 2]; H];
+    // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), the slot
+    // pairs covering n slots at `vals` with their tiles' scales at `scales`, and H output
+    // rows of hd floats, columns col..col + 16·C inside; loads past n are masked off.
+    unsafe {
+        for (h, (uh, bh)) in u.iter_mut().zip(back.iter_mut()).enumerate() {
+            for (gi, (ug, b)) in uh.iter_mut().zip(bh.iter_mut()).enumerate() {
+                if gi >= C.div_ceil(2) {
+                    break;
+                }
+                let (ph, dg) = (pp.add(h * ld), scales.add((g0 + gi) * 16));
+                let mut mx = _mm512_setzero_ps();
+                let mut s0 = 0;
+                while s0 < n {
+                    let m = tail_mask(n - s0);
+                    mx = _mm512_max_ps(mx, weights16(ph.add(s0), dg.add(s0 * groups), m));
+                    s0 += 16;
+                }
+                let wmax = _mm512_reduce_max_ps(mx);
+                let inv = _mm512_set1_ps(if wmax > 0.0 { super::W16 / wmax } else { 0.0 });
+                *b = wmax / super::W16;
+                let mut s0 = 0;
+                while s0 < n {
+                    let m = tail_mask(n - s0);
+                    let w = weights16(ph.add(s0), dg.add(s0 * groups), m);
+                    let q = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)));
+                    _mm256_storeu_si256(ug.as_mut_ptr().add(s0) as *mut __m256i, q);
+                    s0 += 16;
+                }
+            }
+        }
+        let mut acc = [[_mm512_setzero_si512(); C]; H];
+        for sp in 0..n.div_ceil(2) {
+            let row = vals.add(sp * 2 * hd + col * 2);
+            let mut v = [_mm512_setzero_si512(); C];
+            for (c, vc) in v.iter_mut().enumerate() {
+                *vc = _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(32 * c) as *const __m256i));
+            }
+            for (accs, uh) in acc.iter_mut().zip(&u) {
+                // The pair's two weights of each group as one 32-bit lane.
+                let b0 =
+                    _mm512_set1_epi32((uh[0].as_ptr().add(2 * sp) as *const i32).read_unaligned());
+                let b1 = if C > 2 {
+                    _mm512_set1_epi32((uh[1].as_ptr().add(2 * sp) as *const i32).read_unaligned())
+                } else {
+                    b0
+                };
+                for (c, (a, vc)) in accs.iter_mut().zip(&v).enumerate() {
+                    *a = _mm512_dpwssd_epi32(*a, *vc, if c < 2 { b0 } else { b1 });
+                }
+            }
+        }
+        for (h, accs) in acc.iter().enumerate() {
+            for (c, a) in accs.iter().enumerate() {
+                let o = op.add(h * hd + col + 16 * c);
+                let sum = _mm512_cvtepi32_ps(*a);
+                _mm512_storeu_ps(
+                    o,
+                    _mm512_fmadd_ps(_mm512_set1_ps(back[h][c / 2]), sum, _mm512_loadu_ps(o)),
+                );
+            }
+        }
+    }
+}
+
+/// The first `k` of 16 lanes (all for `k` ≥ 16).
+#[inline]
+fn tail_mask(k: usize) -> __mmask16 {
+    if k >= 16 { 0xFFFF } else { (1u16 << k) - 1 }
+}
+
+/// [`super::accum_q8_0`] on AVX-512 VNNI: runs of up to [`super::Q8_RUN`] slots, each in
+/// passes of up to six heads and 64 columns.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accum_q8(
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: &[i8],
+    scales: &[f16],
+    n: usize,
+    out: &mut [f32],
+) {
+    let groups = hd / super::Q8_GROUP;
+    let op = out.as_mut_ptr();
+    // SAFETY: sizes checked by the caller (hd a multiple of 32; the slot pairs and whole
+    // tiles' scales of n slots).
+    unsafe {
+        let mut r0 = 0;
+        while r0 < n {
+            let rn = (n - r0).min(super::Q8_RUN);
+            let (pr, vr) = (p.as_ptr().add(r0), vals.as_ptr().add(r0 * hd));
+            let dr = scales.as_ptr().add(r0 * groups);
+            let mut c0 = 0;
+            while c0 < hd / 16 {
+                let chunks = (hd / 16 - c0).min(4);
+                let col = 16 * c0;
+                let mut h0 = 0;
+                while h0 < nq {
+                    let hn = (nq - h0).min(6);
+                    let (ph, oh) = (pr.add(h0 * ld), op.add(h0 * hd));
+                    macro_rules! go {
+                        ($h:literal) => {
+                            match chunks {
+                                1 => accum_run_q8::<$h, 1>(ph, ld, hd, vr, dr, rn, col, oh),
+                                2 => accum_run_q8::<$h, 2>(ph, ld, hd, vr, dr, rn, col, oh),
+                                3 => accum_run_q8::<$h, 3>(ph, ld, hd, vr, dr, rn, col, oh),
+                                _ => accum_run_q8::<$h, 4>(ph, ld, hd, vr, dr, rn, col, oh),
+                            }
+                        };
+                    }
+                    match hn {
+                        1 => go!(1),
+                        2 => go!(2),
+                        3 => go!(3),
+                        4 => go!(4),
+                        5 => go!(5),
+                        _ => go!(6),
+                    }
+                    h0 += hn;
+                }
+                c0 += chunks;
+            }
+            r0 += rn;
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn scale_f32(x: &mut [f32], f: f32) {
+    let (n, p) = (x.len(), x.as_mut_ptr());
+    let s = _mm512_set1_ps(f);
+    let mut i = 0;
+    // SAFETY: accesses stay below n (the tail uses a mask).
+    unsafe {
+        while i < n {
+            let m = tail_mask(n - i);
+            let v = _mm512_maskz_loadu_ps(m, p.add(i));
+            _mm512_mask_storeu_ps(p.add(i), m, _mm512_mul_ps(v, s));
+            i += 16;
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn min_max_u32(x: &[u32]) -> (u32, u32) {
+    let (n, p) = (x.len(), x.as_ptr());
+    let (mut lo, mut hi) = (_mm512_set1_epi32(-1), _mm512_setzero_si512());
+    let mut i = 0;
+    // SAFETY: loads stay below n (the tail uses a mask; masked lanes keep the accumulators).
+    unsafe {
+        while i < n {
+            let m = tail_mask(n - i);
+            let v = _mm512_maskz_loadu_epi32(m, p.add(i) as *const i32);
+            lo = _mm512_mask_min_epu32(lo, m, lo, v);
+            hi = _mm512_mask_max_epu32(hi, m, hi, v);
+            i += 16;
+        }
+    }
+    (_mm512_reduce_min_epu32(lo), _mm512_reduce_max_epu32(hi))
 }
 
 #[target_feature(enable = "avx512f")]
