@@ -413,37 +413,55 @@ pub(super) unsafe fn accum(
     let op = out.as_mut_ptr();
     // SAFETY: sizes checked by the caller (hd a multiple of 16).
     unsafe {
-        let mut c0 = 0;
-        while c0 < hd / 16 {
-            let chunks = (hd / 16 - c0).min(4);
-            let col = 16 * c0;
-            let mut h0 = 0;
-            while h0 < nq {
-                let hn = (nq - h0).min(6);
-                let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
-                macro_rules! go {
-                    ($h:literal) => {
-                        match chunks {
-                            1 => accum_tile::<$h, 1>(ph, ld, hd, vals, n, col, oh),
-                            2 => accum_tile::<$h, 2>(ph, ld, hd, vals, n, col, oh),
-                            3 => accum_tile::<$h, 3>(ph, ld, hd, vals, n, col, oh),
-                            _ => accum_tile::<$h, 4>(ph, ld, hd, vals, n, col, oh),
-                        }
-                    };
-                }
-                match hn {
-                    1 => go!(1),
-                    2 => go!(2),
-                    3 => go!(3),
-                    4 => go!(4),
-                    5 => go!(5),
-                    _ => go!(6),
-                }
-                h0 += hn;
+        for Pass {
+            col,
+            chunks,
+            h0,
+            hn,
+        } in passes(hd, nq)
+        {
+            let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
+            macro_rules! go {
+                ($h:literal) => {
+                    match chunks {
+                        1 => accum_tile::<$h, 1>(ph, ld, hd, vals, n, col, oh),
+                        2 => accum_tile::<$h, 2>(ph, ld, hd, vals, n, col, oh),
+                        3 => accum_tile::<$h, 3>(ph, ld, hd, vals, n, col, oh),
+                        _ => accum_tile::<$h, 4>(ph, ld, hd, vals, n, col, oh),
+                    }
+                };
             }
-            c0 += chunks;
+            match hn {
+                1 => go!(1),
+                2 => go!(2),
+                3 => go!(3),
+                4 => go!(4),
+                5 => go!(5),
+                _ => go!(6),
+            }
         }
     }
+}
+
+/// One pass of the value sums: columns `col..col + 16·chunks` of heads `h0..h0 + hn`.
+struct Pass {
+    col: usize,
+    chunks: usize,
+    h0: usize,
+    hn: usize,
+}
+
+/// The passes of the value sums over `nq` heads of `hd` columns: up to 64 columns (4
+/// chunks of 16) and six heads each, columns outermost.
+fn passes(hd: usize, nq: usize) -> impl Iterator<Item = Pass> {
+    (0..hd / 16).step_by(4).flat_map(move |c0| {
+        (0..nq).step_by(6).map(move |h0| Pass {
+            col: 16 * c0,
+            chunks: (hd / 16 - c0).min(4),
+            h0,
+            hn: (nq - h0).min(6),
+        })
+    })
 }
 
 /// 16 slots' weights `p · d` of one group (lanes outside `m` zero).
@@ -573,35 +591,32 @@ pub(super) unsafe fn accum_q8(
             let rn = (n - r0).min(super::Q8_RUN);
             let (pr, vr) = (p.as_ptr().add(r0), vals.as_ptr().add(r0 * hd));
             let dr = scales.as_ptr().add(r0 * groups);
-            let mut c0 = 0;
-            while c0 < hd / 16 {
-                let chunks = (hd / 16 - c0).min(4);
-                let col = 16 * c0;
-                let mut h0 = 0;
-                while h0 < nq {
-                    let hn = (nq - h0).min(6);
-                    let (ph, oh) = (pr.add(h0 * ld), op.add(h0 * hd));
-                    macro_rules! go {
-                        ($h:literal) => {
-                            match chunks {
-                                1 => accum_run_q8::<$h, 1>(ph, ld, hd, vr, dr, rn, col, oh),
-                                2 => accum_run_q8::<$h, 2>(ph, ld, hd, vr, dr, rn, col, oh),
-                                3 => accum_run_q8::<$h, 3>(ph, ld, hd, vr, dr, rn, col, oh),
-                                _ => accum_run_q8::<$h, 4>(ph, ld, hd, vr, dr, rn, col, oh),
-                            }
-                        };
-                    }
-                    match hn {
-                        1 => go!(1),
-                        2 => go!(2),
-                        3 => go!(3),
-                        4 => go!(4),
-                        5 => go!(5),
-                        _ => go!(6),
-                    }
-                    h0 += hn;
+            for Pass {
+                col,
+                chunks,
+                h0,
+                hn,
+            } in passes(hd, nq)
+            {
+                let (ph, oh) = (pr.add(h0 * ld), op.add(h0 * hd));
+                macro_rules! go {
+                    ($h:literal) => {
+                        match chunks {
+                            1 => accum_run_q8::<$h, 1>(ph, ld, hd, vr, dr, rn, col, oh),
+                            2 => accum_run_q8::<$h, 2>(ph, ld, hd, vr, dr, rn, col, oh),
+                            3 => accum_run_q8::<$h, 3>(ph, ld, hd, vr, dr, rn, col, oh),
+                            _ => accum_run_q8::<$h, 4>(ph, ld, hd, vr, dr, rn, col, oh),
+                        }
+                    };
                 }
-                c0 += chunks;
+                match hn {
+                    1 => go!(1),
+                    2 => go!(2),
+                    3 => go!(3),
+                    4 => go!(4),
+                    5 => go!(5),
+                    _ => go!(6),
+                }
             }
             r0 += rn;
         }
