@@ -265,41 +265,10 @@ pub(crate) enum Tier {
 /// [`resolve_uncached`], remembered per tier asked for and VNNI switch (kernels resolve
 /// their tier on every call: attention does so several times per block of 128 slots).
 pub(crate) fn resolve(isa: Isa) -> Tier {
-    use std::sync::atomic::AtomicU8;
-    // 0: not resolved yet; else the tier's code (`encode`).
-    static RESOLVED: [[AtomicU8; 2]; 4] = [const { [const { AtomicU8::new(0) }; 2] }; 4];
-    let slot = &RESOLVED[isa as usize][usize::from(VNNI_OFF.load(Ordering::Relaxed))];
-    let encode = |t: Tier| -> u8 {
-        match t {
-            Tier::Scalar => 1,
-            #[cfg(target_arch = "x86_64")]
-            Tier::Avx2 => 2,
-            #[cfg(target_arch = "x86_64")]
-            Tier::Avx512 { vnni, vbmi } => 3 + u8::from(vnni) + 2 * u8::from(vbmi),
-            #[cfg(target_arch = "aarch64")]
-            Tier::Neon => 7,
-        }
-    };
-    let code = slot.load(Ordering::Relaxed);
-    let known = match code {
-        1 => Some(Tier::Scalar),
-        #[cfg(target_arch = "x86_64")]
-        2 => Some(Tier::Avx2),
-        #[cfg(target_arch = "x86_64")]
-        3..=6 => Some(Tier::Avx512 {
-            vnni: (code - 3) & 1 == 1,
-            vbmi: (code - 3) & 2 == 2,
-        }),
-        #[cfg(target_arch = "aarch64")]
-        7 => Some(Tier::Neon),
-        _ => None,
-    };
-    if let Some(t) = known {
-        return t;
-    }
-    let t = resolve_uncached(isa);
-    slot.store(encode(t), Ordering::Relaxed);
-    t
+    static RESOLVED: [[std::sync::OnceLock<Tier>; 2]; 4] =
+        [const { [const { std::sync::OnceLock::new() }; 2] }; 4];
+    let off = usize::from(VNNI_OFF.load(Ordering::Relaxed));
+    *RESOLVED[isa as usize][off].get_or_init(|| resolve_uncached(isa))
 }
 
 fn resolve_uncached(isa: Isa) -> Tier {

@@ -408,6 +408,7 @@ impl QueryQ8Buf {
             q.len()
         );
         let groups = q.len() / Q8_GROUP;
+        let tier = resolve(isa);
         self.quants.resize(q.len(), 0);
         self.scales.resize(groups, 0.0);
         self.offsets.resize(groups, 0);
@@ -420,7 +421,7 @@ impl QueryQ8Buf {
             let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let scale = amax / 127.0;
             let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            let sum = match resolve(isa) {
+            let sum = match tier {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX-512 detected; 32 values in and out.
                 Tier::Avx512 { .. } => unsafe { x86::quantize_group(xg, inv, qg) },

@@ -45,14 +45,25 @@ fn exp_is_within_two_ulp_and_handles_the_ends() {
 
 /// Whether `isa`'s score chains use fused multiply-adds (the AVX-512 tier's do).
 fn fused(isa: Isa) -> bool {
+    fused_where(isa, false)
+}
+
+/// Whether `isa`'s Q8_0 kernels fuse the multiply-add by the scales (the AVX-512 VNNI
+/// tier's do).
+fn fused_q8(isa: Isa) -> bool {
+    fused_where(isa, true)
+}
+
+/// Whether `isa` resolves to the AVX-512 tier (with VNNI when `vnni`).
+fn fused_where(isa: Isa, vnni: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     return matches!(
         crate::quant::resolve(isa),
-        crate::quant::Tier::Avx512 { .. }
+        crate::quant::Tier::Avx512 { vnni: v, .. } if v || !vnni
     );
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = isa;
+        let _ = (isa, vnni);
         false
     }
 }
@@ -276,21 +287,6 @@ fn query_quantization_follows_the_rule() {
     let z = buf.quantize(best, &[0.0; 32]);
     assert_eq!((z.scales, z.offsets), (&[0.0f32][..], &[0i32][..]));
     assert!(z.quants.iter().all(|&v| v == 0));
-}
-
-/// Whether `isa`'s Q8_0 scores fuse the multiply-add by the scales (the AVX-512 VNNI
-/// tier's do).
-fn fused_q8(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return matches!(
-        crate::quant::resolve(isa),
-        crate::quant::Tier::Avx512 { vnni: true, .. }
-    );
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        false
-    }
 }
 
 /// Q8_0 scores are, per group of 32 dimensions in order, the exact integer dot product of

@@ -73,11 +73,7 @@ pub(super) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
     // SAFETY: equal lengths (caller); the tail uses a mask.
     unsafe {
         while i < n {
-            let m: __mmask16 = if n - i >= 16 {
-                0xFFFF
-            } else {
-                (1u16 << (n - i)) - 1
-            };
+            let m = tail_mask(n - i);
             let x = _mm512_maskz_loadu_ps(m, gp.add(i));
             let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
             let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
@@ -98,11 +94,7 @@ pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
     // SAFETY: accesses stay below n (the tail uses a mask).
     unsafe {
         while i < n {
-            let m: __mmask16 = if n - i >= 16 {
-                0xFFFF
-            } else {
-                (1u16 << (n - i)) - 1
-            };
+            let m = tail_mask(n - i);
             let v = _mm512_maskz_loadu_ps(m, p.add(i));
             let e = exp512(_mm512_sub_ps(v, sh));
             _mm512_mask_storeu_ps(p.add(i), m, e);
@@ -175,8 +167,7 @@ pub(super) unsafe fn scores(
     unsafe {
         let mut s0 = 0;
         while s0 < n {
-            let nv = (n - s0).min(16);
-            let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+            let m = tail_mask(n - s0);
             let tile = keys.add(s0 * hd);
             let mut h0 = 0;
             while h0 < nq {
@@ -296,8 +287,7 @@ pub(super) unsafe fn scores_q8(
     unsafe {
         let mut s0 = 0;
         while s0 < n {
-            let nv = (n - s0).min(16);
-            let m: __mmask16 = if nv == 16 { 0xFFFF } else { (1u16 << nv) - 1 };
+            let m = tail_mask(n - s0);
             let (kt, dt) = (keys.as_ptr().add(s0 * hd), scales.as_ptr().add(s0 * groups));
             let mut h0 = 0;
             while h0 < nq {
@@ -475,11 +465,11 @@ unsafe fn weights16(p: *const f32, d: *const f16, m: __mmask16) -> __m512 {
     }
 }
 
-/// One run (`n` ≤ [`super::Q8_RUN`] slots, from a whole tile) of [`super::accum_q8_0`] for
-/// `H` heads and `C` chunks of 16 columns from `col` (a multiple of 64, so the chunks lie in
-/// at most two groups): each head's and group's 16-bit weights into a stack buffer, then
-/// per pair of slots one widened 32-byte load per chunk and one `vpdpwssd` per head and
-/// chunk, then `out += (W / 32767) · Σ`.
+/// One run (one key tile: `n` ≤ 16 slots) of [`super::accum_q8_0`] for `H` heads and `C`
+/// chunks of 16 columns from `col` (a multiple of 64, so the chunks lie in at most two
+/// groups): each head's and group's 16-bit weights into a stack buffer, then per pair of
+/// slots one widened 32-byte load per chunk and one `vpdpwssd` per head and chunk, then
+/// `out += (W / 32767) · Σ`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
@@ -493,38 +483,29 @@ unsafe fn accum_run_q8<const H: usize, const C: usize>(
     col: usize,
     op: *mut f32,
 ) {
-    let groups = hd / super::Q8_GROUP;
+    const { assert!(super::Q8_RUN == 16, "a run is one key tile") };
     let g0 = col / super::Q8_GROUP;
-    let mut u = [[[0i16; super::Q8_RUN]; 2]; H];
+    let mut u = [[[0i16; 16]; 2]; H];
     let mut back = [[0.0f32; 2]; H];
     // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), the slot
     // pairs covering n slots at `vals` with their tiles' scales at `scales`, and H output
     // rows of hd floats, columns col..col + 16·C inside; loads past n are masked off.
     unsafe {
+        let m = tail_mask(n);
         for (h, (uh, bh)) in u.iter_mut().zip(back.iter_mut()).enumerate() {
-            for (gi, (ug, b)) in uh.iter_mut().zip(bh.iter_mut()).enumerate() {
-                if gi >= C.div_ceil(2) {
-                    break;
-                }
-                let (ph, dg) = (pp.add(h * ld), scales.add((g0 + gi) * 16));
-                let mut mx = _mm512_setzero_ps();
-                let mut s0 = 0;
-                while s0 < n {
-                    let m = tail_mask(n - s0);
-                    mx = _mm512_max_ps(mx, weights16(ph.add(s0), dg.add(s0 * groups), m));
-                    s0 += 16;
-                }
-                let wmax = _mm512_reduce_max_ps(mx);
+            for (gi, (ug, b)) in uh
+                .iter_mut()
+                .zip(bh.iter_mut())
+                .take(C.div_ceil(2))
+                .enumerate()
+            {
+                // Lanes past n weigh 0 (masked loads), below every weight.
+                let w = weights16(pp.add(h * ld), scales.add((g0 + gi) * 16), m);
+                let wmax = _mm512_reduce_max_ps(w);
                 let inv = _mm512_set1_ps(if wmax > 0.0 { super::W16 / wmax } else { 0.0 });
                 *b = wmax / super::W16;
-                let mut s0 = 0;
-                while s0 < n {
-                    let m = tail_mask(n - s0);
-                    let w = weights16(ph.add(s0), dg.add(s0 * groups), m);
-                    let q = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)));
-                    _mm256_storeu_si256(ug.as_mut_ptr().add(s0) as *mut __m256i, q);
-                    s0 += 16;
-                }
+                let q = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)));
+                _mm256_storeu_si256(ug.as_mut_ptr() as *mut __m256i, q);
             }
         }
         let mut acc = [[_mm512_setzero_si512(); C]; H];
@@ -666,11 +647,7 @@ pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
     // SAFETY: loads stay below n (the tail uses a mask).
     unsafe {
         while i < n {
-            let m: __mmask16 = if n - i >= 16 {
-                0xFFFF
-            } else {
-                (1u16 << (n - i)) - 1
-            };
+            let m = tail_mask(n - i);
             acc = _mm512_mask_max_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, p.add(i)));
             i += 16;
         }
