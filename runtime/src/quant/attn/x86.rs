@@ -465,15 +465,55 @@ unsafe fn weights16(p: *const f32, d: *const f16, m: __mmask16) -> __m512 {
     }
 }
 
-/// One run (one key tile: `n` ≤ 16 slots) of [`super::accum_q8_0`] for `H` heads and `C`
-/// chunks of 16 columns from `col` (a multiple of 64, so the chunks lie in at most two
-/// groups): each head's and group's 16-bit weights into a stack buffer, then per pair of
-/// slots one widened 32-byte load per chunk and one `vpdpwssd` per head and chunk, then
-/// `out += (W / 32767) · Σ`.
+/// Key tiles per block of [`accum_q8`]: the weights of a block's tiles are all computed
+/// before its sums, so that no sum waits on the weights it has just asked for.
+const BLOCK_TILES: usize = 8;
+
+/// The horizontal maxima of eight vectors, as lanes: vector `j`'s maximum in lane
+/// [`max8_lane`]`(j)` (the other eight lanes repeat them).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn max8(v: &[__m512]) -> __m512 {
+    // Halves of 128-bit lanes: [max(a0, a2), max(a1, a3), max(b0, b2), max(b1, b3)] per pair.
+    let mut x = [_mm512_setzero_ps(); 4];
+    for (i, xi) in x.iter_mut().enumerate() {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        *xi = _mm512_max_ps(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        );
+    }
+    // One 128-bit lane of four partial maxima per vector: vectors 0–3, then 4–7.
+    let y0 = _mm512_max_ps(
+        _mm512_shuffle_f32x4::<0x88>(x[0], x[1]),
+        _mm512_shuffle_f32x4::<0xDD>(x[0], x[1]),
+    );
+    let y1 = _mm512_max_ps(
+        _mm512_shuffle_f32x4::<0x88>(x[2], x[3]),
+        _mm512_shuffle_f32x4::<0xDD>(x[2], x[3]),
+    );
+    // Inside each 128-bit lane k: [y0's, y1's, y0's, y1's] pairs, then the last swap.
+    let t = _mm512_max_ps(_mm512_unpacklo_ps(y0, y1), _mm512_unpackhi_ps(y0, y1));
+    _mm512_max_ps(t, _mm512_shuffle_ps::<0x4E>(t, t))
+}
+
+/// The lane of [`max8`] that holds vector `j`'s maximum.
+const fn max8_lane(j: usize) -> usize {
+    (j % 4) * 4 + j / 4
+}
+
+/// One block (up to [`BLOCK_TILES`] key tiles: `n` ≤ 128 slots) of [`super::accum_q8_0`]
+/// for `H` heads and `C` chunks of 16 columns from `col` (a multiple of 64, so the chunks
+/// lie in at most two groups). First the weights of every tile, head and group: `p · d`,
+/// their tile maxima `W` eight at a time ([`max8`]), one division for all the `32767 / W`
+/// and one for all the `W / 32767`, the 16-bit weights into a stack buffer. Then per tile
+/// and pair of slots one widened 32-byte load per chunk and one `vpdpwssd` per head and
+/// chunk, and `out += (W / 32767) · Σ`. Each output takes the tiles in order, as the scalar
+/// chain does.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accum_run_q8<const H: usize, const C: usize>(
+unsafe fn accum_block_q8<const H: usize, const C: usize>(
     pp: *const f32,
     ld: usize,
     hd: usize,
@@ -484,59 +524,84 @@ unsafe fn accum_run_q8<const H: usize, const C: usize>(
     op: *mut f32,
 ) {
     const { assert!(super::Q8_RUN == 16, "a run is one key tile") };
-    let g0 = col / super::Q8_GROUP;
-    let mut u = [[[0i16; 16]; 2]; H];
-    let mut back = [[0.0f32; 2]; H];
+    const { assert!(2 * H <= 16, "two blocks of eight weight rows") };
+    let (g0, groups) = (col / super::Q8_GROUP, hd / super::Q8_GROUP);
+    let tiles = n.div_ceil(16);
+    let mut u = [[[[0i16; 16]; 2]; H]; BLOCK_TILES];
+    let mut back = [[[0.0f32; 2]; H]; BLOCK_TILES];
     // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), the slot
     // pairs covering n slots at `vals` with their tiles' scales at `scales`, and H output
     // rows of hd floats, columns col..col + 16·C inside; loads past n are masked off.
     unsafe {
-        let m = tail_mask(n);
-        for (h, (uh, bh)) in u.iter_mut().zip(back.iter_mut()).enumerate() {
-            for (gi, (ug, b)) in uh
-                .iter_mut()
-                .zip(bh.iter_mut())
-                .take(C.div_ceil(2))
-                .enumerate()
-            {
-                // Lanes past n weigh 0 (masked loads), below every weight.
-                let w = weights16(pp.add(h * ld), scales.add((g0 + gi) * 16), m);
-                let wmax = _mm512_reduce_max_ps(w);
-                let inv = _mm512_set1_ps(if wmax > 0.0 { super::W16 / wmax } else { 0.0 });
-                *b = wmax / super::W16;
-                let q = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w, inv)));
-                _mm256_storeu_si256(ug.as_mut_ptr() as *mut __m256i, q);
+        let (big, zero) = (_mm512_set1_ps(super::W16), _mm512_setzero_ps());
+        for t in 0..tiles {
+            let m = tail_mask(n - 16 * t);
+            // Row j = 2·head + group of the pass (a pass with one group leaves the odd rows
+            // zero). Lanes past n weigh 0 (masked loads), below every weight.
+            let mut w = [zero; 16];
+            for h in 0..H {
+                for gi in 0..C.div_ceil(2) {
+                    let d = scales.add(16 * t * groups + (g0 + gi) * 16);
+                    w[2 * h + gi] = weights16(pp.add(h * ld + 16 * t), d, m);
+                }
             }
-        }
-        let mut acc = [[_mm512_setzero_si512(); C]; H];
-        for sp in 0..n.div_ceil(2) {
-            let row = vals.add(sp * 2 * hd + col * 2);
-            let mut v = [_mm512_setzero_si512(); C];
-            for (c, vc) in v.iter_mut().enumerate() {
-                *vc = _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(32 * c) as *const __m256i));
+            let (mut inv, mut bk) = ([[0.0f32; 16]; 2], [[0.0f32; 16]; 2]);
+            for (half, (iv, b)) in inv.iter_mut().zip(bk.iter_mut()).enumerate() {
+                if 8 * half >= 2 * H {
+                    break;
+                }
+                let mx = max8(&w[8 * half..8 * half + 8]);
+                // Exact divisions lane by lane, as the scalar chain's; 0 where W is 0.
+                let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(mx, zero);
+                _mm512_storeu_ps(iv.as_mut_ptr(), _mm512_maskz_div_ps(pos, big, mx));
+                _mm512_storeu_ps(b.as_mut_ptr(), _mm512_div_ps(mx, big));
             }
-            for (accs, uh) in acc.iter_mut().zip(&u) {
-                // The pair's two weights of each group as one 32-bit lane.
-                let b0 =
-                    _mm512_set1_epi32((uh[0].as_ptr().add(2 * sp) as *const i32).read_unaligned());
-                let b1 = if C > 2 {
-                    _mm512_set1_epi32((uh[1].as_ptr().add(2 * sp) as *const i32).read_unaligned())
-                } else {
-                    b0
-                };
-                for (c, (a, vc)) in accs.iter_mut().zip(&v).enumerate() {
-                    *a = _mm512_dpwssd_epi32(*a, *vc, if c < 2 { b0 } else { b1 });
+            for h in 0..H {
+                for gi in 0..C.div_ceil(2) {
+                    let j = 2 * h + gi;
+                    let l = max8_lane(j % 8);
+                    let s = _mm512_set1_ps(inv[j / 8][l]);
+                    let q = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(w[j], s)));
+                    _mm256_storeu_si256(u[t][h][gi].as_mut_ptr() as *mut __m256i, q);
+                    back[t][h][gi] = bk[j / 8][l];
                 }
             }
         }
-        for (h, accs) in acc.iter().enumerate() {
-            for (c, a) in accs.iter().enumerate() {
-                let o = op.add(h * hd + col + 16 * c);
-                let sum = _mm512_cvtepi32_ps(*a);
-                _mm512_storeu_ps(
-                    o,
-                    _mm512_fmadd_ps(_mm512_set1_ps(back[h][c / 2]), sum, _mm512_loadu_ps(o)),
-                );
+        for t in 0..tiles {
+            let mut acc = [[_mm512_setzero_si512(); C]; H];
+            for sp in 0..(n - 16 * t).min(16).div_ceil(2) {
+                let row = vals.add((16 * t + 2 * sp) * hd + col * 2);
+                let mut v = [_mm512_setzero_si512(); C];
+                for (c, vc) in v.iter_mut().enumerate() {
+                    *vc =
+                        _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(32 * c) as *const __m256i));
+                }
+                for (accs, uh) in acc.iter_mut().zip(&u[t]) {
+                    // The pair's two weights of each group as one 32-bit lane.
+                    let b0 = _mm512_set1_epi32(
+                        (uh[0].as_ptr().add(2 * sp) as *const i32).read_unaligned(),
+                    );
+                    let b1 = if C > 2 {
+                        _mm512_set1_epi32(
+                            (uh[1].as_ptr().add(2 * sp) as *const i32).read_unaligned(),
+                        )
+                    } else {
+                        b0
+                    };
+                    for (c, (a, vc)) in accs.iter_mut().zip(&v).enumerate() {
+                        *a = _mm512_dpwssd_epi32(*a, *vc, if c < 2 { b0 } else { b1 });
+                    }
+                }
+            }
+            for (h, accs) in acc.iter().enumerate() {
+                for (c, a) in accs.iter().enumerate() {
+                    let o = op.add(h * hd + col + 16 * c);
+                    let sum = _mm512_cvtepi32_ps(*a);
+                    _mm512_storeu_ps(
+                        o,
+                        _mm512_fmadd_ps(_mm512_set1_ps(back[t][h][c / 2]), sum, _mm512_loadu_ps(o)),
+                    );
+                }
             }
         }
     }
@@ -548,8 +613,8 @@ fn tail_mask(k: usize) -> __mmask16 {
     if k >= 16 { 0xFFFF } else { (1u16 << k) - 1 }
 }
 
-/// [`super::accum_q8_0`] on AVX-512 VNNI: runs of up to [`super::Q8_RUN`] slots, each in
-/// passes of up to six heads and 64 columns.
+/// [`super::accum_q8_0`] on AVX-512 VNNI: blocks of up to [`BLOCK_TILES`] runs of
+/// [`super::Q8_RUN`] slots, each block in passes of up to six heads and 64 columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn accum_q8(
@@ -569,7 +634,7 @@ pub(super) unsafe fn accum_q8(
     unsafe {
         let mut r0 = 0;
         while r0 < n {
-            let rn = (n - r0).min(super::Q8_RUN);
+            let rn = (n - r0).min(BLOCK_TILES * super::Q8_RUN);
             let (pr, vr) = (p.as_ptr().add(r0), vals.as_ptr().add(r0 * hd));
             let dr = scales.as_ptr().add(r0 * groups);
             for Pass {
@@ -583,10 +648,10 @@ pub(super) unsafe fn accum_q8(
                 macro_rules! go {
                     ($h:literal) => {
                         match chunks {
-                            1 => accum_run_q8::<$h, 1>(ph, ld, hd, vr, dr, rn, col, oh),
-                            2 => accum_run_q8::<$h, 2>(ph, ld, hd, vr, dr, rn, col, oh),
-                            3 => accum_run_q8::<$h, 3>(ph, ld, hd, vr, dr, rn, col, oh),
-                            _ => accum_run_q8::<$h, 4>(ph, ld, hd, vr, dr, rn, col, oh),
+                            1 => accum_block_q8::<$h, 1>(ph, ld, hd, vr, dr, rn, col, oh),
+                            2 => accum_block_q8::<$h, 2>(ph, ld, hd, vr, dr, rn, col, oh),
+                            3 => accum_block_q8::<$h, 3>(ph, ld, hd, vr, dr, rn, col, oh),
+                            _ => accum_block_q8::<$h, 4>(ph, ld, hd, vr, dr, rn, col, oh),
                         }
                     };
                 }
