@@ -491,6 +491,12 @@ pub fn scores_q8_0(
         Tier::Avx512 { vnni: true, .. } => unsafe {
             x86::scores_q8(q, nq, hd, keys, scales, n, scale, out, ld)
         },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C detected (every AVX-512 CPU has them); sizes checked
+        // above.
+        Tier::Avx2 | Tier::Avx512 { vnni: false, .. } => unsafe {
+            avx2::scores_q8(q, nq, hd, keys, scales, n, scale, out, ld)
+        },
         _ => {
             for t in (0..n).step_by(KEY_TILE) {
                 let (tk, td) = (&keys[t * hd..], &scales[t * groups..]);
@@ -594,6 +600,11 @@ pub fn accum_q8_0(
         Tier::Avx512 { vnni: true, .. } => unsafe {
             x86::accum_q8(p, ld, nq, hd, vals, scales, n, out)
         },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C detected; sizes checked above.
+        Tier::Avx2 | Tier::Avx512 { vnni: false, .. } => unsafe {
+            avx2::accum_q8(p, ld, nq, hd, vals, scales, n, out)
+        },
         _ => {
             for r0 in (0..n).step_by(Q8_RUN) {
                 let run = r0..(r0 + Q8_RUN).min(n);
@@ -621,6 +632,8 @@ pub fn accum_q8_0(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)] // register tiles indexed by head and chunk
 mod x86;

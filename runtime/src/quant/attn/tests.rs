@@ -293,8 +293,9 @@ fn query_quantization_follows_the_rule() {
 /// the quantized query and the key's quants, then one multiply-add by the product of the
 /// two scales (fused on the AVX-512 VNNI tier), whatever the query and slot counts; the
 /// value sums are the stated chain of 16-bit weights and exact integer sums per run of
-/// [`Q8_RUN`] slots, bit for bit on the scalar and the best tier, and within the weights' rounding of
-/// an f64 sum; at head sizes 64 and 256.
+/// [`Q8_RUN`] slots, bit for bit on the scalar tier, the AVX2 tier (the scalar chains in
+/// vectors) and the best tier, and within the weights' rounding of an f64 sum; at head sizes
+/// 64 and 256.
 #[test]
 fn q8_0_kernels_follow_the_chain_and_match_scalar() {
     let best = crate::quant::detect_best();
@@ -308,7 +309,7 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
         let (kq, kd) = q8_keys(48, hd, 22);
         for nq in [1, 3, 4, 12, 13] {
             for n in [1, 16, 17, 37, 48] {
-                for isa in [Isa::Scalar, best] {
+                for isa in [Isa::Scalar, Isa::Avx2, best] {
                     let fused = fused && isa == best;
                     let mut out = vec![f32::NAN; nq * ld];
                     scores_q8_0(isa, &qq, nq, hd, &kq, &kd, n, 0.125, &mut out, ld);
@@ -377,7 +378,7 @@ fn q8_0_kernels_follow_the_chain_and_match_scalar() {
                 }
             }
             for n in [1, 17, 37, 130, 290] {
-                for isa in [Isa::Scalar, best] {
+                for isa in [Isa::Scalar, Isa::Avx2, best] {
                     let fused = fused && isa == best;
                     let mut out = vec![0.5f32; nq * hd];
                     accum_q8_0(isa, &p, ld, nq, hd, &vq, &vd, n, &mut out);

@@ -1,0 +1,174 @@
+//! AVX2 forms of the Q8_0 attention kernels of [`super`], for the AVX2 tier and the AVX-512
+//! tier without VNNI: the scalar tier's chains in vector registers, so they return its bits
+//! (a multiply and an add where the scalar code has them, exact integer sums).
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{KEY_TILE, Q8_GROUP, Q8_RUN, QueryQ8, W16};
+
+/// The first `k` of 8 lanes as a store mask (all for `k` ≥ 8).
+#[inline]
+fn mask8(k: usize) -> __m256i {
+    let k = k.min(8) as i32;
+    // SAFETY: AVX2 is enabled in every caller; `setr` and `cmpgt` touch no memory.
+    unsafe {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lanes)
+    }
+}
+
+/// Integer dot products of one query quad (4 bytes, `q4` broadcast to every 32-bit lane)
+/// with 8 slots' 4 key bytes: `|q| · (k · sign q)` summed by pairs (at most 2 · 127 · 127,
+/// no saturation: Q8_0 quants lie in −127..=127), then the pairs summed into 32 bits.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn dot4(q4: __m256i, qa: __m256i, k: __m256i, ones: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k, q4)), ones)
+}
+
+/// [`super::scores_q8_0`] on AVX2: per key tile, head and group the exact integer dot
+/// products of 16 slots (two registers of 8), then `acc + (d_key · d_query) · part` (a
+/// multiply and an add), times `scale` at the end.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_q8(
+    q: &QueryQ8<'_>,
+    nq: usize,
+    hd: usize,
+    keys: &[i8],
+    scales: &[f16],
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let groups = hd / Q8_GROUP;
+    let ones = _mm256_set1_epi16(1);
+    let sc = _mm256_set1_ps(scale);
+    let (kp, dp, op) = (keys.as_ptr(), scales.as_ptr(), out.as_mut_ptr());
+    // SAFETY: q holds nq heads, keys and scales the whole tiles of n slots, out
+    // (nq-1)·ld + n floats (caller); stores past n are masked off.
+    unsafe {
+        for t in (0..n).step_by(KEY_TILE) {
+            let (tk, td) = (kp.add(t * hd), dp.add(t * groups));
+            let (m0, m1) = (mask8(n - t), mask8((n - t).saturating_sub(8)));
+            for h in 0..nq {
+                let mut acc = [_mm256_setzero_ps(); 2];
+                for g in 0..groups {
+                    let mut part = [_mm256_setzero_si256(); 2];
+                    for quad in 0..Q8_GROUP / 4 {
+                        let qo = h * hd + g * Q8_GROUP + quad * 4;
+                        let w = (q.quants.as_ptr().add(qo) as *const i32).read_unaligned();
+                        let q4 = _mm256_set1_epi32(w);
+                        let qa = _mm256_abs_epi8(q4);
+                        let row = tk.add((g * Q8_GROUP / 4 + quad) * 4 * KEY_TILE);
+                        for (i, p) in part.iter_mut().enumerate() {
+                            let k = _mm256_loadu_si256(row.add(32 * i) as *const __m256i);
+                            *p = _mm256_add_epi32(*p, dot4(q4, qa, k, ones));
+                        }
+                    }
+                    let dq = _mm256_set1_ps(*q.scales.as_ptr().add(h * groups + g));
+                    for (i, (a, p)) in acc.iter_mut().zip(&part).enumerate() {
+                        let dk = _mm_loadu_si128(td.add(g * KEY_TILE + 8 * i) as *const __m128i);
+                        let w = _mm256_mul_ps(_mm256_cvtph_ps(dk), dq);
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(w, _mm256_cvtepi32_ps(*p)));
+                    }
+                }
+                let o = op.add(h * ld + t);
+                _mm256_maskstore_ps(o, m0, _mm256_mul_ps(acc[0], sc));
+                _mm256_maskstore_ps(o.add(8), m1, _mm256_mul_ps(acc[1], sc));
+            }
+        }
+    }
+}
+
+/// The largest of 8 lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hmax8(v: __m256) -> f32 {
+    let x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)))
+}
+
+/// [`super::accum_q8_0`] on AVX2: per run of [`Q8_RUN`] slots, head and group of 32
+/// dimensions, the 16-bit weights (`round(p · d · (32767 / W))`, halves to even), the exact
+/// sums `Σ u · q` of each slot pair by `vpmaddwd`, then `out + (W / 32767) · Σ` (a multiply
+/// and an add).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accum_q8(
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: &[i8],
+    scales: &[f16],
+    n: usize,
+    out: &mut [f32],
+) {
+    const { assert!(Q8_RUN == KEY_TILE, "a run is one key tile") };
+    let groups = hd / Q8_GROUP;
+    let (pp, vp, dp, op) = (p.as_ptr(), vals.as_ptr(), scales.as_ptr(), out.as_mut_ptr());
+    // SAFETY: sizes checked by the caller (hd a multiple of 32; the slot pairs and whole
+    // tiles' scales of n slots; nq rows of probabilities, n each); loads past n are masked.
+    unsafe {
+        for r0 in (0..n).step_by(Q8_RUN) {
+            let rn = (n - r0).min(Q8_RUN);
+            let (m0, m1) = (mask8(rn), mask8(rn.saturating_sub(8)));
+            for g in 0..groups {
+                let d = dp.add(r0 * groups + g * KEY_TILE);
+                let d0 = _mm256_cvtph_ps(_mm_loadu_si128(d as *const __m128i));
+                let d1 = _mm256_cvtph_ps(_mm_loadu_si128(d.add(8) as *const __m128i));
+                for h0 in (0..nq).step_by(2) {
+                    let hn = (nq - h0).min(2);
+                    // Each head's 16 weights as 16-bit integers, and its `W / 32767`.
+                    let mut u = [[0i16; 16]; 2];
+                    let mut back = [0.0f32; 2];
+                    for (j, (uj, bj)) in u.iter_mut().zip(back.iter_mut()).take(hn).enumerate() {
+                        let ph = pp.add((h0 + j) * ld + r0);
+                        let w0 = _mm256_mul_ps(_mm256_maskload_ps(ph, m0), d0);
+                        let w1 = _mm256_mul_ps(_mm256_maskload_ps(ph.add(8), m1), d1);
+                        // Lanes past n weigh 0, below every weight.
+                        let wmax = hmax8(_mm256_max_ps(w0, w1));
+                        let inv = _mm256_set1_ps(if wmax > 0.0 { W16 / wmax } else { 0.0 });
+                        *bj = wmax / W16;
+                        let i0 = _mm256_cvtps_epi32(_mm256_mul_ps(w0, inv));
+                        let i1 = _mm256_cvtps_epi32(_mm256_mul_ps(w1, inv));
+                        // Lanes in order: the pack interleaves 128-bit halves.
+                        let q = _mm256_permute4x64_epi64::<0xD8>(_mm256_packs_epi32(i0, i1));
+                        _mm256_storeu_si256(uj.as_mut_ptr() as *mut __m256i, q);
+                    }
+                    let mut acc = [[_mm256_setzero_si256(); 4]; 2];
+                    for sp in 0..rn.div_ceil(2) {
+                        let row = vp.add((r0 + 2 * sp) * hd + g * Q8_GROUP * 2);
+                        let mut v = [_mm256_setzero_si256(); 4];
+                        for (c, vc) in v.iter_mut().enumerate() {
+                            let b = _mm_loadu_si128(row.add(16 * c) as *const __m128i);
+                            *vc = _mm256_cvtepi8_epi16(b);
+                        }
+                        for (accs, uj) in acc.iter_mut().zip(&u).take(hn) {
+                            // The pair's two weights as one 32-bit lane.
+                            let b = (uj.as_ptr().add(2 * sp) as *const i32).read_unaligned();
+                            let b = _mm256_set1_epi32(b);
+                            for (a, vc) in accs.iter_mut().zip(&v) {
+                                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*vc, b));
+                            }
+                        }
+                    }
+                    for (j, (accs, &bk)) in acc.iter().zip(&back).take(hn).enumerate() {
+                        let bk = _mm256_set1_ps(bk);
+                        let o = op.add((h0 + j) * hd + g * Q8_GROUP);
+                        for (c, a) in accs.iter().enumerate() {
+                            let oc = o.add(8 * c);
+                            let sum = _mm256_mul_ps(bk, _mm256_cvtepi32_ps(*a));
+                            _mm256_storeu_ps(oc, _mm256_add_ps(_mm256_loadu_ps(oc), sum));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
