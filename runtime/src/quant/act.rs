@@ -51,7 +51,7 @@ fn gelu_mul_scalar(g: &mut [f32], u: &[f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::attn::exp_consts::*;
@@ -62,7 +62,7 @@ mod x86 {
     /// is clamped into the range first so out-of-range lanes convert to valid exponents.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn exp256(x: __m256) -> __m256 {
+    pub(in crate::quant) fn exp256(x: __m256) -> __m256 {
         let (lo_lim, hi_lim) = (_mm256_set1_ps(-87.0), _mm256_set1_ps(88.8));
         let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo_lim);
         let hi = _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi_lim);

@@ -1,6 +1,7 @@
-//! AVX2 forms of the Q8_0 attention kernels of [`super`], for the AVX2 tier and the AVX-512
-//! tier without VNNI: the scalar tier's chains in vector registers, so they return its bits
-//! (a multiply and an add where the scalar code has them, exact integer sums).
+//! AVX2 forms of the attention kernels of [`super`]: the f16 scores and value sums for the
+//! AVX2 tier, the Q8_0 ones for it and for the AVX-512 tier without VNNI. Each is the scalar
+//! tier's chain in vector registers (a multiply and an add where the scalar code has them,
+//! the same order, exact integer sums), so it returns the scalar tier's bits.
 
 use std::arch::x86_64::*;
 
@@ -171,4 +172,219 @@ pub(super) unsafe fn accum_q8(
             }
         }
     }
+}
+
+/// Scores of `H` queries (`qp`, rows of `hd`) for the 16 slots of one f16 key tile: per
+/// dimension in order `acc + q · k` (a multiply and an add), stored times `scale` in the
+/// lanes of `m0` and `m1` at `op + j·ld`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_tile<const H: usize>(
+    qp: *const f32,
+    hd: usize,
+    tile: *const f16,
+    sc: __m256,
+    op: *mut f32,
+    ld: usize,
+    m0: __m256i,
+    m1: __m256i,
+) {
+    // SAFETY: the caller guarantees H·hd floats at qp, a whole key tile at `tile` and the
+    // stored lanes inside `op`'s rows.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; H];
+        for d in 0..hd {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(d * 16) as *const __m128i));
+            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(tile.add(d * 16 + 8) as *const __m128i));
+            for (j, a) in acc.iter_mut().enumerate() {
+                let qv = _mm256_set1_ps(*qp.add(j * hd + d));
+                a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(qv, k0));
+                a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(qv, k1));
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            let o = op.add(j * ld);
+            _mm256_maskstore_ps(o, m0, _mm256_mul_ps(a[0], sc));
+            _mm256_maskstore_ps(o.add(8), m1, _mm256_mul_ps(a[1], sc));
+        }
+    }
+}
+
+/// [`super::scores_f16`] on AVX2: a key tile at a time, up to four queries per pass.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_f16(
+    q: &[f32],
+    nq: usize,
+    hd: usize,
+    keys: *const f16,
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let (qp, op) = (q.as_ptr(), out.as_mut_ptr());
+    let sc = _mm256_set1_ps(scale);
+    // SAFETY: q holds nq·hd floats, keys the whole tiles of n slots, out (nq-1)·ld + n
+    // floats (caller); stores past n are masked off.
+    unsafe {
+        for t in (0..n).step_by(KEY_TILE) {
+            let tile = keys.add(t * hd);
+            let (m0, m1) = (mask8(n - t), mask8((n - t).saturating_sub(8)));
+            for h0 in (0..nq).step_by(4) {
+                let (qh, oh) = (qp.add(h0 * hd), op.add(h0 * ld + t));
+                match (nq - h0).min(4) {
+                    1 => scores_tile::<1>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    2 => scores_tile::<2>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    3 => scores_tile::<3>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    _ => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m0, m1),
+                }
+            }
+        }
+    }
+}
+
+/// `out_h += p_h[s] · v_s` over the slots in order for `H` heads and `C` chunks of 8
+/// columns from `col`, skipping a slot whose weight is 0 (as the scalar code does), the
+/// outputs in registers.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_pass<const H: usize, const C: usize>(
+    pp: *const f32,
+    ld: usize,
+    hd: usize,
+    vals: *const f16,
+    n: usize,
+    col: usize,
+    op: *mut f32,
+) {
+    // SAFETY: the caller guarantees H rows of probabilities (stride ld, n each), n value
+    // rows of hd halves and H output rows of hd floats, columns col..col + 8·C inside.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; H];
+        for (h, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(op.add(h * hd + col + 8 * c));
+            }
+        }
+        for s in 0..n {
+            let mut v = [_mm256_setzero_ps(); C];
+            for (c, vc) in v.iter_mut().enumerate() {
+                let x = _mm_loadu_si128(vals.add(s * hd + col + 8 * c) as *const __m128i);
+                *vc = _mm256_cvtph_ps(x);
+            }
+            for (h, row) in acc.iter_mut().enumerate() {
+                let w = *pp.add(h * ld + s);
+                if w != 0.0 {
+                    let w = _mm256_set1_ps(w);
+                    for (a, vc) in row.iter_mut().zip(&v) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(w, *vc));
+                    }
+                }
+            }
+        }
+        for (h, row) in acc.iter().enumerate() {
+            for (c, a) in row.iter().enumerate() {
+                _mm256_storeu_ps(op.add(h * hd + col + 8 * c), *a);
+            }
+        }
+    }
+}
+
+/// [`super::accum_f16`] on AVX2 (`hd` a multiple of 8): passes of up to two heads and 32
+/// columns.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accum_f16(
+    p: &[f32],
+    ld: usize,
+    nq: usize,
+    hd: usize,
+    vals: *const f16,
+    n: usize,
+    out: &mut [f32],
+) {
+    let (pp, op) = (p.as_ptr(), out.as_mut_ptr());
+    // SAFETY: sizes checked by the caller (hd a multiple of 8).
+    unsafe {
+        for h0 in (0..nq).step_by(2) {
+            let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
+            for c0 in (0..hd / 8).step_by(4) {
+                let col = 8 * c0;
+                macro_rules! go {
+                    ($h:literal) => {
+                        match (hd / 8 - c0).min(4) {
+                            1 => accum_pass::<$h, 1>(ph, ld, hd, vals, n, col, oh),
+                            2 => accum_pass::<$h, 2>(ph, ld, hd, vals, n, col, oh),
+                            3 => accum_pass::<$h, 3>(ph, ld, hd, vals, n, col, oh),
+                            _ => accum_pass::<$h, 4>(ph, ld, hd, vals, n, col, oh),
+                        }
+                    };
+                }
+                if nq - h0 == 1 { go!(1) } else { go!(2) }
+            }
+        }
+    }
+}
+
+/// [`super::max_f32`] on AVX2: eight running maxima, then theirs (the maximum is exact; NaN
+/// is passed over).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
+    let mut acc = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        // SAFETY: eight floats in c.
+        // `max(v, acc)` returns `acc` where `v` is NaN: NaN is passed over, as the scalar
+        // code's `v > a` passes it over.
+        acc = _mm256_max_ps(unsafe { _mm256_loadu_ps(c.as_ptr()) }, acc);
+    }
+    it.remainder()
+        .iter()
+        .fold(hmax8(acc), |m, &v| if v > m { v } else { m })
+}
+
+/// [`super::exp_shifted`] on AVX2: each `exp(x − shift)` by [`crate::quant::act`]'s
+/// eight-lane form of [`super::exp`] (its operations in its order; NaN kept as the scalar
+/// form keeps it), the sum taken in order as the scalar code takes it.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
+    let sh = _mm256_set1_ps(shift);
+    let mut sum = 0.0f32;
+    let mut it = x.chunks_exact_mut(8);
+    for c in &mut it {
+        // SAFETY: eight floats in c.
+        let v = _mm256_sub_ps(unsafe { _mm256_loadu_ps(c.as_ptr()) }, sh);
+        let e = crate::quant::act::x86::exp256(v);
+        let e = _mm256_blendv_ps(e, v, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), e) };
+        for &y in c.iter() {
+            sum += y;
+        }
+    }
+    for y in it.into_remainder() {
+        *y = super::exp(*y - shift);
+        sum += *y;
+    }
+    sum
+}
+
+/// [`super::scale_f32`] on AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn scale_f32(x: &mut [f32], f: f32) {
+    let s = _mm256_set1_ps(f);
+    let mut it = x.chunks_exact_mut(8);
+    for c in &mut it {
+        // SAFETY: eight floats in c.
+        unsafe {
+            _mm256_storeu_ps(
+                c.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), s),
+            )
+        };
+    }
+    it.into_remainder().iter_mut().for_each(|v| *v *= f);
 }

@@ -109,6 +109,9 @@ pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F detected.
         Tier::Avx512 { .. } => unsafe { x86::exp_shifted(x, shift) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected.
+        Tier::Avx2 => unsafe { avx2::exp_shifted(x, shift) },
         _ => {
             let mut sum = 0.0f32;
             for v in x.iter_mut() {
@@ -126,6 +129,9 @@ pub fn max_f32(isa: Isa, x: &[f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F detected.
         Tier::Avx512 { .. } => unsafe { x86::max_f32(x) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected.
+        Tier::Avx2 => unsafe { avx2::max_f32(x) },
         _ => {
             // Eight running maxima (independent chains), then their maximum.
             let mut m = [f32::NEG_INFINITY; 8];
@@ -156,6 +162,9 @@ pub fn scale_f32(isa: Isa, x: &mut [f32], f: f32) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F detected.
         Tier::Avx512 { .. } => unsafe { x86::scale_f32(x, f) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected.
+        Tier::Avx2 => unsafe { avx2::scale_f32(x, f) },
         _ => x.iter_mut().for_each(|v| *v *= f),
     }
 }
@@ -253,6 +262,9 @@ pub fn scores_f16(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 detected; sizes checked above.
         Tier::Avx512 { .. } => unsafe { x86::scores(q, nq, hd, keys.as_ptr(), n, scale, out, ld) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C detected; sizes checked above.
+        Tier::Avx2 => unsafe { avx2::scores_f16(q, nq, hd, keys.as_ptr(), n, scale, out, ld) },
         _ => {
             for s in 0..n {
                 for h in 0..nq {
@@ -297,6 +309,11 @@ pub fn accum_f16(
         // SAFETY: AVX-512 detected; sizes checked above.
         Tier::Avx512 { .. } if hd.is_multiple_of(16) => unsafe {
             x86::accum(p, ld, nq, hd, vals.as_ptr(), n, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C detected; sizes checked above.
+        Tier::Avx2 if hd.is_multiple_of(8) => unsafe {
+            avx2::accum_f16(p, ld, nq, hd, vals.as_ptr(), n, out)
         },
         _ => {
             for s in 0..n {

@@ -75,17 +75,20 @@ fn fused_where(isa: Isa, vnni: bool) -> bool {
 #[test]
 fn each_score_is_one_chain_whatever_the_grouping() {
     let best = crate::quant::detect_best();
-    let fused = fused(best);
     let (hd, ld) = (64, 144);
     let q = data(13 * hd, 11);
     let keys: Vec<f16> = data(144 * hd, 12)
         .iter()
         .map(|&x| f16::from_f32(x))
         .collect();
-    for nq in 1..=13 {
+    for (isa, nq) in [best, Isa::Avx2]
+        .into_iter()
+        .flat_map(|isa| (1..=13).map(move |nq| (isa, nq)))
+    {
+        let fused = fused(isa);
         for n in [1, 15, 16, 17, 31, 32, 48, 64, 65, 100, 128, 144] {
             let mut out = vec![f32::NAN; nq * ld];
-            scores_f16(best, &q, nq, hd, &keys, n, 0.125, &mut out, ld);
+            scores_f16(isa, &q, nq, hd, &keys, n, 0.125, &mut out, ld);
             for h in 0..nq {
                 for s in 0..n {
                     let mut acc = 0.0f32;
@@ -102,7 +105,7 @@ fn each_score_is_one_chain_whatever_the_grouping() {
                     assert_eq!(
                         got.to_bits(),
                         want.to_bits(),
-                        "{nq} queries, {n} slots: head {h} slot {s}"
+                        "{isa:?}: {nq} queries, {n} slots: head {h} slot {s}"
                     );
                 }
             }
@@ -194,6 +197,97 @@ fn simd_kernels_match_scalar() {
     assert!((sa - sb).abs() < 1e-5 * sa);
     for (x, y) in ea.iter().zip(&eb) {
         assert!((x - y).abs() <= 2e-7 * x.abs().max(1e-30), "{x} vs {y}");
+    }
+}
+
+/// The AVX2 tier's f16 scores and value sums are the scalar tier's bits: the same chains (a
+/// multiply and an add per dimension or slot, in order; a slot of weight 0 skipped, so a
+/// −0 output stays −0), at head sizes 64, 40 (a partial pass of columns), 256 and 36 (not a
+/// multiple of 8: the scalar code), 1–13 heads (passes of four and two) and partial tiles;
+/// so are its softmax steps.
+#[test]
+fn avx2_f16_kernels_are_the_scalar_bits() {
+    for hd in [64, 40, 256, 36] {
+        let q = data(13 * hd, 31);
+        let kh: Vec<f16> = data(48 * hd, 32)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let vh: Vec<f16> = data(48 * hd, 33)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let ld = 48;
+        for nq in [1, 2, 3, 5, 13] {
+            for n in [1, 7, 15, 16, 17, 37, 48] {
+                let mut sa = vec![f32::NAN; nq * ld];
+                let mut sb = sa.clone();
+                scores_f16(Isa::Scalar, &q, nq, hd, &kh, n, 0.125, &mut sa, ld);
+                scores_f16(Isa::Avx2, &q, nq, hd, &kh, n, 0.125, &mut sb, ld);
+                for h in 0..nq {
+                    for s in 0..n {
+                        let (x, y) = (sa[h * ld + s], sb[h * ld + s]);
+                        assert_eq!(x.to_bits(), y.to_bits(), "hd {hd} {nq}×{n}: {h} {s}");
+                    }
+                }
+                // Weights with exact zeros; outputs starting at ±0 and other values.
+                let p: Vec<f32> = (0..nq * ld)
+                    .map(|i| {
+                        if i % 5 == 2 {
+                            0.0
+                        } else {
+                            (i % 11) as f32 / 16.0
+                        }
+                    })
+                    .collect();
+                let init: Vec<f32> = (0..nq * hd)
+                    .map(|i| [-0.0, 0.0, 0.75, -1.5][i % 4])
+                    .collect();
+                let (mut oa, mut ob) = (init.clone(), init);
+                accum_f16(Isa::Scalar, &p, ld, nq, hd, &vh, n, &mut oa);
+                accum_f16(Isa::Avx2, &p, ld, nq, hd, &vh, n, &mut ob);
+                for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+                    assert_eq!(x.to_bits(), y.to_bits(), "hd {hd} {nq}×{n}: out {i}");
+                }
+            }
+        }
+    }
+    // The softmax's steps: the same maxima, exponentials, sums and scaled values, whatever
+    // the tail, with −∞ (masked slots), the exponential's range ends and NaN among them.
+    let mut x = data(77, 34);
+    x.iter_mut().for_each(|v| *v *= 40.0);
+    x[3] = f32::NEG_INFINITY;
+    x[9] = -300.0;
+    x[12] = 95.0;
+    x[20] = f32::NAN;
+    for len in [0, 1, 7, 8, 9, 16, 20, 21, 77] {
+        let row = &x[..len];
+        let want = max_f32(Isa::Scalar, row);
+        let got = max_f32(Isa::Avx2, row);
+        assert!(
+            got == want || (got.is_nan() && want.is_nan()),
+            "max, len {len}"
+        );
+        for shift in [0.5, 60.0] {
+            let (mut ea, mut eb) = (row.to_vec(), row.to_vec());
+            let sa = exp_shifted(Isa::Scalar, &mut ea, shift);
+            let sb = exp_shifted(Isa::Avx2, &mut eb, shift);
+            assert_eq!(
+                sa.to_bits(),
+                sb.to_bits(),
+                "exp sum, len {len}, shift {shift}"
+            );
+            for (i, (a, b)) in ea.iter().zip(&eb).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "exp, len {len}, shift {shift}: {i}"
+                );
+            }
+            scale_f32(Isa::Scalar, &mut ea, 0.3);
+            scale_f32(Isa::Avx2, &mut eb, 0.3);
+            assert!(ea.iter().zip(&eb).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 }
 
