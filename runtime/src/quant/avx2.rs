@@ -260,6 +260,97 @@ pub(super) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
 
 /// The AVX2 kernel for a (weight type, activation) pair other than the five-bit and K-quant
 /// ones (the dispatch in `quant` asks `avx2_k` first).
+/// Rows per call of [`dot_rows8`].
+pub(super) const ROWS8: usize = 8;
+
+/// The horizontal sums of eight vectors of i32, as the lanes of one (vector `r` in lane `r`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum8_epi32(s: &[__m256i; ROWS8]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(s[0], s[1]);
+    let h23 = _mm256_hadd_epi32(s[2], s[3]);
+    let h45 = _mm256_hadd_epi32(s[4], s[5]);
+    let h67 = _mm256_hadd_epi32(s[6], s[7]);
+    // Per 128-bit half: [Σ s0, Σ s1, Σ s2, Σ s3] of that half's lanes (then s4..s7).
+    let lo = _mm256_hadd_epi32(h01, h23);
+    let hi = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(lo, hi),
+        _mm256_permute2x128_si256::<0x31>(lo, hi),
+    )
+}
+
+/// The f16 at byte `off` of each of eight rows' block `i` (`bytes` per block), as f32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn halves8(w: &[&[u8]; ROWS8], i: usize, bytes: usize, off: usize) -> __m256 {
+    let h = |r: usize| {
+        // SAFETY: the caller guarantees block i of every row.
+        let b =
+            unsafe { std::ptr::read_unaligned(w[r].as_ptr().add(i * bytes + off) as *const u16) };
+        u16::from_le(b) as i16
+    };
+    let v = _mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7));
+    _mm256_cvtph_ps(v)
+}
+
+/// [`dot`] of eight weight rows against one activation row, for Q4_1 × Q8_1, Q4_0 × Q8_0 and
+/// Q8_0 × Q8_0 (`None` for other pairs): each row's result is [`dot`]'s, bit for bit (the
+/// same exact integer sum per block, and lane `r` takes row `r`'s f32 operations in the
+/// scalar order), while the activation block is loaded once for the eight rows and the
+/// eight integer sums share one horizontal reduction.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; every row holds as many blocks of `ty` as `a` has.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_rows8(
+    ty: GgmlType,
+    w: [&[u8]; ROWS8],
+    a: ActRow<'_>,
+) -> Option<[f32; ROWS8]> {
+    let mut sumf = _mm256_setzero_ps();
+    // SAFETY: the caller guarantees the rows' blocks.
+    unsafe {
+        match (ty, a) {
+            (GgmlType::Q4_1, ActRow::Q8_1(b)) => {
+                for (i, y) in b.iter().enumerate() {
+                    let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                    let s =
+                        std::array::from_fn(|r| dot_us(nibbles(w[r].as_ptr().add(i * 20 + 4)), qy));
+                    let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+                    let dd = _mm256_mul_ps(halves8(&w, i, 20, 0), _mm256_set1_ps(y.d.to_f32()));
+                    let m = _mm256_mul_ps(halves8(&w, i, 20, 2), _mm256_set1_ps(y.s.to_f32()));
+                    sumf = _mm256_add_ps(sumf, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
+                }
+            }
+            (GgmlType::Q4_0 | GgmlType::Q8_0, ActRow::Q8_0(b)) => {
+                let q4 = ty == GgmlType::Q4_0;
+                let bytes = if q4 { 18 } else { 34 };
+                for (i, y) in b.iter().enumerate() {
+                    let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                    let s = std::array::from_fn(|r| {
+                        let p = w[r].as_ptr().add(i * bytes + 2);
+                        let qx = if q4 {
+                            _mm256_sub_epi8(nibbles(p), _mm256_set1_epi8(8))
+                        } else {
+                            _mm256_loadu_si256(p as *const __m256i)
+                        };
+                        dot_ss(qx, qy)
+                    });
+                    let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+                    let d = _mm256_mul_ps(halves8(&w, i, bytes, 0), _mm256_set1_ps(y.d.to_f32()));
+                    sumf = _mm256_add_ps(sumf, _mm256_mul_ps(sumi, d));
+                }
+            }
+            _ => return None,
+        }
+    }
+    let mut out = [0.0f32; ROWS8];
+    // SAFETY: eight floats.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sumf) };
+    Some(out)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract (features present, lengths checked).

@@ -1342,6 +1342,9 @@ pub unsafe fn matmul_span(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded contract (disjoint output elements).
     let r0 = unsafe { k_tiles(tier, w, x, a0, a1, r0, r1, out) };
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as above.
+    let r0 = unsafe { avx2_rows8(tier, w, x, a0, a1, r0, r1, out) };
     for r in r0..r1 {
         let wr = w.row(r);
         let mut a = a0;
@@ -1365,6 +1368,48 @@ pub unsafe fn matmul_span(
             a += 1;
         }
     }
+}
+
+/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier
+/// ([`avx2::dot_rows8`]) when fewer than four activation rows come (decode: the four-row
+/// kernels do not apply) and the type has the eight-row form; the same bits as one row at a
+/// time. Returns the first weight row left to the caller (`r0` when nothing was done).
+///
+/// # Safety
+/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx2_rows8(
+    tier: Tier,
+    w: &WeightMatrix<'_>,
+    x: &QuantizedActs,
+    a0: usize,
+    a1: usize,
+    r0: usize,
+    r1: usize,
+    out: OutRows,
+) -> usize {
+    use avx2::ROWS8;
+    if tier != Tier::Avx2 || a1 - a0 >= 4 {
+        return r0;
+    }
+    let mut r = r0;
+    while r + ROWS8 <= r1 {
+        let rows = std::array::from_fn(|k| w.row(r + k));
+        for a in a0..a1 {
+            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
+            // activation row's blocks (checked by the caller).
+            let Some(v) = (unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) }) else {
+                return r;
+            };
+            for (k, vk) in v.into_iter().enumerate() {
+                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                unsafe { out.put(a, r + k, vk) };
+            }
+        }
+        r += ROWS8;
+    }
+    r
 }
 
 /// Activation rows per pass over a range of weight rows in [`k_tiles`]: their Q8_K blocks
