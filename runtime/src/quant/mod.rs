@@ -1371,9 +1371,9 @@ pub unsafe fn matmul_span(
 }
 
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier
-/// ([`avx2::dot_rows8`]) when fewer than four activation rows come (decode: the four-row
-/// kernels do not apply) and the type has the eight-row form; the same bits as one row at a
-/// time. Returns the first weight row left to the caller (`r0` when nothing was done).
+/// ([`avx2::dot_rows8`]: Q4_0 and Q4_1) when fewer than four activation rows come (decode:
+/// the four-row kernels do not apply); the same bits as one row at a time. Returns the first
+/// weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
 /// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
@@ -1390,12 +1390,16 @@ unsafe fn avx2_rows8(
     out: OutRows,
 ) -> usize {
     use avx2::ROWS8;
-    if tier != Tier::Avx2 || a1 - a0 >= 4 {
+    if tier != Tier::Avx2 || a1 - a0 >= 4 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
         return r0;
     }
-    let mut r = r0;
+    let (mut r, rb) = (r0, w.row_bytes());
     while r + ROWS8 <= r1 {
         let rows = std::array::from_fn(|k| w.row(r + k));
+        // The eight rows are read a block of each at a time, eight short strided streams the
+        // hardware prefetchers do not follow: the next group's bytes are asked for now.
+        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
+        attn::prefetch(&w.data[next]);
         for a in a0..a1 {
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation row's blocks (checked by the caller).
