@@ -37,7 +37,7 @@
 //! OpenCL kernels can reproduce them bit for bit). Nothing here allocates.
 
 use crate::kv::KvHead;
-use crate::quant::{Isa, attn};
+use crate::quant::{self, Isa, attn};
 use std::ops::Range;
 
 /// Slots per block: the unit of the online softmax. A block's keys (`BLOCK × head_dim` f16,
@@ -239,8 +239,8 @@ pub fn chunk_state(
 /// Asks the caches for value rows `rows` (values, not bytes) of a head.
 fn prefetch_values(cache: &KvHead<'_>, rows: Range<usize>) {
     match *cache {
-        KvHead::F16 { values, .. } => attn::prefetch(&values[rows]),
-        KvHead::Q8_0 { values, .. } => attn::prefetch(&values[rows]),
+        KvHead::F16 { values, .. } => quant::prefetch(&values[rows]),
+        KvHead::Q8_0 { values, .. } => quant::prefetch(&values[rows]),
     }
 }
 

@@ -329,22 +329,19 @@ unsafe fn halves8(w: &[&[u8]; ROWS8], i: usize, bytes: usize, off: usize) -> __m
     _mm256_cvtph_ps(v)
 }
 
-/// [`dot`] of eight weight rows against one activation row, for Q4_1 × Q8_1 and Q4_0 × Q8_0
-/// (`None` for other pairs): each row's result is [`dot`]'s, bit for bit (the same exact
-/// integer sum per block, and lane `r` takes row `r`'s f32 operations in the scalar order),
-/// while the activation block is loaded once for the eight rows and the eight integer sums
-/// share one horizontal reduction. Q8_0 weights stay one row at a time: their 34-byte blocks
+/// [`dot`] of eight weight rows against one activation row: each row's result is [`dot`]'s, bit
+/// for bit. Q4_1 × Q8_1 and Q4_0 × Q8_0 have an eight-row kernel (the same exact integer sum
+/// per block, and lane `r` takes row `r`'s f32 operations in the scalar order): the
+/// activation block is loaded once for the eight rows and the eight integer sums share one
+/// horizontal reduction. Other pairs run [`dot`] row by row; the caller decides which types
+/// are worth sending here. Q8_0 weights stay one row at a time: their 34-byte blocks
 /// make the product bound by the weight stream, which one sequential row reads faster (Gemma
 /// 3's Q8_0 output matrix under AVX2: 0.8× with eight rows, prefetched or not).
 ///
 /// # Safety
 /// AVX2, FMA and F16C present; every row holds as many blocks of `ty` as `a` has.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_rows8(
-    ty: GgmlType,
-    w: [&[u8]; ROWS8],
-    a: ActRow<'_>,
-) -> Option<[f32; ROWS8]> {
+pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -> [f32; ROWS8] {
     let mut sumf = _mm256_setzero_ps();
     // SAFETY: the caller guarantees the rows' blocks.
     unsafe {
@@ -372,13 +369,13 @@ pub(super) unsafe fn dot_rows8(
                     sumf = _mm256_add_ps(sumf, _mm256_mul_ps(sumi, d));
                 }
             }
-            _ => return None,
+            _ => return std::array::from_fn(|r| dot(ty, w[r], a)),
         }
     }
     let mut out = [0.0f32; ROWS8];
     // SAFETY: eight floats.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sumf) };
-    Some(out)
+    out
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -35,14 +35,17 @@
 //! activation rows), which [`matmul_rows`] runs for four or more activation rows; it reuses
 //! helpers of `avx512_k`.
 //!
-//! Size: over 800 lines because the dispatch, the activation buffers and the matrix product
-//! share the private tier and layout types; the kernels themselves live in the per-tier
-//! modules.
+//! The matrix products (the output view, the row-range products and the tile paths they try
+//! first) live in `matmul`.
+//!
+//! Size: over 800 lines because the dispatch and the activation buffers share the private
+//! tier and layout types; the kernels themselves live in the per-tier modules.
 
 pub mod act;
 pub mod attn;
 pub mod blocks;
 pub mod kquants;
+mod matmul;
 pub mod packed;
 pub mod scalar;
 
@@ -66,7 +69,7 @@ mod pack512;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use half::f16;
 use half::slice::HalfBitsSliceExt;
@@ -75,8 +78,8 @@ pub use blocks::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
 };
+pub use matmul::{OutRows, act_layout, chunk_size, matmul, matmul_rows, matmul_span};
 
-use crate::pool::ThreadPool;
 use crate::{Error, GgmlType, Result};
 
 /// Name of the environment variable that forces a kernel tier.
@@ -1108,446 +1111,30 @@ impl ActsWriter<'_> {
 }
 
 // =============================================================================================
-// Matrix product
-// =============================================================================================
-
-/// Where a matrix product writes: element (activation row `a`, weight row `r`) lives at
-/// `ptr[a * stride + r]`; with `accumulate` the product is added to what is there.
-#[derive(Clone, Copy, Debug)]
-pub struct OutRows {
-    ptr: *mut f32,
-    stride: usize,
-    rows: usize,
-    cols: usize,
-    accumulate: bool,
-}
-
-// SAFETY: an `OutRows` is a view that pool workers share to write disjoint elements (disjoint
-// weight-row ranges); `matmul_rows`'s contract makes the disjointness the caller's duty.
-unsafe impl Send for OutRows {}
-// SAFETY: see above.
-unsafe impl Sync for OutRows {}
-
-impl OutRows {
-    /// A view of `y` as `rows` activation rows of `cols` outputs, `stride` apart.
-    ///
-    /// # Panics
-    /// If `y` is too short.
-    pub fn new(y: &mut [f32], rows: usize, cols: usize, stride: usize, accumulate: bool) -> Self {
-        assert!(
-            stride >= cols && (rows == 0 || y.len() >= (rows - 1) * stride + cols),
-            "output view {rows}x{cols} (stride {stride}) over {} values",
-            y.len()
-        );
-        OutRows {
-            ptr: y.as_mut_ptr(),
-            stride,
-            rows,
-            cols,
-            accumulate,
-        }
-    }
-
-    /// A view of `len` floats at `ptr` as `rows` activation rows of `cols` outputs.
-    ///
-    /// # Safety
-    /// `ptr` is valid for reads and writes of `len` floats for as long as the view is used,
-    /// and writes through the view never overlap concurrent accesses by others.
-    ///
-    /// # Panics
-    /// If the view does not fit in `len`.
-    pub unsafe fn from_raw(
-        ptr: *mut f32,
-        len: usize,
-        rows: usize,
-        cols: usize,
-        stride: usize,
-        accumulate: bool,
-    ) -> Self {
-        assert!(
-            stride >= cols && (rows == 0 || len >= (rows - 1) * stride + cols),
-            "output view {rows}x{cols} (stride {stride}) over {len} values"
-        );
-        OutRows {
-            ptr,
-            stride,
-            rows,
-            cols,
-            accumulate,
-        }
-    }
-
-    /// The view of activation rows `a0..` of this one (row `a0` becomes row 0).
-    ///
-    /// # Safety
-    /// `a0 <= rows`.
-    pub(crate) unsafe fn skip(self, a0: usize) -> Self {
-        debug_assert!(a0 <= self.rows);
-        OutRows {
-            // SAFETY: row a0 starts inside (or one past the end of) the viewed buffer.
-            ptr: unsafe { self.ptr.add(a0 * self.stride) },
-            rows: self.rows - a0,
-            ..self
-        }
-    }
-
-    /// # Safety
-    /// `a < rows`, `r < cols`, and no other thread touches this element concurrently.
-    #[inline(always)]
-    pub(crate) unsafe fn put(self, a: usize, r: usize, v: f32) {
-        debug_assert!(a < self.rows && r < self.cols);
-        // SAFETY: in bounds by the caller's contract and the check in `new`.
-        unsafe {
-            let p = self.ptr.add(a * self.stride + r);
-            if self.accumulate { *p += v } else { *p = v }
-        }
-    }
-}
-
-/// The activation layout that weights of type `ty` multiply with on tier `isa` (`None` for a
-/// type without a kernel). Matrices whose layouts agree can share one quantized input.
-pub fn act_layout(isa: Isa, ty: GgmlType) -> Option<ActLayout> {
-    ActLayout::choose(resolve(isa), ty)
-}
-
-/// Weight rows `r0..r1` of `y = w · xᵀ` for the first `n` activation rows of `x`: writes
-/// `out[a][r]` for `a < n`, `r0 <= r < r1`. Allocates nothing.
-///
-/// # Safety
-/// No other thread writes `out` at these indices concurrently (pool workers take disjoint
-/// row ranges), and `out` outlives the call.
-///
-/// # Panics
-/// If `x` was not quantized for `w` on this tier, holds fewer than `n` rows, the range is out
-/// of bounds, or `out` is too small.
-pub unsafe fn matmul_rows(
-    isa: Isa,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    n: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { matmul_span(isa, w, x, 0, n, r0, r1, out) }
-}
-
-/// [`matmul_rows`] for activation rows `a0..a1` only: writes `out[a][r]` for `a0 <= a < a1`,
-/// `r0 <= r < r1`, with the same bits as the full call gives those elements (the arithmetic
-/// of one (weight row, activation row) pair does not depend on which rows share its tile).
-/// A caller that works on a block of activation rows at a time (the feed-forward gate)
-/// keeps the block's outputs in cache for what it does next with them.
-///
-/// # Safety
-/// As [`matmul_rows`].
-///
-/// # Panics
-/// As [`matmul_rows`], with `a1` in place of `n`, and if `a0 > a1`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn matmul_span(
-    isa: Isa,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    a0: usize,
-    a1: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) {
-    let tier = resolve(isa);
-    assert_eq!(
-        ActLayout::choose(tier, w.ty),
-        Some(x.layout()),
-        "matmul: activations laid out as {:?} for {} weights",
-        x.layout(),
-        w.ty
-    );
-    assert_eq!(
-        x.cols(),
-        w.cols,
-        "matmul: activation width vs weight columns"
-    );
-    assert!(a0 <= a1, "matmul: activation rows {a0}..{a1}");
-    assert!(
-        a1 <= x.n_rows(),
-        "matmul: {a1} rows requested, {} quantized",
-        x.n_rows()
-    );
-    assert!(
-        r0 <= r1 && r1 <= w.rows,
-        "matmul: rows {r0}..{r1} of {}",
-        w.rows
-    );
-    assert!(
-        a1 <= out.rows && r1 <= out.cols,
-        "matmul: output {}x{} for {a1}x{r1}",
-        out.rows,
-        out.cols
-    );
-    assert!(
-        w.data.len() >= w.rows * w.row_bytes(),
-        "matmul: weight data too short"
-    );
-    if a0 == a1 || r0 == r1 {
-        return;
-    }
-    if x.layout() == ActLayout::Packed {
-        #[cfg(target_arch = "x86_64")]
-        if let Tier::Avx512 { vnni, .. } = tier {
-            let nb = w.cols / QK;
-            // SAFETY (offsets): a0 <= a1 <= x.n_rows() and out.rows (checked above).
-            let (a, out) = unsafe {
-                (
-                    (x.buf.as_ptr() as *const u8).add(a0 * x.stride),
-                    out.skip(a0),
-                )
-            };
-            let n = a1 - a0;
-            // SAFETY: the tier has AVX-512 + VBMI (packed is chosen only then, and VNNI only
-            // when detected); the weight matrix holds `rows` rows of `nb` blocks; `a` points
-            // at `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
-            unsafe {
-                if vnni {
-                    gemm512::vnni::gemm(
-                        w.ty,
-                        w.data.as_ptr(),
-                        w.row_bytes(),
-                        nb,
-                        r0,
-                        r1,
-                        a,
-                        x.stride,
-                        n,
-                        out,
-                    )
-                } else {
-                    gemm512::bw::gemm(
-                        w.ty,
-                        w.data.as_ptr(),
-                        w.row_bytes(),
-                        nb,
-                        r0,
-                        r1,
-                        a,
-                        x.stride,
-                        n,
-                        out,
-                    )
-                }
-            }
-        }
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded contract (disjoint output elements).
-    let r0 = unsafe { k_tiles(tier, w, x, a0, a1, r0, r1, out) };
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as above.
-    let r0 = unsafe { avx2_rows8(tier, w, x, a0, a1, r0, r1, out) };
-    for r in r0..r1 {
-        let wr = w.row(r);
-        let mut a = a0;
-        while a + 4 <= a1 {
-            let v = dot4_unchecked(
-                tier,
-                w.ty,
-                wr,
-                [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)],
-            );
-            for (k, vk) in v.into_iter().enumerate() {
-                // SAFETY: in bounds (checked above); exclusivity is the caller's.
-                unsafe { out.put(a + k, r, vk) };
-            }
-            a += 4;
-        }
-        while a < a1 {
-            let v = dot_unchecked(tier, w.ty, wr, x.row(a));
-            // SAFETY: as above.
-            unsafe { out.put(a, r, v) };
-            a += 1;
-        }
-    }
-}
-
-/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier
-/// ([`avx2::dot_rows8`]: Q4_0 and Q4_1) when fewer than four activation rows come (decode:
-/// the four-row kernels do not apply); the same bits as one row at a time. Returns the first
-/// weight row left to the caller (`r0` when nothing was done).
-///
-/// # Safety
-/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn avx2_rows8(
-    tier: Tier,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    a0: usize,
-    a1: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) -> usize {
-    use avx2::ROWS8;
-    if tier != Tier::Avx2 || a1 - a0 >= 4 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
-        return r0;
-    }
-    let (mut r, rb) = (r0, w.row_bytes());
-    while r + ROWS8 <= r1 {
-        let rows = std::array::from_fn(|k| w.row(r + k));
-        // The eight rows are read a block of each at a time, eight short strided streams the
-        // hardware prefetchers do not follow: the next group's bytes are asked for now.
-        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
-        attn::prefetch(&w.data[next]);
-        for a in a0..a1 {
-            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
-            // activation row's blocks (checked by the caller).
-            let Some(v) = (unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) }) else {
-                return r;
-            };
-            for (k, vk) in v.into_iter().enumerate() {
-                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                unsafe { out.put(a, r + k, vk) };
-            }
-        }
-        r += ROWS8;
-    }
-    r
-}
-
-/// Activation rows per pass over a range of weight rows in [`k_tiles`]: their Q8_K blocks
-/// (at most 64 × 292 bytes per 256 columns) stay in the L2 cache while the weight rows stream.
-#[cfg(target_arch = "x86_64")]
-const K_TILE_ACTS: usize = 64;
-
-/// Weight rows `r0..` of [`matmul_span`] in four-row tiles of the AVX-512 K-quant prefill
-/// kernel ([`avx512_kgemm`]) when the tier and type have one and there are at least four
-/// activation rows: each decoded weight block serves up to 16 quads of four activation rows
-/// (activation rows in passes of [`K_TILE_ACTS`]), the remaining activation rows one at a
-/// time. Returns the first weight row left to the caller (`r0` when nothing was done).
-///
-/// # Safety
-/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn k_tiles(
-    tier: Tier,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    a0: usize,
-    a1: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) -> usize {
-    use avx512_kgemm::{ACTS, QUADS, ROWS};
-    let Tier::Avx512 { vnni, .. } = tier else {
-        return r0;
-    };
-    if !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K) || a1 - a0 < ACTS {
-        return r0;
-    }
-    let q8k = |a: usize| match x.row(a) {
-        ActRow::Q8K(b) => b,
-        _ => &[],
-    };
-    // The layout was checked against the type; a mismatch would leave the rows to the caller.
-    if q8k(a0).len() * QK_K != w.cols {
-        return r0;
-    }
-    let n_tiled = a1 - (a1 - a0) % ACTS;
-    let r_end = r0 + (r1 - r0) / ROWS * ROWS;
-    let mut p0 = a0;
-    while p0 < n_tiled {
-        let p1 = (p0 + K_TILE_ACTS).min(n_tiled);
-        let mut r = r0;
-        while r < r_end {
-            let wr = [w.row(r), w.row(r + 1), w.row(r + 2), w.row(r + 3)];
-            let mut a = p0;
-            while a < p1 {
-                let nq = ((p1 - a) / ACTS).min(QUADS);
-                let quad = |q: usize| std::array::from_fn(|t| q8k(a + ACTS * q + t));
-                let ar: [[&[BlockQ8K]; ACTS]; QUADS] =
-                    std::array::from_fn(|q| if q < nq { quad(q) } else { quad(0) });
-                let mut v = [[0.0f32; 16]; QUADS];
-                // SAFETY: the tier was resolved against this CPU; every row holds `cols`
-                // columns of its type (checked by the caller).
-                let done = unsafe { avx512_kgemm::tile(vnni, w.ty, wr, &ar[..nq], &mut v[..nq]) };
-                for (q, vq) in v[..nq].iter_mut().enumerate() {
-                    for (k, o) in vq.iter_mut().enumerate() {
-                        let (at, rk) = (a + ACTS * q + k / ROWS, r + k % ROWS);
-                        if !done {
-                            *o = dot_unchecked(tier, w.ty, wr[k % ROWS], x.row(at));
-                        }
-                        // SAFETY: in bounds (checked by the caller); exclusivity is the
-                        // caller's.
-                        unsafe { out.put(at, rk, *o) };
-                    }
-                }
-                a += ACTS * nq;
-            }
-            r += ROWS;
-        }
-        p0 = p1;
-    }
-    for r in r0..r_end {
-        let wr = w.row(r);
-        for a in n_tiled..a1 {
-            let v = dot_unchecked(tier, w.ty, wr, x.row(a));
-            // SAFETY: as above.
-            unsafe { out.put(a, r, v) };
-        }
-    }
-    r_end
-}
-
-/// Splits `0..total` into chunks of about `total / (4 · threads)` items, rounded up to a
-/// multiple of `align`: the unit of dynamic scheduling in pool jobs.
-pub fn chunk_size(total: usize, threads: usize, align: usize) -> usize {
-    let align = align.max(1);
-    let want = total.div_ceil(4 * threads.max(1)).max(1);
-    want.next_multiple_of(align)
-}
-
-/// `y[a][r] = dot(w.row(r), x.row(a))` for `a < n_rows`, `r < w.rows`: `y` is
-/// `n_rows × w.rows` row-major. Rows of `w` are shared out to the pool in chunks. Allocates
-/// nothing.
-///
-/// # Panics
-/// If `x` was not quantized for `w.ty` with `w.cols` columns on this tier, holds fewer than
-/// `n_rows` rows, or `y` is shorter than `n_rows * w.rows`.
-pub fn matmul(
-    pool: &ThreadPool,
-    isa: Isa,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    n_rows: usize,
-    y: &mut [f32],
-) {
-    if n_rows == 0 || w.rows == 0 {
-        return;
-    }
-    let out = OutRows::new(y, n_rows, w.rows, w.rows, false);
-    let chunk = chunk_size(w.rows, pool.n_threads(), 4);
-    let n_chunks = w.rows.div_ceil(chunk);
-    let next = AtomicUsize::new(0);
-    pool.run_dynamic(|_, _| {
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
-            }
-            let r0 = c * chunk;
-            // SAFETY: chunks are disjoint row ranges; `y` outlives the pool run.
-            unsafe { matmul_rows(isa, w, x, n_rows, r0, (r0 + chunk).min(w.rows), out) };
-        }
-    });
-}
-
-// =============================================================================================
 // Vector helpers of the forward pass
 // =============================================================================================
+
+/// Asks the caches for the lines of `x` ahead of use (into L2 and outward): a hint with no
+/// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
+/// before the tile's scores, so that the rows, read later a few columns at a time, arrive
+/// while the scores are computed; the AVX2 eight-row decode calls it on the next group of
+/// weight rows, which it reads as eight short strided streams.
+pub fn prefetch<T>(x: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        let p = x.as_ptr() as *const i8;
+        let bytes = std::mem::size_of_val(x);
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: `p + off` lies inside `x`; a prefetch never faults nor writes.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.add(off)) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
 
 /// Σ x² accumulated in f64 (RMSNorm; ggml sums squares in double).
 pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {

@@ -199,27 +199,6 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// Asks the caches for the lines of `x` ahead of use (into L2 and outward): a hint with no
-/// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
-/// before the tile's scores, so that the rows, read later a few columns at a time, arrive
-/// while the scores are computed.
-pub fn prefetch<T>(x: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-        let p = x.as_ptr() as *const i8;
-        let bytes = std::mem::size_of_val(x);
-        let mut off = 0;
-        while off < bytes {
-            // SAFETY: `p + off` lies inside `x`; a prefetch never faults nor writes.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.add(off)) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
-
 /// Slots per key tile of the KV cache's key layout.
 pub const KEY_TILE: usize = 16;
 
