@@ -248,11 +248,12 @@ impl KvCache {
             path: "<anonymous KV mapping>".into(),
             source: e,
         })?;
-        // The attention scan reads the whole used cache once per token (50 MB at SmolLM2's
-        // depth 4096 with a Q8_0 cache): on 4 KiB pages every page is a TLB miss. Transparent
-        // huge pages (granted to hinted mappings where the system's mode is `madvise`, the
-        // common default) make that 2 MiB pages; docs/PERFORMANCE.md has the measurement.
-        // A hint: a kernel without them refuses it, and the cache works the same.
+        // The attention scan reads the whole used cache once per token (48 MiB at SmolLM2's
+        // depth 4096 with a Q8_0 cache): 12,288 pages of 4 KiB to translate, far more than
+        // the data TLB holds. Transparent huge pages (granted to hinted mappings where the
+        // system's mode is `madvise`, the common default) make that 24 pages of 2 MiB;
+        // docs/PERFORMANCE.md has the measurement. A hint: a kernel without them refuses it,
+        // and the cache works the same.
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
         Ok(KvCache {
