@@ -394,3 +394,99 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{Isa, quantize_row_q8_0, quantize_row_q8_1};
+
+    /// A deterministic byte stream (64-bit LCG, high bytes).
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// Eight rows of `nb` random blocks of `ty` whose f16 fields (the scale, and Q4_1's min)
+    /// are finite values between about 0.004 and 0.06.
+    fn rows(ty: GgmlType, nb: usize, seed: u64) -> Vec<Vec<u8>> {
+        let bb = ty.block_bytes();
+        let halves = if ty == GgmlType::Q4_1 { 2 } else { 1 };
+        (0..ROWS8)
+            .map(|r| {
+                let mut w = bytes(nb * bb, seed + r as u64);
+                for b in 0..nb {
+                    for h in 0..halves {
+                        let v = f16::from_f32(0.004 + 0.002 * ((b * 7 + r * 3 + h) % 29) as f32);
+                        w[b * bb + 2 * h..b * bb + 2 * h + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                w
+            })
+            .collect()
+    }
+
+    /// Every row of the eight-row product is `dot`'s bits: the eight-row kernels (Q4_0,
+    /// Q4_1) and the row-by-row fallback (Q8_0, Q5_0) alike.
+    #[test]
+    fn dot_rows8_is_dot_row_by_row() {
+        assert!(
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c"),
+            "the x86-64 machines this runs on have AVX2, FMA and F16C"
+        );
+        let nb = 5;
+        let x: Vec<f32> = bytes(nb * QK, 99)
+            .into_iter()
+            .map(|b| (b as f32 - 127.5) / 40.0)
+            .collect();
+        let mut a0 = vec![
+            BlockQ8_0 {
+                d: f16::ZERO,
+                qs: [0; QK]
+            };
+            nb
+        ];
+        let mut a1 = vec![
+            BlockQ8_1 {
+                d: f16::ZERO,
+                s: f16::ZERO,
+                qs: [0; QK]
+            };
+            nb
+        ];
+        quantize_row_q8_0(Isa::Avx2, &x, &mut a0);
+        quantize_row_q8_1(Isa::Avx2, &x, &mut a1);
+        for (i, (ty, act)) in [
+            (GgmlType::Q4_0, ActRow::Q8_0(&a0)),
+            (GgmlType::Q4_1, ActRow::Q8_1(&a1)),
+            (GgmlType::Q8_0, ActRow::Q8_0(&a0)),
+            (GgmlType::Q5_0, ActRow::Q8_0(&a0)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let w = rows(ty, nb, 31 * i as u64);
+            let wr: [&[u8]; ROWS8] = std::array::from_fn(|r| w[r].as_slice());
+            // SAFETY: the features were asserted above; every row holds `nb` blocks.
+            let got = unsafe { dot_rows8(ty, wr, act) };
+            for (r, g) in got.iter().enumerate() {
+                // SAFETY: as above.
+                let want = unsafe { dot(ty, wr[r], act) };
+                assert!(want.is_finite() && want != 0.0, "{ty} row {r}: {want}");
+                assert_eq!(
+                    g.to_bits(),
+                    want.to_bits(),
+                    "{ty} row {r}: {g} against {want}"
+                );
+            }
+        }
+    }
+}
