@@ -180,6 +180,36 @@ impl ThreadPool {
         self.run_inner(&f, false);
     }
 
+    /// Runs `f(lo, hi)` over `0..total` in chunks of `chunk` items (the last one shorter),
+    /// shared out dynamically ([`ThreadPool::run_dynamic`]) through an atomic counter; on the
+    /// calling thread alone when there is one chunk or one thread.
+    pub fn run_chunks(&self, total: usize, chunk: usize, f: impl Fn(usize, usize) + Sync) {
+        if total == 0 {
+            return;
+        }
+        let chunk = chunk.max(1);
+        let n_chunks = total.div_ceil(chunk);
+        if n_chunks == 1 || self.n_threads() == 1 {
+            let mut lo = 0;
+            while lo < total {
+                f(lo, (lo + chunk).min(total));
+                lo += chunk;
+            }
+            return;
+        }
+        let next = AtomicUsize::new(0);
+        self.run_dynamic(|_, _| {
+            loop {
+                let c = next.fetch_add(1, Ordering::Relaxed);
+                if c >= n_chunks {
+                    break;
+                }
+                let lo = c * chunk;
+                f(lo, (lo + chunk).min(total));
+            }
+        });
+    }
+
     fn run_inner(&self, f: &(dyn Fn(usize, usize) + Sync), all: bool) {
         let n = self
             .shared
@@ -340,6 +370,32 @@ impl Drop for ThreadPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_chunks_covers_every_item_once() {
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads);
+            for (total, chunk) in [(0, 4), (1, 4), (10, 3), (12, 4), (7, 0), (100, 7)] {
+                let hits: Vec<AtomicUsize> = (0..total).map(|_| AtomicUsize::new(0)).collect();
+                pool.run_chunks(total, chunk, |lo, hi| {
+                    assert!(
+                        lo < hi && hi <= total && hi - lo <= chunk.max(1),
+                        "{lo}..{hi}"
+                    );
+                    for h in &hits[lo..hi] {
+                        h.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                for (i, h) in hits.iter().enumerate() {
+                    let n = h.load(Ordering::Relaxed);
+                    assert_eq!(
+                        n, 1,
+                        "{threads} threads, {total}/{chunk}: item {i} {n} times"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn run_calls_every_worker_once() {

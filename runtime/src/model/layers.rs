@@ -7,7 +7,6 @@ use super::config::{FfnAct, RopeLayout};
 use crate::GgmlType;
 use crate::pool::ThreadPool;
 use crate::quant::{self, Isa, OutRows, QuantizedActs, WeightMatrix, act, attn};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pass_io::Counters;
 
@@ -60,39 +59,6 @@ pub(super) fn lcm(a: usize, b: usize) -> usize {
     a / gcd(a, b).max(1) * b
 }
 
-/// Runs `f(lo, hi)` over `0..total` in chunks of `chunk` shared out to the pool through an
-/// atomic counter.
-pub(super) fn par_chunks(
-    pool: &ThreadPool,
-    total: usize,
-    chunk: usize,
-    f: impl Fn(usize, usize) + Sync,
-) {
-    if total == 0 {
-        return;
-    }
-    let n_chunks = total.div_ceil(chunk.max(1));
-    if n_chunks == 1 || pool.n_threads() == 1 {
-        let mut lo = 0;
-        while lo < total {
-            f(lo, (lo + chunk).min(total));
-            lo += chunk;
-        }
-        return;
-    }
-    let next = AtomicUsize::new(0);
-    pool.run_dynamic(|_, _| {
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
-            }
-            let lo = c * chunk;
-            f(lo, (lo + chunk).min(total));
-        }
-    });
-}
-
 /// Runs `f(row)` for rows `0..n`: on the calling thread for a few rows, split over the pool
 /// otherwise.
 pub(super) fn par_rows(pool: &ThreadPool, n: usize, f: impl Fn(usize) + Sync) {
@@ -100,7 +66,7 @@ pub(super) fn par_rows(pool: &ThreadPool, n: usize, f: impl Fn(usize) + Sync) {
         (0..n).for_each(f);
         return;
     }
-    par_chunks(pool, n, n.div_ceil(2 * pool.n_threads()), |lo, hi| {
+    pool.run_chunks(n, n.div_ceil(2 * pool.n_threads()), |lo, hi| {
         (lo..hi).for_each(&f)
     });
 }
@@ -116,7 +82,7 @@ pub(super) fn matmul_job(
     counters: &mut Counters,
 ) {
     let chunk = quant::chunk_size(w.rows, pool.n_threads(), 4);
-    par_chunks(pool, w.rows, chunk, |r0, r1| {
+    pool.run_chunks(w.rows, chunk, |r0, r1| {
         // SAFETY: chunks are disjoint weight-row ranges, so workers write disjoint outputs.
         unsafe { quant::matmul_rows(isa, w, x, n, r0, r1, out) }
     });

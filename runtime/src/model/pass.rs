@@ -6,8 +6,8 @@
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{
-    Shared, gated_act, lcm, matmul_job, norm_add, norm_quantize, par_chunks, quantize_rows,
-    rms_norm_inplace, rope,
+    Shared, gated_act, lcm, matmul_job, norm_add, norm_quantize, quantize_rows, rms_norm_inplace,
+    rope,
 };
 use super::pass_io::{Counters, KvAccess};
 use super::weights::{LayerWeights, Model};
@@ -251,7 +251,7 @@ impl Pass<'_> {
             let total = qd + 2 * kvd;
             let chunk = quant::chunk_size(total, self.pool.n_threads(), lcm(hd, 4));
             let acts = &ws.acts;
-            par_chunks(self.pool, total, chunk, |lo, hi| {
+            self.pool.run_chunks(total, chunk, |lo, hi| {
                 let mut base = 0;
                 for (w, buf, width, bias, norm, rope_on) in &segs {
                     let (s0, s1) = (lo.max(base), hi.min(base + width));
@@ -321,7 +321,7 @@ impl Pass<'_> {
             let chunk = quant::chunk_size(ff, self.pool.n_threads(), lcm(w2.layout().align(), 4));
             let acts = &ws.acts;
             let (og, ou) = (gate.out(n, ff, ff, false), up.out(n, ff, ff, false));
-            par_chunks(self.pool, ff, chunk, |r0, r1| {
+            self.pool.run_chunks(ff, chunk, |r0, r1| {
                 // Activation rows in blocks, so that the gate and up values of a block are
                 // still in cache when the gate reads them.
                 for a0 in (0..n).step_by(GATE_BLOCK) {

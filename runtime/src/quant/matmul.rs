@@ -3,8 +3,6 @@
 //! tries first (the AVX-512 K-quant prefill tile, the AVX2 eight-row decode), and the pooled
 //! whole product ([`matmul`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use super::{
     ActLayout, Isa, QuantizedActs, Tier, WeightMatrix, dot_unchecked, dot4_unchecked, resolve,
 };
@@ -208,47 +206,47 @@ pub unsafe fn matmul_span(
                 )
             };
             let n = a1 - a0;
+            let gemm = if vnni {
+                gemm512::vnni::gemm
+            } else {
+                gemm512::bw::gemm
+            };
             // SAFETY: the tier has AVX-512 + VBMI (packed is chosen only then, and VNNI only
             // when detected); the weight matrix holds `rows` rows of `nb` blocks; `a` points
             // at `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
             unsafe {
-                if vnni {
-                    gemm512::vnni::gemm(
-                        w.ty,
-                        w.data.as_ptr(),
-                        w.row_bytes(),
-                        nb,
-                        r0,
-                        r1,
-                        a,
-                        x.stride,
-                        n,
-                        out,
-                    )
-                } else {
-                    gemm512::bw::gemm(
-                        w.ty,
-                        w.data.as_ptr(),
-                        w.row_bytes(),
-                        nb,
-                        r0,
-                        r1,
-                        a,
-                        x.stride,
-                        n,
-                        out,
-                    )
-                }
+                gemm(
+                    w.ty,
+                    w.data.as_ptr(),
+                    w.row_bytes(),
+                    nb,
+                    r0,
+                    r1,
+                    a,
+                    x.stride,
+                    n,
+                    out,
+                )
             }
         }
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded contract (disjoint output elements).
-    let r0 = unsafe { k_tiles(tier, w, x, a0, a1, r0, r1, out) };
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as above.
-    let r0 = unsafe { avx2_rows8(tier, w, x, a0, a1, r0, r1, out) };
+    let r0 = {
+        let span = Span {
+            tier,
+            w,
+            x,
+            a0,
+            a1,
+            r1,
+            out,
+        };
+        // SAFETY: forwarded contract (disjoint output elements); the checks above passed.
+        let r0 = unsafe { k_tiles(&span, r0) };
+        // SAFETY: as above.
+        unsafe { avx2_rows8(&span, r0) }
+    };
     for r in r0..r1 {
         let wr = w.row(r);
         let mut a = a0;
@@ -274,27 +272,33 @@ pub unsafe fn matmul_span(
     }
 }
 
+/// What the tile paths of [`matmul_span`] work on: activation rows `a0..a1` and weight rows
+/// up to `r1` of `w · xᵀ` into `out`, on `tier`; each path takes the weight rows from a first
+/// one it is given and returns the first it leaves to the next.
+#[cfg(target_arch = "x86_64")]
+struct Span<'a, 'w> {
+    tier: Tier,
+    w: &'a WeightMatrix<'w>,
+    x: &'a QuantizedActs,
+    a0: usize,
+    a1: usize,
+    r1: usize,
+    out: OutRows,
+}
+
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier
 /// ([`avx2::dot_rows8`]) for Q4_0 and Q4_1 weights (this check alone decides which types)
 /// when fewer than four activation rows come (decode: the four-row kernels do not apply);
-/// the same bits as one row at a time. Returns the first
-/// weight row left to the caller (`r0` when nothing was done).
+/// the same bits as one row at a time. Returns the first weight row left to the caller
+/// (`r0` when nothing was done).
 ///
 /// # Safety
 /// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn avx2_rows8(
-    tier: Tier,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    a0: usize,
-    a1: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) -> usize {
+unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx2::ROWS8;
+    let (tier, w, x, out) = (span.tier, span.w, span.x, span.out);
+    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
     if tier != Tier::Avx2 || a1 - a0 >= 4 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
         return r0;
     }
@@ -333,18 +337,10 @@ const K_TILE_ACTS: usize = 64;
 /// # Safety
 /// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn k_tiles(
-    tier: Tier,
-    w: &WeightMatrix<'_>,
-    x: &QuantizedActs,
-    a0: usize,
-    a1: usize,
-    r0: usize,
-    r1: usize,
-    out: OutRows,
-) -> usize {
+unsafe fn k_tiles(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx512_kgemm::{ACTS, QUADS, ROWS};
+    let (tier, w, x, out) = (span.tier, span.w, span.x, span.out);
+    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
     let Tier::Avx512 { vnni, .. } = tier else {
         return r0;
     };
@@ -432,18 +428,8 @@ pub fn matmul(
         return;
     }
     let out = OutRows::new(y, n_rows, w.rows, w.rows, false);
-    let chunk = chunk_size(w.rows, pool.n_threads(), 4);
-    let n_chunks = w.rows.div_ceil(chunk);
-    let next = AtomicUsize::new(0);
-    pool.run_dynamic(|_, _| {
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
-            }
-            let r0 = c * chunk;
-            // SAFETY: chunks are disjoint row ranges; `y` outlives the pool run.
-            unsafe { matmul_rows(isa, w, x, n_rows, r0, (r0 + chunk).min(w.rows), out) };
-        }
+    pool.run_chunks(w.rows, chunk_size(w.rows, pool.n_threads(), 4), |r0, r1| {
+        // SAFETY: chunks are disjoint row ranges; `y` outlives the pool run.
+        unsafe { matmul_rows(isa, w, x, n_rows, r0, r1, out) };
     });
 }
