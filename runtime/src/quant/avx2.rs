@@ -400,17 +400,10 @@ mod tests {
     use super::*;
     use crate::quant::{Isa, quantize_row_q8_0, quantize_row_q8_1};
 
-    /// A deterministic byte stream (64-bit LCG, high bytes).
+    /// A deterministic byte stream (the test kit's generator).
     fn bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed;
-        (0..n)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (x >> 56) as u8
-            })
-            .collect()
+        let mut rng = pocketperf_testkit::gguf::Rng::new(seed);
+        (0..n).map(|_| (rng.next_u64() >> 56) as u8).collect()
     }
 
     /// Eight rows of `nb` random blocks of `ty` whose f16 fields (the scale, and Q4_1's min)
@@ -420,7 +413,7 @@ mod tests {
         let halves = if ty == GgmlType::Q4_1 { 2 } else { 1 };
         (0..ROWS8)
             .map(|r| {
-                let mut w = bytes(nb * bb, seed + r as u64);
+                let mut w = bytes(nb * bb, seed + 1 + r as u64);
                 for b in 0..nb {
                     for h in 0..halves {
                         let v = f16::from_f32(0.004 + 0.002 * ((b * 7 + r * 3 + h) % 29) as f32);

@@ -198,13 +198,9 @@ pub unsafe fn matmul_span(
         #[cfg(target_arch = "x86_64")]
         if let Tier::Avx512 { vnni, .. } = tier {
             let nb = w.cols / QK;
-            // SAFETY (offsets): a0 <= a1 <= x.n_rows() and out.rows (checked above).
-            let (a, out) = unsafe {
-                (
-                    (x.buf.as_ptr() as *const u8).add(a0 * x.stride),
-                    out.skip(a0),
-                )
-            };
+            let (a, stride) = x.rows_from(a0);
+            // SAFETY: a0 <= a1 <= out.rows (checked above).
+            let out = unsafe { out.skip(a0) };
             let n = a1 - a0;
             let gemm = if vnni {
                 gemm512::vnni::gemm
@@ -223,7 +219,7 @@ pub unsafe fn matmul_span(
                     r0,
                     r1,
                     a,
-                    x.stride,
+                    stride,
                     n,
                     out,
                 )
