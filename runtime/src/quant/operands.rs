@@ -407,21 +407,11 @@ impl ActsWriter<'_> {
                 // call (caller contract); the row start is 64-byte aligned and `off` is a
                 // multiple of the element size, so the typed views below are aligned.
                 let dst = unsafe { std::slice::from_raw_parts_mut(row.add(off), len) };
-                let mut tmp = [0.0f32; QK];
                 match kind {
                     ActKind::Q8_0 | ActKind::Q8_1 => {
+                        let mut tmp = [0.0f32; QK];
                         for (b, xb) in x.chunks_exact(QK).enumerate() {
-                            let src: &[f32] = match norm {
-                                Some((s, g)) => {
-                                    for ((t, &v), &w) in
-                                        tmp.iter_mut().zip(xb).zip(&g[b * QK..(b + 1) * QK])
-                                    {
-                                        *t = v * s * w;
-                                    }
-                                    &tmp
-                                }
-                                None => xb,
-                            };
+                            let src = norm_scaled(xb, norm, b * QK, &mut tmp);
                             if kind == ActKind::Q8_0 {
                                 let out: &mut [BlockQ8_0] =
                                     bytemuck::cast_slice_mut(&mut dst[b * 34..(b + 1) * 34]);
@@ -436,17 +426,7 @@ impl ActsWriter<'_> {
                     ActKind::Q8K => {
                         let mut tmp = [0.0f32; QK_K];
                         for (b, xb) in x.chunks_exact(QK_K).enumerate() {
-                            let src: &[f32] = match norm {
-                                Some((s, g)) => {
-                                    for ((t, &v), &w) in
-                                        tmp.iter_mut().zip(xb).zip(&g[b * QK_K..(b + 1) * QK_K])
-                                    {
-                                        *t = v * s * w;
-                                    }
-                                    &tmp
-                                }
-                                None => xb,
-                            };
+                            let src = norm_scaled(xb, norm, b * QK_K, &mut tmp);
                             let out: &mut [BlockQ8K] =
                                 bytemuck::cast_slice_mut(&mut dst[b * 292..(b + 1) * 292]);
                             quantize_q8k_tier(self.tier, src, out);
@@ -475,5 +455,25 @@ impl ActsWriter<'_> {
                 }
             }
         }
+    }
+}
+
+/// One block of activations as the quantizer reads it: `xb` itself, or, with an RMS norm
+/// folded in, `xb[i] * scale * g[at + i]` written into `tmp` (at least `xb.len()` long).
+fn norm_scaled<'t>(
+    xb: &'t [f32],
+    norm: Option<(f32, &[f32])>,
+    at: usize,
+    tmp: &'t mut [f32],
+) -> &'t [f32] {
+    match norm {
+        Some((s, g)) => {
+            let tmp = &mut tmp[..xb.len()];
+            for ((t, &v), &w) in tmp.iter_mut().zip(xb).zip(&g[at..at + xb.len()]) {
+                *t = v * s * w;
+            }
+            tmp
+        }
+        None => xb,
     }
 }
