@@ -340,6 +340,44 @@ fn offline_chunked_prefill_completes_every_token_and_records_its_decoder() {
     assert!(p.per_query.iter().all(|q| q.tokens > 1));
 }
 
+#[test]
+fn offline_batch_sets_the_sequences_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two slots for three queries: the third waits for the first free slot.
+    let o = run_scenario_with(
+        "offline",
+        dir.path(),
+        &["--offline-batch", "2", "--prefill-chunk", "7"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = dir.path().join("out");
+    let r = pocketperf_reports::load_result(&out).unwrap();
+    let d = &r.meta.settings["sut"]["decoder"];
+    assert_eq!(d["slots"], 2, "{d}");
+    assert_eq!(r.meta.settings["cli"]["offline_batch"], 2);
+    let p = r.performance.unwrap();
+    assert!(p.valid, "{:?}", p.invalid_reasons);
+    assert_eq!(p.queries, 3);
+    let csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
+    let rows = csv.lines().filter(|l| !l.starts_with('#')).count() - 1;
+    let total: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
+    assert_eq!(rows as u64, total);
+    // The third query started only when one of the first two ended: its first token came
+    // after the earliest completion.
+    let mut ends: Vec<f64> = p
+        .per_query
+        .iter()
+        .map(|q| q.start_s * 1e3 + q.latency_ms)
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    let last_ttft = p
+        .per_query
+        .iter()
+        .map(|q| q.start_s * 1e3 + q.ttft_ms.unwrap())
+        .fold(f64::MIN, f64::max);
+    assert!(last_ttft >= ends[0], "{last_ttft} ms before {ends:?}");
+}
+
 /// `run_scenario_with(scenario, dir, extra)` exits 2 with `needle` in its error.
 fn assert_refused(scenario: &str, dir: &Path, extra: &[&str], needle: &str) {
     let o = run_scenario_with(scenario, dir, extra);
@@ -366,6 +404,22 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
             "--prefill-chunk needs --sut in-process",
         ),
         ("offline", &["--prefill-chunk", "0"][..], "--prefill-chunk"),
+        (
+            "single-stream",
+            &["--offline-batch", "4"][..],
+            "--offline-batch applies to --scenario offline",
+        ),
+        (
+            "offline",
+            &["--offline-batch", "4", "--sut", "process"][..],
+            "--offline-batch needs --sut in-process",
+        ),
+        ("offline", &["--offline-batch", "0"][..], "--offline-batch"),
+        (
+            "offline",
+            &["--offline-batch", "257"][..],
+            "--offline-batch",
+        ),
     ] {
         assert_refused(scenario, dir.path(), extra, needle);
     }
@@ -381,7 +435,8 @@ fn prefill_chunk_is_refused_where_it_cannot_apply() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--prefill-chunk do not apply to the dialogue"),
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--prefill-chunk and --offline-batch do not apply to the dialogue"),
         "{}",
         text(&o)
     );

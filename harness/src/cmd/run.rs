@@ -198,6 +198,10 @@ pub struct RunArgs {
     /// either backend.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub prefill_chunk: Option<u64>,
+    /// Offline scenario: sequences the batched decoder keeps in flight (continuous batching;
+    /// default 8). In-process SUT, on either backend.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub offline_batch: Option<u64>,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
     /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md), optionally
     /// `sim:PROFILE,thermal-speedup=K` (thermal time constants K times shorter).

@@ -474,10 +474,11 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         || a.server_qps.is_some()
         || a.offline_qps.is_some()
         || a.prefill_chunk.is_some()
+        || a.offline_batch.is_some()
     {
         bail!(
-            "--config, --server-qps, --offline-qps and --prefill-chunk do not apply to the \
-             dialogue scenario"
+            "--config, --server-qps, --offline-qps, --prefill-chunk and --offline-batch do not \
+             apply to the dialogue scenario"
         );
     }
     refuse_unsupported(a, &device)?;

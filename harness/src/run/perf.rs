@@ -23,7 +23,9 @@ use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
 use crate::sut::faults::{FaultMeter, FaultSource};
 use crate::sut::http::{HttpPrompt, HttpSut};
-use crate::sut::in_process::{DEFAULT_PREFILL_CHUNK, InProcessSut, make_decoder};
+use crate::sut::in_process::{
+    DEFAULT_PREFILL_CHUNK, InProcessSut, OFFLINE_BATCH, OfflineBatching, make_decoder,
+};
 use crate::sut::process::{ProcessSut, ProcessSutConfig, SutPrompt};
 use crate::sut::prompts::{PromptLibrary, PromptQsl};
 use crate::telemetry::faults::{FaultCounts, SutPid, fault_gauges, process_faults, self_faults};
@@ -113,17 +115,22 @@ impl FaultSource for RunSut<'_, '_> {
     }
 }
 
-/// `--prefill-chunk` applies to Offline's batched decoder only: the in-process SUT (on
-/// either backend).
-fn check_prefill_chunk(a: &RunArgs) -> Result<()> {
-    if a.prefill_chunk.is_none() {
-        return Ok(());
-    }
-    if a.scenario != ScenarioArg::Offline {
-        bail!("--prefill-chunk applies to --scenario offline (its batched decoder) only");
-    }
-    if a.sut != SutArg::InProcess {
-        bail!("--prefill-chunk needs --sut in-process (the batched decoder runs in this process)");
+/// `--prefill-chunk` and `--offline-batch` apply to Offline's batched decoder only: the
+/// in-process SUT (on either backend).
+fn check_offline_batching(a: &RunArgs) -> Result<()> {
+    for (flag, given) in [
+        ("--prefill-chunk", a.prefill_chunk.is_some()),
+        ("--offline-batch", a.offline_batch.is_some()),
+    ] {
+        if !given {
+            continue;
+        }
+        if a.scenario != ScenarioArg::Offline {
+            bail!("{flag} applies to --scenario offline (its batched decoder) only");
+        }
+        if a.sut != SutArg::InProcess {
+            bail!("{flag} needs --sut in-process (the batched decoder runs in this process)");
+        }
     }
     Ok(())
 }
@@ -142,7 +149,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
     }
     let settings = resolve_settings(a)?;
-    check_prefill_chunk(a)?;
+    check_offline_batching(a)?;
     crate::progress::heartbeat_interval()?;
     crate::governor_hook::check_args(&a.governor, &device, false)?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
@@ -163,8 +170,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
                 settings.scenario,
                 &library,
                 governor.clone(),
-                a.prefill_chunk
-                    .map_or(DEFAULT_PREFILL_CHUNK, |c| c as usize),
+                OfflineBatching {
+                    slots: a.offline_batch.map_or(OFFLINE_BATCH, |n| n as usize),
+                    prefill_chunk: a
+                        .prefill_chunk
+                        .map_or(DEFAULT_PREFILL_CHUNK, |c| c as usize),
+                },
             )?,
             &library,
             settings.scenario,

@@ -317,25 +317,34 @@ impl Decoder for BatchedDecoder<'_> {
     }
 }
 
-/// The decoder for a scenario: Offline decodes its batch [`OFFLINE_BATCH`] sequences at a
-/// time with continuous batching and chunked prefill (`prefill_chunk` prompt tokens per pass
-/// at most; the governor, when set, once per pass) on either backend; everything else one
-/// sequence at a time.
+/// How Offline's batched decoder is sized (`--offline-batch`, `--prefill-chunk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OfflineBatching {
+    /// Sequences in flight (default [`OFFLINE_BATCH`]).
+    pub slots: usize,
+    /// Prompt tokens one pass carries at most (default [`DEFAULT_PREFILL_CHUNK`]).
+    pub prefill_chunk: usize,
+}
+
+/// The decoder for a scenario: Offline decodes `offline.slots` sequences at a time (no more
+/// than the prompt set holds) with continuous batching and chunked prefill
+/// (`offline.prefill_chunk` prompt tokens per pass at most; the governor, when set, once per
+/// pass) on either backend; everything else one sequence at a time.
 pub fn make_decoder<'e>(
     engine: &'e Engine,
     scenario: Scenario,
     library: &PromptLibrary,
     governor: Option<SharedGovernor>,
-    prefill_chunk: usize,
+    offline: OfflineBatching,
 ) -> Result<Box<dyn Decoder + 'e>> {
     let max_seq_len = library.longest_sequence().max(1);
     if scenario == Scenario::Offline {
         return Ok(Box::new(
             BatchedDecoder::new(
                 engine,
-                OFFLINE_BATCH.min(library.len().max(1)),
+                offline.slots.min(library.len().max(1)),
                 max_seq_len,
-                prefill_chunk,
+                offline.prefill_chunk,
             )?
             .with_governor(governor),
         ));
