@@ -317,26 +317,35 @@ fn a_child_process_sut_runs_the_same_queries_as_the_in_process_one() {
     assert!(child.per_query.iter().all(|q| q.tpot_ms.is_some()));
 }
 
+/// A VALID three-query Offline run with `extra`, every query's tokens one `tokens.csv` row
+/// each; its result file.
+fn offline_run(dir: &Path, extra: &[&str]) -> pocketperf_reports::schema::ResultFile {
+    let o = run_scenario_with("offline", dir, extra);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = dir.join("out");
+    let r = pocketperf_reports::load_result(&out).unwrap();
+    let p = r.performance.as_ref().unwrap();
+    assert!(p.valid, "{:?}", p.invalid_reasons);
+    assert_eq!(p.queries, 3);
+    let csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
+    let rows = csv.lines().filter(|l| !l.starts_with('#')).count() - 1;
+    let total: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
+    assert_eq!(rows as u64, total);
+    r
+}
+
 #[test]
 fn offline_chunked_prefill_completes_every_token_and_records_its_decoder() {
     let dir = tempfile::tempdir().unwrap();
     // A chunk far shorter than the chat prompts: each prompt takes several passes.
-    let o = run_scenario_with("offline", dir.path(), &["--prefill-chunk", "7"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = dir.path().join("out");
-    let r = pocketperf_reports::load_result(&out).unwrap();
+    let r = offline_run(dir.path(), &["--prefill-chunk", "7"]);
     let d = &r.meta.settings["sut"]["decoder"];
     assert_eq!(d["kind"], "batched", "{d}");
     assert_eq!(d["prefill_chunk"], 7, "{d}");
     assert_eq!(d["slots"], 8, "OFFLINE_BATCH sequences in flight: {d}");
     assert_eq!(d["governor_per_pass"], false, "{d}");
+    // Every query got exactly its preset output length (more than one token).
     let p = r.performance.unwrap();
-    assert!(p.valid, "{:?}", p.invalid_reasons);
-    // Every query got exactly its preset output length, one tokens.csv row per token.
-    let csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
-    let rows = csv.lines().filter(|l| !l.starts_with('#')).count() - 1;
-    let total: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
-    assert_eq!(rows as u64, total);
     assert!(p.per_query.iter().all(|q| q.tokens > 1));
 }
 
@@ -344,24 +353,14 @@ fn offline_chunked_prefill_completes_every_token_and_records_its_decoder() {
 fn offline_batch_sets_the_sequences_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     // Two slots for three queries: the third waits for the first free slot.
-    let o = run_scenario_with(
-        "offline",
+    let r = offline_run(
         dir.path(),
         &["--offline-batch", "2", "--prefill-chunk", "7"],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = dir.path().join("out");
-    let r = pocketperf_reports::load_result(&out).unwrap();
     let d = &r.meta.settings["sut"]["decoder"];
     assert_eq!(d["slots"], 2, "{d}");
     assert_eq!(r.meta.settings["cli"]["offline_batch"], 2);
     let p = r.performance.unwrap();
-    assert!(p.valid, "{:?}", p.invalid_reasons);
-    assert_eq!(p.queries, 3);
-    let csv = std::fs::read_to_string(out.join("tokens.csv")).unwrap();
-    let rows = csv.lines().filter(|l| !l.starts_with('#')).count() - 1;
-    let total: u64 = p.per_query.iter().map(|q| u64::from(q.tokens)).sum();
-    assert_eq!(rows as u64, total);
     // The third query started only when one of the first two ended: its first token came
     // after the earliest completion.
     let mut ends: Vec<f64> = p
@@ -378,6 +377,14 @@ fn offline_batch_sets_the_sequences_in_flight() {
     assert!(last_ttft >= ends[0], "{last_ttft} ms before {ends:?}");
 }
 
+/// `run --scenario dialogue` with `extra`, results in `out`.
+fn dialogue_with(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["run", "--scenario", "dialogue"];
+    args.extend_from_slice(extra);
+    args.extend(["--out", out.to_str().unwrap()]);
+    pocketperf(&args)
+}
+
 /// `run_scenario_with(scenario, dir, extra)` exits 2 with `needle` in its error.
 fn assert_refused(scenario: &str, dir: &Path, extra: &[&str], needle: &str) {
     let o = run_scenario_with(scenario, dir, extra);
@@ -390,56 +397,43 @@ fn assert_refused(scenario: &str, dir: &Path, extra: &[&str], needle: &str) {
 }
 
 #[test]
-fn prefill_chunk_is_refused_where_it_cannot_apply() {
+fn offline_batching_flags_are_refused_where_they_cannot_apply() {
     let dir = tempfile::tempdir().unwrap();
-    for (scenario, extra, needle) in [
-        (
-            "single-stream",
-            &["--prefill-chunk", "8"][..],
-            "--prefill-chunk applies to --scenario offline",
-        ),
-        (
-            "offline",
-            &["--prefill-chunk", "8", "--sut", "process"][..],
-            "--prefill-chunk needs --sut in-process",
-        ),
-        ("offline", &["--prefill-chunk", "0"][..], "--prefill-chunk"),
-        (
-            "single-stream",
-            &["--offline-batch", "4"][..],
-            "--offline-batch applies to --scenario offline",
-        ),
-        (
-            "offline",
-            &["--offline-batch", "4", "--sut", "process"][..],
-            "--offline-batch needs --sut in-process",
-        ),
-        ("offline", &["--offline-batch", "0"][..], "--offline-batch"),
-        (
-            "offline",
-            &["--offline-batch", "257"][..],
-            "--offline-batch",
-        ),
-    ] {
-        assert_refused(scenario, dir.path(), extra, needle);
+    for flag in ["--prefill-chunk", "--offline-batch"] {
+        let cases = [
+            (
+                "single-stream",
+                vec![flag, "8"],
+                format!("{flag} applies to --scenario offline"),
+            ),
+            (
+                "offline",
+                vec![flag, "8", "--sut", "process"],
+                format!("{flag} needs --sut in-process"),
+            ),
+            ("offline", vec![flag, "0"], flag.to_string()),
+        ];
+        for (scenario, extra, needle) in cases {
+            assert_refused(scenario, dir.path(), &extra, &needle);
+        }
     }
-    let out = dir.path().join("dialogue");
-    let o = pocketperf(&[
-        "run",
-        "--scenario",
-        "dialogue",
-        "--prefill-chunk",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr)
-            .contains("--prefill-chunk and --offline-batch do not apply to the dialogue"),
-        "{}",
-        text(&o)
+    assert_refused(
+        "offline",
+        dir.path(),
+        &["--offline-batch", "257"],
+        "--offline-batch",
     );
+    let out = dir.path().join("dialogue");
+    for flag in ["--prefill-chunk", "--offline-batch"] {
+        let o = dialogue_with(&out, &[flag, "8"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains("--prefill-chunk and --offline-batch do not apply to the dialogue"),
+            "{flag}: {}",
+            text(&o)
+        );
+    }
 }
 
 /// `--offline-qps` sizes Offline's one query as LoadGen does: max(min_query_count,
@@ -541,15 +535,7 @@ fn qps_flags_are_refused_outside_their_scenario() {
     // The dialogue scenario has no LoadGen settings: either rate is refused there too.
     for flag in ["--server-qps", "--offline-qps"] {
         let out = dir.path().join("dialogue");
-        let o = pocketperf(&[
-            "run",
-            "--scenario",
-            "dialogue",
-            flag,
-            "2",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let o = dialogue_with(&out, &[flag, "2"]);
         assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
