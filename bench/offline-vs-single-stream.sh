@@ -8,15 +8,17 @@
 #
 #   bench/offline-vs-single-stream.sh [--pairs 3] [--threads 2] [--preset quick|full]
 #       [--offline-qps 20] [--offline-batch S] [--prefill-chunk C] [--model PATH]
-#       [--bound] [--out DIR]
+#       [--estimate] [--out DIR]
 #
 # --offline-qps sizes Offline's query (docs/SCENARIOS.md): a machine that finishes the
 # preset's 64 samples inside the minimum duration needs a higher rate to stay VALID.
-# --offline-batch and --prefill-chunk are passed to the Offline runs only. --bound then runs
+# --offline-batch and --prefill-chunk are passed to the Offline runs only. --estimate runs
 # `pocketperf bench --pp 0 --tg 128 --batch S` once (S: the Offline batch, default 8) for B,
-# how many times faster S sequences decode together than one, and prints the bound
-# 1 / (f + (1 − f) / B) on the ratio that holds when a prompt costs Offline what it costs
-# SingleStream (f: the median prompts' share; docs/PERFORMANCE.md).
+# how many times faster S sequences decode together than one, and prints the estimate
+# 1 / (f + (1 − f) / B) of the ratio: what it would be if a prompt cost Offline what it costs
+# SingleStream and only the decode were shared (f: the median prompts' share). Measured
+# pairs can beat it: in Offline's passes prompt rows share the weight reads with decode
+# rows (docs/PERFORMANCE.md).
 #
 # Writes DIR/ss-i and DIR/off-i (each run's own outputs), DIR/pairs.csv and DIR/summary.md,
 # and prints the summary. Exits 2 if a run ends in an error; an INVALID run is kept and
@@ -32,7 +34,7 @@ qps=20
 batch=""
 chunk=""
 model=""
-bound=0
+estimate=0
 out="results/offline-vs-single-stream-$(date -u +%Y%m%dT%H%M%SZ)"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -43,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --offline-batch) batch="$2"; shift 2 ;;
     --prefill-chunk) chunk="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
-    --bound) bound=1; shift ;;
+    --estimate) estimate=1; shift ;;
     --out) out="$2"; shift 2 ;;
     *) echo "offline-vs-single-stream: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -87,7 +89,7 @@ for i in $(seq 1 "$pairs"); do
 done
 
 bench_json=""
-if [[ $bound -eq 1 ]]; then
+if [[ $estimate -eq 1 ]]; then
   bench_args=(bench --threads "$threads" --pp 0 --tg 128 --reps 3 --batch "${batch:-8}" --probe-mib 0 --output json)
   [[ -n "$model" ]] && bench_args+=(--model "$model")
   bench_json="$out/bench.json"
@@ -186,7 +188,7 @@ if bench_json:
         big_b = many / one
         lines.append(
             f"Bench beside them: tg128 {one:.1f} t/s one sequence, {many:.1f} t/s for {batch} together "
-            f"(B = {big_b:.2f}); bound 1 / (f + (1 − f) / B) = "
+            f"(B = {big_b:.2f}); estimate 1 / (f + (1 − f) / B) = "
             f"**{1 / (share + (1 - share) / big_b):.2f}×**."
         )
     else:
