@@ -7,12 +7,13 @@
 # prompts' share of its time (the sum of its TTFTs over the sum of its latencies).
 #
 #   bench/offline-vs-single-stream.sh [--pairs 3] [--threads 2] [--preset quick|full]
-#       [--offline-qps 20] [--offline-batch S] [--prefill-chunk C] [--model PATH]
-#       [--estimate] [--out DIR]
+#       [--offline-qps 20] [--offline-batch S] [--prefill-chunk C] [--prefix-reuse on|off]
+#       [--model PATH] [--estimate] [--out DIR]
 #
 # --offline-qps sizes Offline's query (docs/SCENARIOS.md): a machine that finishes the
 # preset's 64 samples inside the minimum duration needs a higher rate to stay VALID.
-# --offline-batch and --prefill-chunk are passed to the Offline runs only. --estimate runs
+# --offline-batch and --prefill-chunk are passed to the Offline runs only, --prefix-reuse to
+# both (default off). --estimate runs
 # `pocketperf bench --pp 0 --tg 128 --batch S` once (S: the Offline batch, default 8) for B,
 # how many times faster S sequences decode together than one, and prints the estimate
 # 1 / (f + (1 − f) / B) of the ratio: what it would be if a prompt cost Offline what it costs
@@ -33,6 +34,7 @@ preset=quick
 qps=20
 batch=""
 chunk=""
+reuse=off
 model=""
 estimate=0
 out="results/offline-vs-single-stream-$(date -u +%Y%m%dT%H%M%SZ)"
@@ -44,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --offline-qps) qps="$2"; shift 2 ;;
     --offline-batch) batch="$2"; shift 2 ;;
     --prefill-chunk) chunk="$2"; shift 2 ;;
+    --prefix-reuse) reuse="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --estimate) estimate=1; shift ;;
     --out) out="$2"; shift 2 ;;
@@ -62,7 +65,7 @@ bin="${POCKETPERF_BIN:-target/release/pocketperf}"
 if [[ ! -x "$bin" ]]; then
   cargo build --release -q -p pocketperf
 fi
-common=(--preset "$preset" --threads "$threads")
+common=(--preset "$preset" --threads "$threads" --prefix-reuse "$reuse")
 [[ -n "$model" ]] && common+=(--model "$model")
 offline=(--offline-qps "$qps")
 [[ -n "$batch" ]] && offline+=(--offline-batch "$batch")
@@ -148,6 +151,12 @@ def mark(v, ok):
 ratios = [r["ratio"] for r in rows]
 tails = [r["itl_p99_over_p50"] for r in rows]
 share = statistics.median(r["prompts_share"] for r in rows)
+def reuse_text(m):
+    p = (((m.get("settings") or {}).get("sut") or {}).get("decoder") or {}).get("prefix_reuse") or {}
+    if not p.get("on"):
+        return "off"
+    return f"on (SingleStream pair {pairs}: {p.get('reused_tokens')} of {p.get('prompt_tokens')} prompt tokens from the cache)"
+
 model = meta.get("model") or {}
 device = meta.get("device") or {}
 lines = [
@@ -155,7 +164,7 @@ lines = [
     f"commit {meta.get('git_commit', '?')}, model {model.get('name', '?')} "
     f"(sha256 {str(model.get('sha256', '?'))[:12]}), device {device.get('name', '?')} "
     f"({device.get('cpu', '?')}, {device.get('os', '?')}), {meta.get('threads', '?')} threads, "
-    f"{pairs} alternated pairs.",
+    f"{pairs} alternated pairs, prefix reuse {reuse_text(meta)}.",
     "",
     "| pair | SingleStream tokens/s | its prompts' share | Offline tokens/s | Offline / SingleStream | Offline ITL p50 / p99 | p99 / p50 |",
     "|---|---|---|---|---|---|---|",

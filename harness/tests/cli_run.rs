@@ -428,12 +428,77 @@ fn offline_batching_flags_are_refused_where_they_cannot_apply() {
         let o = dialogue_with(&out, &[flag, "8"]);
         assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
         assert!(
-            String::from_utf8_lossy(&o.stderr)
-                .contains("--prefill-chunk and --offline-batch do not apply to the dialogue"),
+            String::from_utf8_lossy(&o.stderr).contains("do not apply to the dialogue scenario"),
             "{flag}: {}",
             text(&o)
         );
     }
+}
+
+#[test]
+fn runs_record_the_prompt_tokens_they_reused() {
+    for (scenario, on) in [
+        ("single-stream", "on"),
+        ("offline", "on"),
+        ("single-stream", "off"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run_scenario_with(
+            scenario,
+            dir.path(),
+            &["--prefix-reuse", on, "--warmup", "0"],
+        );
+        // Three queries are too few for SingleStream's early-stopping estimate (INVALID,
+        // exit 1); the results are written either way.
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{scenario} {on}: {}",
+            text(&o)
+        );
+        let r = pocketperf_reports::load_result(dir.path().join("out")).unwrap();
+        let p = &r.meta.settings["sut"]["decoder"]["prefix_reuse"];
+        assert_eq!(p["on"], on == "on", "{p}");
+        let asked = p["prompt_tokens"].as_u64().unwrap();
+        let reused = p["reused_tokens"].as_u64().unwrap();
+        assert!(asked > 0, "{p}");
+        if (scenario, on) == ("single-stream", "on") {
+            // Three queries in one session: the second and third keep at least the chat
+            // template's system prompt and headers.
+            assert!(reused >= 2 * 20 && reused < asked, "{p}");
+        } else {
+            // Reuse off; or Offline's three queries, each in an empty slot of eight.
+            assert_eq!(reused, 0, "{p}");
+        }
+        assert_eq!(r.performance.unwrap().queries, 3);
+    }
+}
+
+#[test]
+fn prefix_reuse_is_refused_where_it_cannot_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_refused(
+        "single-stream",
+        dir.path(),
+        &["--prefix-reuse", "on", "--sut", "process"],
+        "--prefix-reuse on needs --sut in-process",
+    );
+    assert_refused(
+        "single-stream",
+        dir.path(),
+        &["--prefix-reuse", "maybe"],
+        "--prefix-reuse",
+    );
+    // The dialogue scenario (without the LoadGen config, which it refuses on its own).
+    let out = dir.path().join("dialogue");
+    let o = dialogue_with(&out, &["--prefix-reuse", "on"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--prefix-reuse do not apply to the dialogue scenario"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing written");
 }
 
 /// `--offline-qps` sizes Offline's one query as LoadGen does: max(min_query_count,

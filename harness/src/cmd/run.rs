@@ -202,6 +202,11 @@ pub struct RunArgs {
     /// default 8). In-process SUT, on either backend.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub offline_batch: Option<u64>,
+    /// Keep in each session's KV cache the prefix a prompt shares with the session's previous
+    /// one (the chat template's system prompt and headers) and run only the rest, as a
+    /// server's prompt cache does. In-process SUT; SingleStream, Offline and Server.
+    #[arg(long, value_enum, default_value = "off")]
+    pub prefix_reuse: crate::cmd::mmlu::OnOff,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
     /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md), optionally
     /// `sim:PROFILE,thermal-speedup=K` (thermal time constants K times shorter).

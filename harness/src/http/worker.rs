@@ -28,7 +28,7 @@ use pocketperf_runtime::session::{BatchDecoder, Engine, SamplingParams, Session,
 use pocketperf_runtime::tokenizer::{ChatMessage, StreamDecoder};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::sut::prompts::{PromptText, encode_prompt};
+use crate::sut::prompts::{PromptText, common_prefix, encode_prompt};
 
 /// What a request asks the model for.
 #[derive(Debug, Clone)]
@@ -208,11 +208,6 @@ struct Worker<'e> {
     /// When each slot last took a request (admissions so far; 0: never).
     last_used: Vec<u64>,
     admitted: u64,
-}
-
-/// Length of the common prefix of `a` and `b`.
-pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl<'e> Worker<'e> {

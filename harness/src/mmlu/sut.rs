@@ -5,6 +5,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::cmd::mmlu::ScoreMode;
+use crate::sut::prompts::common_prefix;
 use anyhow::{Result, bail};
 use indicatif::ProgressBar;
 use pocketperf_datasets::score::{self, Response};
@@ -89,10 +90,6 @@ pub fn letter_logprobs(logits: &[f32], ids: [u32; 4]) -> [f32; 4] {
             .get(id as usize)
             .map_or(f32::NEG_INFINITY, |&l| (l as f64 - lse) as f32)
     })
-}
-
-pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Prompt tokens the SUT can take from its cache for each question, in order, when each

@@ -475,10 +475,12 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         || a.offline_qps.is_some()
         || a.prefill_chunk.is_some()
         || a.offline_batch.is_some()
+        || a.prefix_reuse == crate::cmd::mmlu::OnOff::On
     {
         bail!(
-            "--config, --server-qps, --offline-qps, --prefill-chunk and --offline-batch do not \
-             apply to the dialogue scenario"
+            "--config, --server-qps, --offline-qps, --prefill-chunk, --offline-batch and \
+             --prefix-reuse do not apply to the dialogue scenario (it keeps each conversation's \
+             KV from turn to turn)"
         );
     }
     refuse_unsupported(a, &device)?;

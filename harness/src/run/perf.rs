@@ -18,6 +18,7 @@ use pocketperf_scenarios::{
 };
 
 use crate::cmd::governor::GovernorKind;
+use crate::cmd::mmlu::OnOff;
 use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settings};
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
@@ -116,8 +117,8 @@ impl FaultSource for RunSut<'_, '_> {
 }
 
 /// `--prefill-chunk` and `--offline-batch` apply to Offline's batched decoder only: the
-/// in-process SUT (on either backend).
-fn check_offline_batching(a: &RunArgs) -> Result<()> {
+/// in-process SUT (on either backend); `--prefix-reuse on` to the in-process SUT.
+fn check_decoder_flags(a: &RunArgs) -> Result<()> {
     for (flag, given) in [
         ("--prefill-chunk", a.prefill_chunk.is_some()),
         ("--offline-batch", a.offline_batch.is_some()),
@@ -131,6 +132,12 @@ fn check_offline_batching(a: &RunArgs) -> Result<()> {
         if a.sut != SutArg::InProcess {
             bail!("{flag} needs --sut in-process (the batched decoder runs in this process)");
         }
+    }
+    if a.prefix_reuse == OnOff::On && a.sut != SutArg::InProcess {
+        bail!(
+            "--prefix-reuse on needs --sut in-process (a server keeps its own prompt cache: \
+             serve --http --prefix-reuse)"
+        );
     }
     Ok(())
 }
@@ -149,7 +156,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         bail!("{} need --sut http://HOST:PORT", http_flags.join(", "));
     }
     let settings = resolve_settings(a)?;
-    check_offline_batching(a)?;
+    check_decoder_flags(a)?;
     crate::progress::heartbeat_interval()?;
     crate::governor_hook::check_args(&a.governor, &device, false)?;
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
@@ -176,6 +183,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
                         .prefill_chunk
                         .map_or(DEFAULT_PREFILL_CHUNK, |c| c as usize),
                 },
+                a.prefix_reuse == OnOff::On,
             )?,
             &library,
             settings.scenario,

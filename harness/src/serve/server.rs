@@ -22,7 +22,7 @@ use super::protocol::{
 };
 use super::protocol::{LineRead, read_line_capped};
 use crate::meta;
-use crate::sut::prompts::{PromptText, encode_prompt};
+use crate::sut::prompts::{PromptText, common_prefix, encode_prompt};
 
 /// Memory of this process: `/proc/self/statm` for resident and virtual size, `/proc/self/status`
 /// for the anonymous/file split and the peak, `getrusage` for page faults. Missing figures
@@ -562,10 +562,6 @@ impl<R: BufRead, W: Write> Server<R, W> {
 
 fn bad(msg: &str) -> Fail {
     (ErrorCode::BadRequest, msg.to_string())
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Log-probability (natural log, f64) of each continuation after `prompt`, from an empty

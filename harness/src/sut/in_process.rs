@@ -15,7 +15,7 @@ use pocketperf_runtime::session::{
 use pocketperf_scenarios::{Query, Responder, Scenario, SystemUnderTest};
 
 pub use super::prompts::Job;
-use super::prompts::PromptLibrary;
+use super::prompts::{PrefixReuse, PromptLibrary};
 use crate::governor_hook::SharedGovernor;
 
 /// How the in-process SUT turns jobs into tokens. It reports every token (including the
@@ -36,19 +36,22 @@ pub trait Decoder {
     }
 }
 
-/// One sequence at a time: reset, prefill, then exactly `max_new_tokens` greedy tokens
-/// (EOS ignored, as MLPerf's performance mode forces the output length).
+/// One sequence at a time: reset (or, with prefix reuse, rewind to the prefix shared with
+/// the previous prompt), prefill, then exactly `max_new_tokens` greedy tokens (EOS ignored,
+/// as MLPerf's performance mode forces the output length).
 pub struct SequentialDecoder<'e> {
     session: Session<'e>,
+    prefix: PrefixReuse,
     /// Thermal governor called after every token (`--governor`); shared so the caller reads
     /// its record after the run.
     governor: Option<SharedGovernor>,
 }
 
 impl<'e> SequentialDecoder<'e> {
-    pub fn new(session: Session<'e>) -> Self {
+    pub fn new(session: Session<'e>, prefix_reuse: bool) -> Self {
         SequentialDecoder {
             session,
+            prefix: PrefixReuse::new(prefix_reuse),
             governor: None,
         }
     }
@@ -70,13 +73,16 @@ impl Decoder for SequentialDecoder<'_> {
     }
 
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "kind": "sequential" })
+        serde_json::json!({
+            "kind": "sequential",
+            "prefix_reuse": prefix_json(std::slice::from_ref(&self.prefix)),
+        })
     }
 
     fn decode(&mut self, jobs: &[Job<'_>], responder: &mut Responder<'_>) {
         for job in jobs {
             let id = job.query.id;
-            self.session.reset();
+            let kept = self.prefix.prepare(&mut self.session, job.prompt);
             let opts = GenerateOptions {
                 max_new_tokens: job.max_new_tokens,
                 stop_at_eog: false,
@@ -87,7 +93,7 @@ impl Decoder for SequentialDecoder<'_> {
             if let Some(g) = gov.as_mut() {
                 g.begin();
             }
-            let res = self.session.generate(job.prompt, &opts, |k, _| {
+            let res = self.session.generate(&job.prompt[kept..], &opts, |k, _| {
                 responder.token(id);
                 if let Some(g) = gov.as_mut() {
                     g.on_token(id, k, engine);
@@ -96,7 +102,10 @@ impl Decoder for SequentialDecoder<'_> {
             drop(gov);
             match res {
                 Ok(stats) => responder.complete(id, stats.generated as u64, None),
-                Err(e) => responder.fail(id, &format!("sample {}: {e}", job.query.sample_index)),
+                Err(e) => {
+                    self.prefix.forget();
+                    responder.fail(id, &format!("sample {}: {e}", job.query.sample_index));
+                }
             }
         }
     }
@@ -126,6 +135,9 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 32;
 pub struct BatchedDecoder<'e> {
     batch: BatchDecoder<'e>,
     sessions: Vec<Session<'e>>,
+    /// Each slot's prefix reuse (`--prefix-reuse`): a new job keeps what it shares with the
+    /// slot's previous prompt.
+    prefix: Vec<PrefixReuse>,
     prefill_chunk: usize,
     max_seq_len: usize,
     governor: Option<SharedGovernor>,
@@ -152,6 +164,7 @@ impl<'e> BatchedDecoder<'e> {
         slots: usize,
         max_seq_len: usize,
         prefill_chunk: usize,
+        prefix_reuse: bool,
     ) -> Result<Self> {
         let slots = slots.max(1);
         let prefill_chunk = prefill_chunk.max(1);
@@ -167,6 +180,9 @@ impl<'e> BatchedDecoder<'e> {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(BatchedDecoder {
             batch,
+            prefix: (0..sessions.len())
+                .map(|_| PrefixReuse::new(prefix_reuse))
+                .collect(),
             sessions,
             prefill_chunk,
             max_seq_len,
@@ -180,8 +196,9 @@ impl<'e> BatchedDecoder<'e> {
         self
     }
 
-    /// Resets slot `k`'s session for `job`; `None` when the job needs no pass (no tokens
-    /// asked) or cannot run (empty prompt, longer than the sessions hold).
+    /// Readies slot `k`'s session for `job` (reset, or rewound to the prefix it shares with
+    /// the slot's previous prompt); `None` when the job needs no pass (no tokens asked) or
+    /// cannot run (empty prompt, longer than the sessions hold).
     fn start<'j>(
         &mut self,
         k: usize,
@@ -189,7 +206,6 @@ impl<'e> BatchedDecoder<'e> {
         responder: &mut Responder<'_>,
     ) -> Option<InFlight<'j>> {
         let id = job.query.id;
-        self.sessions[k].reset();
         if job.max_new_tokens == 0 {
             responder.complete(id, 0, None);
             return None;
@@ -204,11 +220,12 @@ impl<'e> BatchedDecoder<'e> {
             responder.fail(id, &format!("sample {}: {why}", job.query.sample_index));
             return None;
         }
+        let fed = self.prefix[k].prepare(&mut self.sessions[k], job.prompt);
         Some(InFlight {
             id,
             sample: job.query.sample_index,
             prompt: job.prompt,
-            fed: 0,
+            fed,
             last: 0,
             generated: 0,
             target: job.max_new_tokens,
@@ -226,6 +243,7 @@ impl Decoder for BatchedDecoder<'_> {
             "kind": "batched",
             "slots": self.sessions.len(),
             "prefill_chunk": self.prefill_chunk,
+            "prefix_reuse": prefix_json(&self.prefix),
             "governor_per_pass": self.governor.is_some(),
         })
     }
@@ -303,6 +321,7 @@ impl Decoder for BatchedDecoder<'_> {
                 Err(e) => {
                     // A pass failed for the whole batch: fail every sequence in it.
                     for &k in &order {
+                        self.prefix[k].forget();
                         if let Some(f) = slots[k].take() {
                             responder
                                 .fail(f.id, &format!("sample {}: batched pass: {e}", f.sample));
@@ -317,6 +336,16 @@ impl Decoder for BatchedDecoder<'_> {
     }
 }
 
+/// `result.json`'s account of prefix reuse over a decoder's sessions: on or off, the prompt
+/// tokens asked for and those taken from the cache.
+fn prefix_json(prefix: &[PrefixReuse]) -> serde_json::Value {
+    serde_json::json!({
+        "on": prefix.first().is_some_and(PrefixReuse::on),
+        "prompt_tokens": prefix.iter().map(PrefixReuse::prompt_tokens).sum::<u64>(),
+        "reused_tokens": prefix.iter().map(PrefixReuse::reused).sum::<u64>(),
+    })
+}
+
 /// How Offline's batched decoder is sized (`--offline-batch`, `--prefill-chunk`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OfflineBatching {
@@ -329,13 +358,15 @@ pub struct OfflineBatching {
 /// The decoder for a scenario: Offline decodes `offline.slots` sequences at a time (no more
 /// than the prompt set holds) with continuous batching and chunked prefill
 /// (`offline.prefill_chunk` prompt tokens per pass at most; the governor, when set, once per
-/// pass) on either backend; everything else one sequence at a time.
+/// pass) on either backend; everything else one sequence at a time. With `prefix_reuse`
+/// each session keeps the KV of the prefix a new prompt shares with its previous one.
 pub fn make_decoder<'e>(
     engine: &'e Engine,
     scenario: Scenario,
     library: &PromptLibrary,
     governor: Option<SharedGovernor>,
     offline: OfflineBatching,
+    prefix_reuse: bool,
 ) -> Result<Box<dyn Decoder + 'e>> {
     let max_seq_len = library.longest_sequence().max(1);
     if scenario == Scenario::Offline {
@@ -345,6 +376,7 @@ pub fn make_decoder<'e>(
                 offline.slots.min(library.len().max(1)),
                 max_seq_len,
                 offline.prefill_chunk,
+                prefix_reuse,
             )?
             .with_governor(governor),
         ));
@@ -355,7 +387,7 @@ pub fn make_decoder<'e>(
         ..Default::default()
     })?;
     Ok(Box::new(
-        SequentialDecoder::new(session).with_governor(governor),
+        SequentialDecoder::new(session, prefix_reuse).with_governor(governor),
     ))
 }
 

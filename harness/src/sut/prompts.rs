@@ -10,7 +10,7 @@
 
 use anyhow::{Context, Result, bail};
 use pocketperf_datasets::perf::PerfPrompt;
-use pocketperf_runtime::session::Engine;
+use pocketperf_runtime::session::{Engine, Session};
 use pocketperf_runtime::tokenizer::{ChatMessage, Prompt, Tokenizer};
 use pocketperf_scenarios::{QslError, Query, QuerySampleLibrary};
 
@@ -197,4 +197,78 @@ pub struct Job<'a> {
     pub query: Query,
     pub prompt: &'a [u32],
     pub max_new_tokens: usize,
+}
+
+/// Length of the common prefix of two token sequences.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// What one session's KV cache keeps from one prompt to the next (`run --prefix-reuse`).
+/// With reuse on, the next prompt's longest common prefix with the previous one stays in the
+/// cache and only the rest is run (at least one prompt token always runs: its logits give
+/// the first output token); with it off, or when nothing is shared, the session starts empty.
+/// Counts the prompt tokens asked for and the ones kept.
+#[derive(Debug, Default)]
+pub struct PrefixReuse {
+    on: bool,
+    /// The prompt whose KV the session holds first (empty: nothing known).
+    held: Vec<u32>,
+    prompt_tokens: u64,
+    reused: u64,
+}
+
+impl PrefixReuse {
+    pub fn new(on: bool) -> Self {
+        PrefixReuse {
+            on,
+            ..Default::default()
+        }
+    }
+
+    /// Readies `session` for `prompt` (reset, or rewound to the shared prefix); returns how
+    /// many of the prompt's tokens the cache already holds, so the caller runs
+    /// `prompt[kept..]`.
+    pub fn prepare(&mut self, session: &mut Session<'_>, prompt: &[u32]) -> usize {
+        let mut keep = if self.on {
+            common_prefix(&self.held, prompt).min(prompt.len().saturating_sub(1))
+        } else {
+            0
+        };
+        if keep > 0 && keep <= session.n_past() {
+            if session.truncate(keep).is_err() {
+                session.reset();
+                keep = 0;
+            }
+        } else {
+            session.reset();
+            keep = 0;
+        }
+        self.held.clear();
+        if self.on {
+            self.held.extend_from_slice(prompt);
+        }
+        self.prompt_tokens += prompt.len() as u64;
+        self.reused += keep as u64;
+        keep
+    }
+
+    /// The session's cache no longer holds the last prompt (a failed run).
+    pub fn forget(&mut self) {
+        self.held.clear();
+    }
+
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// Prompt tokens asked for so far.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.prompt_tokens
+    }
+
+    /// Prompt tokens taken from the cache so far.
+    pub fn reused(&self) -> u64 {
+        self.reused
+    }
 }
