@@ -3,8 +3,9 @@
 //! decoding to a [`Decoder`] ([`make_decoder`]): SingleStream and Server decode each query as
 //! it arrives ([`SequentialDecoder`], with the per-token governor hook when one is set);
 //! Offline hands the whole batch over at flush to the [`BatchedDecoder`], which keeps
-//! [`OFFLINE_BATCH`] sequences in flight through the runtime's mixed batched passes
-//! (continuous batching with chunked prefill).
+//! `--offline-batch` sequences (default [`OFFLINE_BATCH`]) in flight through the runtime's
+//! mixed batched passes (continuous batching with chunked prefill). With `--prefix-reuse on`
+//! every session keeps the prefix a prompt shares with its previous one ([`PrefixReuse`]).
 
 use anyhow::Result;
 use pocketperf_runtime::backend::DeviceCounters;
@@ -111,9 +112,9 @@ impl Decoder for SequentialDecoder<'_> {
     }
 }
 
-/// Sequences an Offline run decodes together ([`BatchedDecoder`]): the batch size at which
-/// the runtime's batched decode reaches several times single-sequence throughput on a
-/// phone-class CPU (docs/PERFORMANCE.md).
+/// Sequences an Offline run decodes together ([`BatchedDecoder`]) unless `--offline-batch`
+/// says otherwise: the batch size at which the runtime's batched decode reaches several
+/// times single-sequence throughput on a phone-class CPU (docs/PERFORMANCE.md).
 pub const OFFLINE_BATCH: usize = 8;
 
 /// Prompt tokens one batched pass of Offline carries at most by default (`--prefill-chunk`):
