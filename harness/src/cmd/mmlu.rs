@@ -1,6 +1,7 @@
 //! `pocketperf mmlu` flags: `subset`, `run` and `compare` (the commands are in
 //! [`crate::mmlu`], `docs/MMLU576.md`).
 
+use crate::cmd::OnOff;
 use crate::cmd::runtime::EngineArgs;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
@@ -48,13 +49,6 @@ impl ScoreMode {
             ScoreMode::Generate => "generate",
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnOff {
-    On,
-    Off,
 }
 
 #[derive(Args, Debug, Serialize)]

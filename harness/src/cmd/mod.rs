@@ -14,3 +14,11 @@ pub mod runtime;
 pub mod scenario_bench;
 pub mod serve;
 pub mod soak;
+
+/// A switch flag's value (`--prefix-reuse on|off`), shared by the commands that take one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}

@@ -206,7 +206,7 @@ pub struct RunArgs {
     /// one (the chat template's system prompt and headers) and run only the rest, as a
     /// server's prompt cache does. In-process SUT; SingleStream, Offline and Server.
     #[arg(long, value_enum, default_value = "off")]
-    pub prefix_reuse: crate::cmd::mmlu::OnOff,
+    pub prefix_reuse: crate::cmd::OnOff,
     /// Device: `local` (sysfs at /sys) or `sim:snapdragon-8gen3` / `sim:pixel-8-pro` (a
     /// simulated handset driven by the runtime's CPU use; see docs/TELEMETRY.md), optionally
     /// `sim:PROFILE,thermal-speedup=K` (thermal time constants K times shorter).

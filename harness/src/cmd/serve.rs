@@ -49,7 +49,7 @@ pub struct ServeArgs {
     /// a new prompt shares with it (llama-server's prompt cache); off prefills every prompt
     /// whole.
     #[arg(long, value_enum, default_value = "on", requires = "http")]
-    pub prefix_reuse: crate::cmd::mmlu::OnOff,
+    pub prefix_reuse: crate::cmd::OnOff,
     #[command(flatten)]
     pub engine: crate::cmd::runtime::EngineArgs,
 }
@@ -112,7 +112,7 @@ fn serve_http(a: &ServeArgs, addr: std::net::SocketAddr) -> Result<i32> {
         a.slots,
         a.ctx,
         a.max_tokens,
-        if a.prefix_reuse == crate::cmd::mmlu::OnOff::On {
+        if a.prefix_reuse == crate::cmd::OnOff::On {
             "on"
         } else {
             "off"
@@ -127,7 +127,7 @@ fn serve_http(a: &ServeArgs, addr: std::net::SocketAddr) -> Result<i32> {
         request_timeout: std::time::Duration::from_secs(a.request_timeout_s.max(1)),
         max_queue: a.max_queue,
         drain: std::time::Duration::from_secs(a.drain_s),
-        prefix_reuse: a.prefix_reuse == crate::cmd::mmlu::OnOff::On,
+        prefix_reuse: a.prefix_reuse == crate::cmd::OnOff::On,
     };
     serve(&engine, listener, cfg, model, || {
         crate::soak::signal::count() > 0

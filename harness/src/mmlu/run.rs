@@ -3,7 +3,8 @@
 
 #[allow(unused_imports)]
 use super::*;
-use crate::cmd::mmlu::{MmluRunArgs, OnOff, ScoreMode};
+use crate::cmd::OnOff;
+use crate::cmd::mmlu::{MmluRunArgs, ScoreMode};
 use crate::cmd::run::SutArg;
 use crate::http::client::ApiKind;
 use crate::meta::{self, OutputHeader};

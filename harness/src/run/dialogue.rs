@@ -475,7 +475,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
         || a.offline_qps.is_some()
         || a.prefill_chunk.is_some()
         || a.offline_batch.is_some()
-        || a.prefix_reuse == crate::cmd::mmlu::OnOff::On
+        || a.prefix_reuse == crate::cmd::OnOff::On
     {
         bail!(
             "--config, --server-qps, --offline-qps, --prefill-chunk, --offline-batch and \

@@ -17,8 +17,8 @@ use pocketperf_scenarios::{
     TestResult, TestSettings, run_test_observed,
 };
 
+use crate::cmd::OnOff;
 use crate::cmd::governor::GovernorKind;
-use crate::cmd::mmlu::OnOff;
 use crate::cmd::run::{CONFIG_MODEL, RunArgs, ScenarioArg, SutArg, resolve_settings};
 use crate::governor_hook::GovernorHook;
 use crate::outputs::{performance_section, run_meta, summary_line, write_outputs_with};
