@@ -28,7 +28,7 @@ use pocketperf_runtime::session::{BatchDecoder, Engine, SamplingParams, Session,
 use pocketperf_runtime::tokenizer::{ChatMessage, StreamDecoder};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::sut::prompts::{PromptText, common_prefix, encode_prompt};
+use crate::sut::prompts::{PromptText, common_prefix, encode_prompt, reusable_prefix};
 
 /// What a request asks the model for.
 #[derive(Debug, Clone)]
@@ -340,7 +340,7 @@ impl<'e> Worker<'e> {
         let s = &mut self.sessions[k];
         // The cached prefix, short of the prompt's last token (its logits start the reply).
         let keep = if self.cfg.prefix_reuse {
-            common_prefix(&self.cached[k], &tokens).min(tokens.len() - 1)
+            reusable_prefix(&self.cached[k], &tokens)
         } else {
             0
         };

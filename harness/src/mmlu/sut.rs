@@ -5,7 +5,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::cmd::mmlu::ScoreMode;
-use crate::sut::prompts::common_prefix;
+use crate::sut::prompts::reusable_prefix;
 use anyhow::{Result, bail};
 use indicatif::ProgressBar;
 use pocketperf_datasets::score::{self, Response};
@@ -102,7 +102,7 @@ pub fn reuse_plan(items: &[Item]) -> Vec<usize> {
     items
         .iter()
         .map(|i| {
-            let keep = common_prefix(prev, &i.tokens).min(i.tokens.len().saturating_sub(1));
+            let keep = reusable_prefix(prev, &i.tokens);
             prev = &i.tokens;
             keep
         })
@@ -119,7 +119,7 @@ impl MmluSut<'_, '_> {
         }
         // Keep at least one prompt token to run: its logits are the answer.
         let keep = if self.reuse {
-            common_prefix(&self.cached, toks).min(toks.len() - 1)
+            reusable_prefix(&self.cached, toks)
         } else {
             0
         };

@@ -22,7 +22,7 @@ use super::protocol::{
 };
 use super::protocol::{LineRead, read_line_capped};
 use crate::meta;
-use crate::sut::prompts::{PromptText, common_prefix, encode_prompt};
+use crate::sut::prompts::{PromptText, encode_prompt, reusable_prefix};
 
 /// Memory of this process: `/proc/self/statm` for resident and virtual size, `/proc/self/status`
 /// for the anonymous/file split and the peak, `getrusage` for page faults. Missing figures
@@ -359,7 +359,7 @@ impl<R: BufRead, W: Write> Server<R, W> {
         let crash = self.faults.crash_now(served);
         let flip = self.faults.flip_now(served);
         let reuse = if q.cache {
-            common_prefix(&l.history, &tokens).min(tokens.len() - 1)
+            reusable_prefix(&l.history, &tokens)
         } else {
             0
         };

@@ -204,6 +204,12 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// How much of `prompt` a cache holding `held` first can keep: their common prefix, short of
+/// the prompt's last token (it must run: its logits give the next token).
+pub fn reusable_prefix(held: &[u32], prompt: &[u32]) -> usize {
+    common_prefix(held, prompt).min(prompt.len().saturating_sub(1))
+}
+
 /// What one session's KV cache keeps from one prompt to the next (`run --prefix-reuse`).
 /// With reuse on, the next prompt's longest common prefix with the previous one stays in the
 /// cache and only the rest is run (at least one prompt token always runs: its logits give
@@ -231,16 +237,12 @@ impl PrefixReuse {
     /// `prompt[kept..]`.
     pub fn prepare(&mut self, session: &mut Session<'_>, prompt: &[u32]) -> usize {
         let mut keep = if self.on {
-            common_prefix(&self.held, prompt).min(prompt.len().saturating_sub(1))
+            reusable_prefix(&self.held, prompt)
         } else {
             0
         };
-        if keep > 0 && keep <= session.n_past() {
-            if session.truncate(keep).is_err() {
-                session.reset();
-                keep = 0;
-            }
-        } else {
+        // The rewind refuses what the cache does not hold (or has overwritten).
+        if keep == 0 || session.truncate(keep).is_err() {
             session.reset();
             keep = 0;
         }
