@@ -6,7 +6,7 @@
 //!   thread, throughput in weight bytes;
 //! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
 //!   from memory, one and two threads;
-//! - `gemm/q4_1/...`: prefill tiles (64 activation rows);
+//! - `gemm/q4_1/...`: batched-decode (8 activation rows) and prefill tiles (64 rows);
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
@@ -143,9 +143,14 @@ fn matvec_dram(c: &mut Criterion) {
 fn gemm(c: &mut Criterion) {
     let isa = isa();
     let pool = ThreadPool::new(1);
-    let n = 64;
     let mut g = c.benchmark_group("gemm");
-    for (rows, cols) in [(1536, 576), (576, 1536)] {
+    // 8 rows: an Offline batched-decode pass; 64: a prefill chunk.
+    for (n, rows, cols) in [
+        (8, 1536, 576),
+        (8, 576, 1536),
+        (64, 1536, 576),
+        (64, 576, 1536),
+    ] {
         let ty = GgmlType::Q4_1;
         let wb = weights(ty, rows, cols);
         let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();

@@ -79,11 +79,16 @@ fn last_position_logits_match_the_cpu_backend() {
             active_isa()
         ));
         assert_eq!(top, want, "{name}: top-1 differs from the CPU backend");
-        assert_eq!(
-            top,
-            top2(&simd).0,
-            "{name}: top-1 differs from the CPU's SIMD tier"
-        );
+        // The SIMD tier adds in other orders; on a near-tie (the reference README's bound:
+        // margin 0.25) either side is faithful. On `chat_capital` (margin 0.09) llama.cpp's
+        // top-1 is 60 and exact math's 504.
+        if margin > 0.25 {
+            assert_eq!(
+                top,
+                top2(&simd).0,
+                "{name}: top-1 differs from the CPU's SIMD tier"
+            );
+        }
         assert!(
             r_scalar <= 0.1,
             "{name}: RMS {r_scalar:.4} from the CPU backend"

@@ -438,3 +438,38 @@ fn zero_rows_give_exact_zeros() {
         }
     }
 }
+
+/// Q4_1 rows wider than the AVX-512 tiles collect mins for (over 256 four-block groups, so
+/// they run in narrow tiles only) and rows just under that bound: every tier within the
+/// tolerance of the scalar reference, and one activation row at a time gives the batch's bits.
+#[test]
+fn wide_q4_1_rows_match_scalar_and_keep_tile_shape_invariance() {
+    let ty = GgmlType::Q4_1;
+    let mut rng = Rng(0x51ED);
+    for nb in [4 * 256, 4 * 256 + 6] {
+        let (rows, n, cols) = (3, 9, nb * 32);
+        let wb = random_weights(ty, rows, cols, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, 0, &mut rng);
+        for (isa, vnni_off) in tiers() {
+            let y = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
+            for a in 0..n {
+                let xa = &x[a * cols..(a + 1) * cols];
+                for r in 0..rows {
+                    let (got, want) = (y[a * rows + r], reference_dot(ty, w.row(r), xa));
+                    let tol = 1e-5 * magnitude(ty, w.row(r), xa);
+                    assert!(
+                        (f64::from(got) - f64::from(want)).abs() <= tol,
+                        "{isa} nb {nb} act {a} row {r}: {got} vs {want} (tol {tol:e})"
+                    );
+                }
+                let one = with_flavor(vnni_off, || matmul(isa, 1, &w, xa, 1));
+                assert_eq!(
+                    &one[..],
+                    &y[a * rows..(a + 1) * rows],
+                    "{isa} nb {nb} row {a} alone"
+                );
+            }
+        }
+    }
+}

@@ -6,7 +6,11 @@
 //! (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
-//! block, and the Q4_1 min term `m_w · s_a / 4` is added lane-wise. Signed weights (Q4_0,
+//! block. The Q4_1 min term `Σ m_w · s_a` is computed after the loop from compact vectors, one
+//! lane per block: the tile's mins (collected as they are unpacked) times the activation rows'
+//! sums, which the packed layout stores contiguously; it is reduced apart and added to the
+//! dots' sum, as in ggml (rows over [`MIN_GROUPS`] groups add it lane-wise, group by group).
+//! Signed weights (Q4_0,
 //! Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does. Q5_0's
 //! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test and
 //! added to the nibbles as 16 (a masked byte add), giving the unsigned quant `u = q + 16`;
@@ -59,6 +63,14 @@ const F_Q5_0: u8 = 3;
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
 /// the tile.
 const NEG_MAX: usize = 512;
+/// Q4_1 tiles of four or more activation rows keep the mins of rows of up to this many
+/// groups (32,768 values; 4 KiB of stack per weight row) for their compact min term; wider
+/// Q4_1 rows run in tiles of at most two activation rows, which add it group by group.
+const MIN_GROUPS: usize = 256;
+
+/// Q4_1 tiles of at most this many activation rows accumulate the min term group by group
+/// (see [`kernels`]' `tile_from`); wider ones from the collected mins after the loop.
+const MIN_INLOOP_A: usize = 2;
 /// Unpacked Q5_0 weight groups of one row block (192 bytes each, 30 KiB): with one 16-row
 /// activation tile (about 11 KiB for 640-wide rows) it stays in a 48 KiB L1 data cache.
 const UNP_GROUPS: usize = 160;
@@ -114,6 +126,18 @@ macro_rules! kernels {
                 let sbase = ng * (GROUP_QS + 16);
                 let zero = _mm512_setzero_si512();
                 let mut acc = [[_mm512_setzero_ps(); A]; W];
+                // Q4_1's min term `Σ m_w · s_a` in compact lanes, one per block: lane `L` of
+                // `macc` sums `m · s_a / 4` of blocks `16c + L` (c = 0, 1, …) in that order, and
+                // the tile adds `4 · macc` to the dots' lanes before reducing. Narrow tiles
+                // (A ≤ MIN_INLOOP_A) add each group's four products into lanes `4 (g % 4)..`
+                // with a masked FMA; wider ones collect each row's mins (`mins`, only the
+                // slots written are read) and add sixteen blocks per FMA after the loop. Both
+                // orders are the same, so every tile shape gives the same bits.
+                let inloop = unsigned && A <= MIN_INLOOP_A;
+                let compact = unsigned && !inloop;
+                debug_assert!(!compact || ng <= MIN_GROUPS);
+                let mut mins = [[std::mem::MaybeUninit::<f32>::uninit(); 4 * MIN_GROUPS]; W];
+                let mut macc = [[_mm512_setzero_ps(); A]; W];
                 // SAFETY: every pointer below stays inside the rows the caller vouched for:
                 // weight group g of row i spans [g·gb, g·gb + len) of that row, and packed
                 // activation group g spans its quants, scale and sum slots.
@@ -143,6 +167,13 @@ macro_rules! kernels {
                             });
                         }
                         let wg = wg.map(|x| x.assume_init());
+                        if compact {
+                            // Lanes 0..4 of `mw` hold the group's four mins (block = lane % 4).
+                            for i in 0..W {
+                                let m = _mm512_castps512_ps128(wg[i].mw);
+                                _mm_storeu_ps(mins[i].as_mut_ptr().add(4 * g) as *mut f32, m);
+                            }
+                        }
                         for j in 0..A {
                             let ap = a.add(j * astride);
                             let alo = ld(ap.add(g * GROUP_QS));
@@ -167,15 +198,27 @@ macro_rules! kernels {
                                     acc[i][j] =
                                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
                                 }
-                            } else if unsigned {
+                            } else if inloop {
+                                // Lane 4 (g % 4) + b of the broadcast sums and of `mw` holds
+                                // block b of the group: the compact lanes of its four blocks.
                                 let sa = _mm512_broadcast_f32x4(_mm_loadu_ps(
                                     ap.add(sbase + 16 * g) as *const f32,
                                 ));
+                                let lanes: __mmask16 = 0xF << (4 * (g % 4));
                                 for i in 0..W {
                                     let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
                                     let s = _mm512_mul_ps(wg[i].dw, da);
-                                    let r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
-                                    acc[i][j] = _mm512_fmadd_ps(wg[i].mw, sa, r);
+                                    acc[i][j] =
+                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    macc[i][j] =
+                                        _mm512_mask3_fmadd_ps(wg[i].mw, sa, macc[i][j], lanes);
+                                }
+                            } else if unsigned {
+                                for i in 0..W {
+                                    let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
+                                    let s = _mm512_mul_ps(wg[i].dw, da);
+                                    acc[i][j] =
+                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
                                 }
                             } else {
                                 for i in 0..W {
@@ -190,31 +233,41 @@ macro_rules! kernels {
                         }
                     }
                 }
-                let mut out = [[0.0f32; A]; W];
-                if F == F_Q5_0 && W * A == 16 {
-                    // One transposing tree for all sixteen sums (45 operations instead of
-                    // sixteen separate reductions), with the same additions as each.
-                    let mut v = [_mm512_setzero_ps(); 16];
-                    for i in 0..W {
+                if compact {
+                    let n = 4 * ng;
+                    let mut o = 0;
+                    while o < n {
+                        let k = n - o;
+                        let mask: __mmask16 = if k >= 16 { !0 } else { (1 << k) - 1 };
+                        // SAFETY: slots o..o + k of each row of `mins` were written in the
+                        // loop (4 per group, ng groups); masked-off lanes are not read. The
+                        // sums lie within the packed rows the caller vouched for.
+                        let m: [__m512; W] = std::array::from_fn(|i| unsafe {
+                            _mm512_maskz_loadu_ps(mask, (mins[i].as_ptr() as *const f32).add(o))
+                        });
                         for j in 0..A {
-                            v[i * A + j] = acc[i][j];
+                            // SAFETY: as above.
+                            let sa = unsafe {
+                                let sp = a.add(j * astride + sbase) as *const f32;
+                                _mm512_maskz_loadu_ps(mask, sp.add(o))
+                            };
+                            for i in 0..W {
+                                macc[i][j] = _mm512_fmadd_ps(m[i], sa, macc[i][j]);
+                            }
                         }
+                        o += 16;
                     }
-                    let mut s = [0.0f32; 16];
-                    // SAFETY: `s` holds 16 f32.
-                    unsafe { _mm512_storeu_ps(s.as_mut_ptr(), hsum16(&v)) };
+                }
+                if unsigned {
+                    // The sums are stored as `s_a / 4`; times four is exact.
+                    let four = _mm512_set1_ps(4.0);
                     for i in 0..W {
                         for j in 0..A {
-                            out[i][j] = s[HSUM16_LANE[i * A + j]];
-                        }
-                    }
-                } else {
-                    for i in 0..W {
-                        for j in 0..A {
-                            out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+                            acc[i][j] = _mm512_fmadd_ps(macc[i][j], four, acc[i][j]);
                         }
                     }
                 }
+                let out = reduce_tile(&acc);
                 out
             }
 
@@ -528,6 +581,18 @@ macro_rules! kernels {
                         return;
                     }
                     let mut a0 = 0;
+                    if F == F_Q4_1 && nb.div_ceil(4) > MIN_GROUPS {
+                        // Rows too wide to collect their mins: tiles of at most MIN_INLOOP_A
+                        // activation rows, which add the min term group by group.
+                        while a0 + 2 <= n {
+                            rows::<F, 2, 2>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                            a0 += 2;
+                        }
+                        if a0 < n {
+                            rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                        }
+                        return;
+                    }
                     // Q5_0 (whose weight groups cost the most to unpack): one weight row against
                     // 16 activation rows, each unpacked group serving twice as many rows as in
                     // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion pairs:
@@ -564,6 +629,42 @@ macro_rules! kernels {
             }
         }
     };
+}
+
+/// The horizontal sum of every register of a tile, each bit-identical to
+/// `_mm512_reduce_add_ps`: tiles of eight registers or more go through [`hsum16`], sixteen
+/// at a time (45 operations for sixteen sums instead of about eight each).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn reduce_tile<const W: usize, const A: usize>(acc: &[[__m512; A]; W]) -> [[f32; A]; W] {
+    let mut out = [[0.0f32; A]; W];
+    if W * A < 8 {
+        for i in 0..W {
+            for j in 0..A {
+                out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+            }
+        }
+        return out;
+    }
+    let mut k0 = 0;
+    while k0 < W * A {
+        let v: [__m512; 16] = std::array::from_fn(|k| {
+            let k = k0 + k;
+            if k < W * A {
+                acc[k / A][k % A]
+            } else {
+                _mm512_setzero_ps()
+            }
+        });
+        let mut s = [0.0f32; 16];
+        // SAFETY: `s` holds 16 f32.
+        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), hsum16(&v)) };
+        for k in k0..(k0 + 16).min(W * A) {
+            out[k / A][k % A] = s[HSUM16_LANE[k - k0]];
+        }
+        k0 += 16;
+    }
+    out
 }
 
 /// Lane of [`hsum16`]'s result that holds the sum of register `k`.
