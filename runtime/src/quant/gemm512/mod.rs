@@ -614,16 +614,17 @@ macro_rules! kernels {
                         rows::<F, 2, 8>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
                         a0 += 8;
                     }
-                    if a0 + 4 <= n {
-                        rows::<F, 2, 4>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
-                        a0 += 4;
-                    }
-                    if a0 + 2 <= n {
-                        rows::<F, 2, 2>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
-                        a0 += 2;
-                    }
-                    if a0 < n {
-                        rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                    // The last 1-7 activation rows in one pass over the weights (an Offline
+                    // pass of seven decode rows and a 32-token prompt chunk has 39).
+                    match n - a0 {
+                        0 => {}
+                        1 => rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        2 => rows::<F, 2, 2>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        3 => rows::<F, 2, 3>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        4 => rows::<F, 2, 4>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        5 => rows::<F, 2, 5>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        6 => rows::<F, 2, 6>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
+                        _ => rows::<F, 2, 7>(&c, w, rb, nb, r0, r1, a, astride, a0, out),
                     }
                 }
             }
