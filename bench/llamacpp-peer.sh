@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build the llama.cpp peer that `docs/PERFORMANCE.md` compares against: llama.cpp as vendored
-# in the PyPI source package llama-cpp-python==0.3.36, built with a fixed set of CPU options
-# (no -march=native, AMX off: on the reference VM llama.cpp's AMX path dies with SIGILL on
-# multi-token batches). It builds llama-bench, llama-server (the HTTP side-by-side,
+# in the PyPI source package llama-cpp-python==0.3.36, built with explicit CPU options (no
+# -march=native, AMX off: on the reference VM llama.cpp's AMX path dies with SIGILL on
+# multi-token batches). AVX-512 (F, VBMI, VNNI, BF16) and AVX-VNNI are switched on only where
+# /proc/cpuinfo lists them: a peer built with AVX-VNNI dies with SIGILL on a Zen 4 VM, which
+# has AVX-512 VNNI but not AVX-VNNI. The build stamp names the options, so a cached build made
+# with other options is rebuilt. It builds llama-bench, llama-server (the HTTP side-by-side,
 # bench/http-side-by-side.sh) and the shared libllama (bench/cold-start-peer.sh links its
 # cold-start probe against it). The result is cached; a second call only prints the path of
 # llama-bench.
@@ -20,9 +23,13 @@ venv="$dir/venv"
 src="$dir/src"
 build="$dir/build"
 bin="$build/bin/llama-bench"
-stamp="$dir/built-$version-server"
 
-export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_INT8=OFF"
+# ON where the CPU lists the flag (a word of /proc/cpuinfo's flags line), OFF otherwise.
+cpu_has() {
+  if grep -qw -- "$1" /proc/cpuinfo 2> /dev/null; then echo ON; else echo OFF; fi
+}
+export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=$(cpu_has avx512f) -DGGML_AVX512_VBMI=$(cpu_has avx512vbmi) -DGGML_AVX512_VNNI=$(cpu_has avx512_vnni) -DGGML_AVX512_BF16=$(cpu_has avx512_bf16) -DGGML_AVX_VNNI=$(cpu_has avx_vnni) -DGGML_AMX_INT8=OFF"
+stamp="$dir/built-$version-server-$(printf %s "$CMAKE_ARGS" | sha256sum | cut -c1-12)"
 
 if [[ -f "$stamp" && -x "$bin" ]]; then
   echo "$bin"
