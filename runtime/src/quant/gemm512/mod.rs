@@ -6,13 +6,13 @@
 //! (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
-//! block. The Q4_1 min term `Σ m_w · s_a` is computed after the loop from compact vectors, one
-//! lane per block: the tile's mins (collected as they are unpacked) times the activation rows'
-//! sums, which the packed layout stores contiguously; it is reduced apart and added to the
-//! dots' sum, as in ggml (rows over [`MIN_GROUPS`] groups add it lane-wise, group by group).
-//! Signed weights (Q4_0,
-//! Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml does. Q5_0's
-//! fifth bits are gathered from each block's `qh` by a third byte permute and a bit test and
+//! block. The Q4_1 min term `Σ m_w · s_a` is kept in compact lanes, one per block, and added
+//! to the dot lanes just before the reduction: tiles of more than [`MIN_INLOOP_A`] activation
+//! rows collect their mins as they unpack them and add sixteen blocks per FMA after the loop
+//! (the packed layout stores the activation sums contiguously); narrower tiles add each
+//! group's four products with a masked FMA into the same lanes, in the same order. Signed
+//! weights (Q4_0, Q8_0) move their sign onto the activations (`|w| · sign(w)·a`), as ggml
+//! does. Q5_0's fifth bits are gathered from each block's `qh` by a third byte permute and a bit test and
 //! added to the nibbles as 16 (a masked byte add), giving the unsigned quant `u = q + 16`;
 //! each lane's dot then starts from `-16 · Σ a` of its four activation bytes, computed once
 //! per activation group for all the weight rows of a call (a stack table): the same integers
@@ -63,14 +63,17 @@ const F_Q5_0: u8 = 3;
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
 /// the tile.
 const NEG_MAX: usize = 512;
-/// Q4_1 tiles of four or more activation rows keep the mins of rows of up to this many
-/// groups (32,768 values; 4 KiB of stack per weight row) for their compact min term; wider
-/// Q4_1 rows run in tiles of at most two activation rows, which add it group by group.
+/// Q4_1 tiles of more than [`MIN_INLOOP_A`] activation rows keep the mins of rows of up to
+/// this many groups (32,768 values; 4 KiB of stack per weight row) for their compact min term;
+/// wider Q4_1 rows run in tiles of at most [`MIN_INLOOP_A`] activation rows, which add it
+/// group by group.
 const MIN_GROUPS: usize = 256;
 
 /// Q4_1 tiles of at most this many activation rows accumulate the min term group by group
 /// (see [`kernels`]' `tile_from`); wider ones from the collected mins after the loop.
 const MIN_INLOOP_A: usize = 2;
+// The wide-row fallback of `gemm_f` runs 2-row tiles.
+const _: () = assert!(MIN_INLOOP_A >= 2);
 /// Unpacked Q5_0 weight groups of one row block (192 bytes each, 30 KiB): with one 16-row
 /// activation tile (about 11 KiB for 640-wide rows) it stays in a 48 KiB L1 data cache.
 const UNP_GROUPS: usize = 160;
@@ -267,8 +270,7 @@ macro_rules! kernels {
                         }
                     }
                 }
-                let out = reduce_tile(&acc);
-                out
+                reduce_tile(&acc)
             }
 
             /// [`tile_from`] with the weight groups unpacked from `w` in the tile.
