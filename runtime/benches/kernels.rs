@@ -12,6 +12,8 @@
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
 //!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
 //!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape);
+//!   `Q5_0r` rows run the same Q5_0 matrices repacked as the model does at load on a tier
+//!   that repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
 //!   (262144x640), one row streamed from memory;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
@@ -199,6 +201,12 @@ fn matvec_k(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
                 b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
             });
+            if let Some(r) = quant::repack(isa, &w) {
+                let w = w.with_repacked(&r);
+                g.bench_function(BenchmarkId::new("Q5_0r", format!("{rows}x{cols}")), |b| {
+                    b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+                });
+            }
         }
     }
     g.finish();
@@ -253,6 +261,13 @@ fn gemm_k(c: &mut Criterion) {
                 BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
                 |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
             );
+            if let Some(r) = quant::repack(isa, &w) {
+                let w = w.with_repacked(&r);
+                g.bench_function(
+                    BenchmarkId::new("Q5_0r", format!("{n}x{rows}x{cols}")),
+                    |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+                );
+            }
         }
     }
     g.finish();

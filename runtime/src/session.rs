@@ -46,7 +46,8 @@ impl Engine {
             });
         }
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let model = Model::from_gguf(gguf)?;
+        let mut model = Model::from_gguf(gguf)?;
+        model.repack_for(isa);
         let threads = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -64,6 +65,10 @@ impl Engine {
     /// Runs this engine's sessions on `choice` (the CPU by default).
     pub fn with_backend(mut self, choice: &BackendChoice) -> Result<Self> {
         self.backend = Backend::open(&self.model, choice)?;
+        if !matches!(self.backend, Backend::Cpu) {
+            // The device reads the weights from the mapping.
+            self.model.drop_repacked();
+        }
         Ok(self)
     }
 

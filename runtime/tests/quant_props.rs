@@ -51,6 +51,12 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<
                     out.extend((0..32).map(|_| rng.next() as u8));
                 }
             }
+            GgmlType::Q5_0 => {
+                for _ in 0..nb {
+                    out.extend_from_slice(&scale(rng));
+                    out.extend((0..20).map(|_| rng.next() as u8));
+                }
+            }
             GgmlType::F16 => {
                 for _ in 0..cols {
                     out.extend_from_slice(&f16::from_f32(rng.unit()).to_le_bytes());
@@ -84,7 +90,7 @@ fn random_acts(n: usize, cols: usize, exp: i32, rng: &mut Rng) -> Vec<f32> {
 /// The scalar reference: ggml's activation blocks for `ty` and its scalar `vec_dot`.
 fn reference_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q8_0 => {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
             let mut a = vec![BlockQ8_0::default(); x.len() / 32];
             quant::quantize_row_q8_0(Isa::Scalar, x, &mut a);
             quant::vec_dot(Isa::Scalar, ty, w, ActRow::Q8_0(&a))
@@ -471,5 +477,60 @@ fn wide_q4_1_rows_match_scalar_and_keep_tile_shape_invariance() {
                 );
             }
         }
+    }
+}
+
+/// Q5_0 matrices repacked at load for the AVX-512 VBMI kernels (`quant::repack`, what the
+/// engine does to a model's Q5_0 matrices) give the bits the ggml rows give on the same tier,
+/// and both agree with the scalar reference: every tail of a four-block group (1..=7 blocks),
+/// the reference models' widths (20, 28 blocks) and a wide row (152), 1..=39 activation rows
+/// (the decode tile, the 16-row tiles with their row blocks, every remainder), 1 and 2
+/// threads, quants and fifth bits of every pattern.
+#[test]
+fn repacked_q5_0_gives_the_bits_of_the_ggml_rows() {
+    let ty = GgmlType::Q5_0;
+    let mut rng = Rng(0x05A0);
+    let mut compared = 0;
+    for (isa, vnni_off) in tiers() {
+        for nb in [1, 2, 3, 4, 5, 6, 7, 20, 28, 152] {
+            let (rows, cols) = (11, nb * 32);
+            let wb = random_weights(ty, rows, cols, &mut rng);
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+            let Some(r) = quant::repack(isa, &w) else {
+                continue;
+            };
+            let wr = w.with_repacked(&r);
+            for n in [1, 2, 3, 5, 8, 9, 16, 17, 39] {
+                let x = random_acts(n, cols, 0, &mut rng);
+                for threads in [1, 2] {
+                    let want = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
+                    let got = with_flavor(vnni_off, || matmul(isa, threads, &wr, &x, n));
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{isa} (VNNI off: {vnni_off}) {nb} blocks, {n} rows, {threads} threads"
+                    );
+                    for a in 0..n {
+                        let xa = &x[a * cols..(a + 1) * cols];
+                        for row in 0..rows {
+                            let (g, want) =
+                                (got[a * rows + row], reference_dot(ty, w.row(row), xa));
+                            let tol = 1e-5 * magnitude(ty, w.row(row), xa);
+                            assert!(
+                                (f64::from(g) - f64::from(want)).abs() <= tol,
+                                "{isa} {nb} blocks act {a} row {row}: {g} vs {want} (tol {tol:e})"
+                            );
+                        }
+                    }
+                }
+                compared += 1;
+            }
+        }
+    }
+    if quant::has_vbmi() {
+        assert!(compared > 0, "the AVX-512 VBMI tier repacked nothing");
+    } else {
+        eprintln!("repacked Q5_0: no AVX-512 VBMI tier on this CPU; nothing is repacked");
     }
 }

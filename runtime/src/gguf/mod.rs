@@ -401,6 +401,27 @@ impl GgufFile {
         self.backing.bytes()
     }
 
+    /// Drops the mapping's whole pages inside bytes `start..start + len` from this process
+    /// (`MADV_DONTNEED`), for data read once and kept elsewhere (weights repacked at load):
+    /// they leave the resident set and a later read maps them in again from the page cache,
+    /// unchanged. Best effort: a locked mapping (`--mlock`) or a file held in memory keeps
+    /// them, and out-of-range bytes are ignored.
+    pub fn release_range(&self, start: usize, len: usize) {
+        if let Backing::Mmap(m) = &self.backing {
+            let page = residency::page_size();
+            let end = start.saturating_add(len).min(m.len()) / page * page;
+            let first = start.next_multiple_of(page);
+            if first < end {
+                // SAFETY: the mapping is a read-only shared mapping of a file that is not
+                // rewritten while open (see `open`): after MADV_DONTNEED a read maps the same
+                // bytes in again from the page cache, so no reference sees different data.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+                };
+            }
+        }
+    }
+
     /// Pages of the file's mapping in memory now (`mincore`); `None` for a file held in
     /// memory ([`GgufFile::from_bytes`], empty files), which is resident by construction.
     pub fn residency(&self) -> Result<Option<Residency>> {

@@ -6,7 +6,8 @@ use super::config::{ModelConfig, RopeScaling};
 use crate::GgmlType;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::quant::{ActKind, WeightMatrix};
+use crate::quant::{self, ActKind, Isa, Repacked, WeightMatrix};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A weight tensor located in the mapping: type, shape and byte range.
@@ -73,6 +74,9 @@ pub struct Model {
     pub(super) layers: Vec<Layer>,
     inv_freq: Vec<f32>,
     inv_freq_swa: Vec<f32>,
+    /// Matrices rewritten for the CPU tier's kernels ([`Model::repack_for`]), by the file
+    /// offset of the tensor they were made from.
+    repacked: BTreeMap<usize, Repacked>,
 }
 
 fn tensor_ref(g: &GgufFile, name: &str, expect: &[usize], matrix: bool) -> Result<TensorRef> {
@@ -203,7 +207,44 @@ impl Model {
             layers,
             inv_freq,
             inv_freq_swa,
+            repacked: BTreeMap::new(),
         })
+    }
+
+    /// Rewrites the layer matrices and the output matrix that tier `isa`'s kernels read
+    /// faster in another layout ([`quant::repack`]: Q5_0 on the AVX-512 VBMI tier) and drops
+    /// the mapping's pages of the originals from the resident set (they are read again only
+    /// if another tier runs this model). Returns the bytes now held in memory for them.
+    /// The results are bit-identical with and without.
+    pub fn repack_for(&mut self, isa: Isa) -> usize {
+        let mut refs: Vec<TensorRef> = vec![self.output];
+        for l in &self.layers {
+            refs.extend([l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]);
+        }
+        for t in refs {
+            if self.repacked.contains_key(&t.start) {
+                continue;
+            }
+            if let Some(r) = quant::repack(isa, &self.matrix(&t)) {
+                self.repacked.insert(t.start, r);
+                // The embedding's rows are looked up from the mapping: keep its pages.
+                if t.start != self.embd.start {
+                    self.gguf.release_range(t.start, t.len);
+                }
+            }
+        }
+        self.repacked_bytes()
+    }
+
+    /// Drops what [`Model::repack_for`] made (a backend that reads the mapping runs this
+    /// model instead).
+    pub fn drop_repacked(&mut self) {
+        self.repacked.clear();
+    }
+
+    /// Bytes held by repacked matrices.
+    pub fn repacked_bytes(&self) -> usize {
+        self.repacked.values().map(Repacked::len).sum()
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -231,11 +272,10 @@ impl Model {
     }
 
     fn matrix(&self, t: &TensorRef) -> WeightMatrix<'_> {
-        WeightMatrix {
-            ty: t.ty,
-            rows: t.rows,
-            cols: t.cols,
-            data: self.bytes(t),
+        let w = WeightMatrix::from_parts(t.ty, t.rows, t.cols, self.bytes(t));
+        match self.repacked.get(&t.start) {
+            Some(r) => w.with_repacked(r),
+            None => w,
         }
     }
 

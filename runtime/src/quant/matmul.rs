@@ -202,6 +202,23 @@ pub unsafe fn matmul_span(
             // SAFETY: a0 <= a1 <= out.rows (checked above).
             let out = unsafe { out.skip(a0) };
             let n = a1 - a0;
+            if let Some((rp, rb)) = w.repacked() {
+                assert!(
+                    w.ty == GgmlType::Q5_0 && rp.len() == w.rows * rb,
+                    "matmul: repacked {} matrix of {} bytes",
+                    w.ty,
+                    rp.len()
+                );
+                let gemm = if vnni {
+                    gemm512::vnni::gemm_q5_0r
+                } else {
+                    gemm512::bw::gemm_q5_0r
+                };
+                // SAFETY: as below, with the repacked rows (`rows` rows of `rb` bytes, made
+                // by `repack` for this tier) in place of the ggml rows.
+                unsafe { gemm(rp.as_ptr(), rb, nb, r0, r1, a, stride, n, out) }
+                return;
+            }
             let gemm = if vnni {
                 gemm512::vnni::gemm
             } else {

@@ -300,3 +300,74 @@ pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup
         mw: _mm512_setzero_ps(),
     }
 }
+
+/// Bytes of one Q5_0 group in the repacked layout ([`repack_q5_0_row`]).
+pub(in crate::quant) const Q5_0R_GROUP: usize = 96;
+
+/// Rewrites one Q5_0 row of `nb` ggml blocks (`src`, 22 bytes each) into the layout
+/// [`unpack_q5_0r`] reads: per group of four blocks, 96 bytes holding the 64 quant bytes in
+/// the packed lane order (byte `o`: block `(o / 4) % 4`, element `4 (o / 16) + o % 4` in its
+/// low nibble and that element + 16 in its high nibble, as the permute of [`unpack_q5_0`]
+/// gathers them), the fifth bits of the low and of the high nibbles as two 64-bit lane masks,
+/// and the four block scales as f32 (f16 widened exactly). Blocks past `nb` in the last group
+/// are zero, as the masked loads of [`unpack_q5_0`] read them, so both layouts give the same
+/// integers and scales, hence the same bits.
+///
+/// # Panics
+/// If `src` is not `nb` blocks or `dst` not `ceil(nb / 4)` groups.
+pub(in crate::quant) fn repack_q5_0_row(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert_eq!(src.len(), nb * 22, "Q5_0 row of {nb} blocks");
+    assert_eq!(dst.len(), nb.div_ceil(4) * Q5_0R_GROUP, "repacked row");
+    dst.fill(0);
+    for (g, out) in dst.chunks_exact_mut(Q5_0R_GROUP).enumerate() {
+        let mut lo_bits = 0u64;
+        let mut hi_bits = 0u64;
+        for b in 0..4 {
+            let blk = 4 * g + b;
+            if blk >= nb {
+                continue;
+            }
+            let s = &src[22 * blk..22 * blk + 22];
+            let d = half::f16::from_bits(u16::from_le_bytes([s[0], s[1]])).to_f32();
+            out[80 + 4 * b..84 + 4 * b].copy_from_slice(&d.to_le_bytes());
+            let qh = u32::from_le_bytes([s[2], s[3], s[4], s[5]]);
+            for k in 0..4 {
+                for m in 0..4 {
+                    let o = 16 * k + 4 * b + m;
+                    let e = 4 * k + m;
+                    out[o] = s[6 + e];
+                    lo_bits |= u64::from((qh >> e) & 1) << o;
+                    hi_bits |= u64::from((qh >> (e + 16)) & 1) << o;
+                }
+            }
+        }
+        out[64..72].copy_from_slice(&lo_bits.to_le_bytes());
+        out[72..80].copy_from_slice(&hi_bits.to_le_bytes());
+    }
+}
+
+/// Unpacks the repacked Q5_0 group at `p` ([`repack_q5_0_row`]): the same `u = nibble + 16 ·
+/// bit` and scales as [`unpack_q5_0`], without its permutes and conversion.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q5_0r(c: &Consts, p: *const u8) -> WGroup {
+    // SAFETY: a repacked group holds 96 readable bytes.
+    let (x, ml, mh, dw) = unsafe {
+        (
+            ld(p),
+            std::ptr::read_unaligned(p.add(64) as *const u64),
+            std::ptr::read_unaligned(p.add(72) as *const u64),
+            _mm512_broadcast_f32x4(_mm_loadu_ps(p.add(80) as *const f32)),
+        )
+    };
+    let nl = _mm512_and_si512(x, c.nib);
+    let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+    WGroup {
+        sl: 0,
+        sh: 0,
+        lo: _mm512_mask_add_epi8(nl, ml, nl, c.sixteen),
+        hi: _mm512_mask_add_epi8(nh, mh, nh, c.sixteen),
+        dw,
+        mw: _mm512_setzero_ps(),
+    }
+}

@@ -40,8 +40,10 @@ use crate::GgmlType;
 
 mod groups;
 use groups::{
-    Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q8_0,
+    Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_0r,
+    unpack_q8_0,
 };
+pub(in crate::quant) use groups::{Q5_0R_GROUP, repack_q5_0_row};
 
 /// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
 /// overrides it; 0 disables).
@@ -59,6 +61,14 @@ const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
+/// Q5_0 rows repacked at load ([`groups::repack_q5_0_row`]): the arithmetic of [`F_Q5_0`],
+/// read from 96-byte groups.
+const F_Q5_0R: u8 = 4;
+
+/// Formats whose tiles run Q5_0's arithmetic.
+const fn is_q5(f: u8) -> bool {
+    f == F_Q5_0 || f == F_Q5_0R
+}
 /// Entries of Q5_0's stack table of activation sums (`groups × activation rows`, 32 KiB):
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
 /// the tile.
@@ -120,6 +130,7 @@ macro_rules! kernels {
                     F_Q4_1 => (80, true),
                     F_Q4_0 => (72, false),
                     F_Q5_0 => (88, false),
+                    F_Q5_0R => (Q5_0R_GROUP, false),
                     _ => (136, false),
                 };
                 let full = nb / 4;
@@ -166,6 +177,8 @@ macro_rules! kernels {
                                 F_Q4_1 => unpack_q4_1(c, p, len),
                                 F_Q4_0 => unpack_q4_0(c, p, len),
                                 F_Q5_0 => unpack_q5_0(c, p, len),
+                                // Repacked groups are whole (zero-padded): `len` is unused.
+                                F_Q5_0R => unpack_q5_0r(c, p),
                                 _ => unpack_q8_0(c, p, len),
                             });
                         }
@@ -184,7 +197,7 @@ macro_rules! kernels {
                             let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
                                 ap.add(dbase + 16 * g) as *const f32
                             ));
-                            if F == F_Q5_0 {
+                            if is_q5(F) {
                                 // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the same
                                 // for every weight row, so each row starts from it.
                                 let neg = if PRE {
@@ -309,7 +322,7 @@ macro_rules! kernels {
             /// Requires `ceil(nb / 4) <= UNP_GROUPS` and `ceil(nb / 4) · 16 <= NEG_MAX`.
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn rows_q5_0_blocked(
+            unsafe fn rows_q5_0_blocked<const F: u8>(
                 c: &Consts,
                 w: *const u8,
                 rb: usize,
@@ -323,7 +336,8 @@ macro_rules! kernels {
             ) {
                 let ng = nb.div_ceil(4);
                 let full = nb / 4;
-                let tail = (nb % 4) * 88 / 4;
+                let gb = if F == F_Q5_0R { Q5_0R_GROUP } else { 88 };
+                let tail = (nb % 4) * gb / 4;
                 let per = UNP_GROUPS / ng;
                 let mut unp = [const { std::mem::MaybeUninit::<PGroup>::uninit() }; UNP_GROUPS];
                 let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
@@ -350,8 +364,12 @@ macro_rules! kernels {
                                 }
                             }
                             for g in 0..ng {
-                                let len = if g < full { 88 } else { tail };
-                                let u = unpack_q5_0(c, row.add(g * 88), len);
+                                let len = if g < full { gb } else { tail };
+                                let u = if F == F_Q5_0R {
+                                    unpack_q5_0r(c, row.add(g * gb))
+                                } else {
+                                    unpack_q5_0(c, row.add(g * gb), len)
+                                };
                                 unp[(r - b0) * ng + g].write(PGroup {
                                     lo: u.lo,
                                     hi: u.hi,
@@ -403,8 +421,8 @@ macro_rules! kernels {
             ) {
                 // SAFETY: forwarded caller contract.
                 unsafe {
-                    if F == F_Q5_0 && nb.div_ceil(4) * A <= NEG_MAX {
-                        rows_q5_0::<W, A>(c, w, rb, nb, r0, r1, a, astride, a0, out);
+                    if is_q5(F) && nb.div_ceil(4) * A <= NEG_MAX {
+                        rows_q5_0::<F, W, A>(c, w, rb, nb, r0, r1, a, astride, a0, out);
                     } else {
                         let none = std::ptr::null();
                         rows_with::<F, W, A, false>(
@@ -419,7 +437,7 @@ macro_rules! kernels {
             /// Requires `ceil(nb / 4) · A <= NEG_MAX`.
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn rows_q5_0<const W: usize, const A: usize>(
+            unsafe fn rows_q5_0<const F: u8, const W: usize, const A: usize>(
                 c: &Consts,
                 w: *const u8,
                 rb: usize,
@@ -436,7 +454,7 @@ macro_rules! kernels {
                 unsafe {
                     let ap = a.add(a0 * astride);
                     let neg = fill_negs::<A>(c, ap, astride, nb.div_ceil(4), &mut negs);
-                    rows_with::<F_Q5_0, W, A, true>(c, w, rb, nb, r0, r1, a, astride, a0, out, neg);
+                    rows_with::<F, W, A, true>(c, w, rb, nb, r0, r1, a, astride, a0, out, neg);
                 }
             }
 
@@ -561,6 +579,31 @@ macro_rules! kernels {
                 }
             }
 
+            /// [`gemm`] for Q5_0 weights repacked by [`repack_q5_0_row`]: `w` points at row 0
+            /// of the repacked matrix, `rb` = `ceil(nb / 4) · 96` bytes per row; the same bits
+            /// as [`gemm`] on the ggml rows they were made from.
+            ///
+            /// # Safety
+            /// As [`gemm`], for the repacked rows.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            pub(in crate::quant) unsafe fn gemm_q5_0r(
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                n: usize,
+                out: OutRows,
+            ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    gemm_f::<F_Q5_0R>(GgmlType::Q5_0, w, rb, nb, r0, r1, a, astride, n, out)
+                }
+            }
+
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
             unsafe fn gemm_f<const F: u8>(
@@ -599,13 +642,13 @@ macro_rules! kernels {
                     // 16 activation rows, each unpacked group serving twice as many rows as in
                     // the 2 × 8 tile (gemm_k/Q5_0 on a Zen 5 core, six alternated criterion pairs:
                     // 1.82-1.96 ms against 1.91-2.22 ms; gemm/q4_1 slower, so Q4_1 keeps 2 × 8).
-                    if F == F_Q5_0 {
+                    if is_q5(F) {
                         let ng = nb.div_ceil(4);
                         if n >= 16 && ng <= UNP_GROUPS && ng * 16 <= NEG_MAX {
                             // Each weight group unpacked once per row block rather than once
                             // per 16 activation rows (see `rows_q5_0_blocked`).
                             a0 = n / 16 * 16;
-                            rows_q5_0_blocked(&c, w, rb, nb, r0, r1, a, astride, a0, out);
+                            rows_q5_0_blocked::<F>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
                         }
                         while a0 + 16 <= n {
                             rows::<F, 1, 16>(&c, w, rb, nb, r0, r1, a, astride, a0, out);
