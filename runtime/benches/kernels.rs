@@ -5,7 +5,8 @@
 //!   per shape of the reference model (Q, K/V, FFN up/gate, FFN down, output head), one
 //!   thread, throughput in weight bytes;
 //! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
-//!   from memory, one and two threads;
+//!   from memory, one and two threads; `matvec_dram/q5_0` and `q5_0r` the same for Q5_0 at
+//!   Qwen2.5's FFN gate/up shape, from the ggml rows and repacked (throughput in ggml bytes);
 //! - `gemm/q4_1/...`: batched-decode (8 activation rows) and prefill tiles (64 rows);
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
@@ -139,6 +140,46 @@ fn matvec_dram(c: &mut Criterion) {
             })
         });
     }
+    // Q5_0 at Qwen2.5's FFN gate/up shape, as the ggml rows and repacked (`quant::repack`,
+    // on a tier that repacks): the decode of the Q4_K_M models streams these from memory.
+    let (rows, cols) = (4864, 896);
+    let ty = GgmlType::Q5_0;
+    let one = weights(ty, rows, cols);
+    let copies = (128usize << 20).div_ceil(one.len());
+    let all: Vec<u8> = (0..copies).flat_map(|_| one.iter().copied()).collect();
+    let mats: Vec<WeightMatrix<'_>> = all
+        .chunks_exact(one.len())
+        .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
+        .collect();
+    let repacked: Vec<quant::Repacked> = mats
+        .iter()
+        .filter_map(|w| quant::repack(isa, w).unwrap())
+        .collect();
+    let x = acts(1, cols);
+    let mut qa = QuantizedActs::new(1, cols);
+    qa.quantize_for(isa, ty, &x, 1, cols);
+    let mut y = vec![0.0f32; rows];
+    g.throughput(Throughput::Bytes(all.len() as u64));
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        g.bench_function(BenchmarkId::new("q5_0", format!("{threads}t")), |b| {
+            b.iter(|| {
+                for w in &mats {
+                    quant::matmul(&pool, isa, w, &qa, 1, black_box(&mut y));
+                }
+            })
+        });
+        if repacked.len() == mats.len() {
+            g.bench_function(BenchmarkId::new("q5_0r", format!("{threads}t")), |b| {
+                b.iter(|| {
+                    for (w, r) in mats.iter().zip(&repacked) {
+                        let w = w.with_repacked(r);
+                        quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y));
+                    }
+                })
+            });
+        }
+    }
     g.finish();
 }
 
@@ -201,7 +242,7 @@ fn matvec_k(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
                 b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
             });
-            if let Some(r) = quant::repack(isa, &w) {
+            if let Some(r) = quant::repack(isa, &w).unwrap() {
                 let w = w.with_repacked(&r);
                 g.bench_function(BenchmarkId::new("Q5_0r", format!("{rows}x{cols}")), |b| {
                     b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
@@ -261,7 +302,7 @@ fn gemm_k(c: &mut Criterion) {
                 BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
                 |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
             );
-            if let Some(r) = quant::repack(isa, &w) {
+            if let Some(r) = quant::repack(isa, &w).unwrap() {
                 let w = w.with_repacked(&r);
                 g.bench_function(
                     BenchmarkId::new("Q5_0r", format!("{n}x{rows}x{cols}")),

@@ -16,6 +16,13 @@ use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// Whether engines repack the matrices their CPU tier reads faster in another layout
+/// ([`Model::repack_for`]): yes unless `POCKETPERF_REPACK=0` (the same bits either way; the
+/// switch exists to measure the difference, docs/PERFORMANCE.md).
+fn repack_enabled() -> bool {
+    std::env::var("POCKETPERF_REPACK").map_or(true, |v| v.trim() != "0")
+}
+
 /// A loaded model with its tokenizer and worker threads.
 pub struct Engine {
     pub model: Model,
@@ -47,7 +54,9 @@ impl Engine {
         }
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let mut model = Model::from_gguf(gguf)?;
-        model.repack_for(isa);
+        if repack_enabled() {
+            model.repack_for(isa)?;
+        }
         let threads = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {

@@ -496,7 +496,7 @@ fn repacked_q5_0_gives_the_bits_of_the_ggml_rows() {
             let (rows, cols) = (11, nb * 32);
             let wb = random_weights(ty, rows, cols, &mut rng);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-            let Some(r) = quant::repack(isa, &w) else {
+            let Some(r) = quant::repack(isa, &w).unwrap() else {
                 continue;
             };
             let wr = w.with_repacked(&r);

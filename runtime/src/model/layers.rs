@@ -87,7 +87,7 @@ pub(super) fn matmul_job(
         unsafe { quant::matmul_rows(isa, w, x, n, r0, r1, out) }
     });
     counters.matmuls += 1;
-    counters.weight_bytes_read += w.data.len() as u64;
+    counters.weight_bytes_read += w.bytes_read() as u64;
 }
 
 /// RMSNorm of rows `0..n` of `x` (each `width` wide) fused with their quantization for

@@ -267,7 +267,7 @@ impl Pass<'_> {
             });
             for (w, ..) in &segs {
                 counters.matmuls += 1;
-                counters.weight_bytes_read += w.data.len() as u64;
+                counters.weight_bytes_read += w.bytes_read() as u64;
             }
         } else {
             // Mixed weight formats: one quantization and product per matrix. `ws.acts` holds
@@ -341,7 +341,7 @@ impl Pass<'_> {
             });
             for w in [&lw.w_gate, &lw.w_up] {
                 counters.matmuls += 1;
-                counters.weight_bytes_read += w.data.len() as u64;
+                counters.weight_bytes_read += w.bytes_read() as u64;
             }
         } else {
             let e = c.n_embd;

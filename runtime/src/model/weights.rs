@@ -216,16 +216,22 @@ impl Model {
     /// the mapping's pages of the originals from the resident set (they are read again only
     /// if another tier runs this model). Returns the bytes now held in memory for them.
     /// The results are bit-identical with and without.
-    pub fn repack_for(&mut self, isa: Isa) -> usize {
+    ///
+    /// # Errors
+    /// [`Error::Io`] if memory for a copy cannot be mapped.
+    pub fn repack_for(&mut self, isa: Isa) -> Result<usize> {
         let mut refs: Vec<TensorRef> = vec![self.output];
         for l in &self.layers {
             refs.extend([l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]);
         }
-        for t in refs {
-            if self.repacked.contains_key(&t.start) {
-                continue;
-            }
-            if let Some(r) = quant::repack(isa, &self.matrix(&t)) {
+        // In the order the forward pass reads them, each once.
+        let mut seen: std::collections::BTreeSet<usize> = self.repacked.keys().copied().collect();
+        refs.retain(|t| seen.insert(t.start));
+        let ws: Vec<WeightMatrix<'_>> = refs.iter().map(|t| self.matrix(t)).collect();
+        let made = quant::repack_all(isa, &ws)?;
+        drop(ws);
+        for (t, r) in refs.iter().zip(made) {
+            if let Some(r) = r {
                 self.repacked.insert(t.start, r);
                 // The embedding's rows are looked up from the mapping: keep its pages.
                 if t.start != self.embd.start {
@@ -233,7 +239,7 @@ impl Model {
                 }
             }
         }
-        self.repacked_bytes()
+        Ok(self.repacked_bytes())
     }
 
     /// Drops what [`Model::repack_for`] made (a backend that reads the mapping runs this
@@ -257,11 +263,14 @@ impl Model {
 
     /// Bytes of weights read to decode one token (every layer tensor once, the final norm,
     /// the output matrix and one embedding row).
+    /// Matrices repacked at load ([`Model::repack_for`]) count with the size of their copy,
+    /// the bytes the kernels stream.
     pub fn bytes_per_token(&self) -> u64 {
-        let mut b = self.output.len as u64 + self.output_norm.len as u64;
+        let len = |t: &TensorRef| self.repacked.get(&t.start).map_or(t.len, Repacked::len) as u64;
+        let mut b = len(&self.output) + self.output_norm.len as u64;
         b += (self.embd.len / self.embd.rows.max(1)) as u64;
         for l in &self.layers {
-            b += l.tensors().map(|t| t.len as u64).sum::<u64>();
+            b += l.tensors().map(len).sum::<u64>();
         }
         b
     }

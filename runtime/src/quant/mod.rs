@@ -78,7 +78,9 @@ pub use blocks::{
     BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
 };
 pub use matmul::{OutRows, act_layout, chunk_size, matmul, matmul_rows, matmul_span};
-pub use operands::{ActLayout, ActsWriter, QuantizedActs, Repacked, WeightMatrix, repack};
+pub use operands::{
+    ActLayout, ActsWriter, QuantizedActs, Repacked, WeightMatrix, repack, repack_all,
+};
 
 use crate::{Error, GgmlType, Result};
 

@@ -13,6 +13,7 @@ use super::{
     quantize_q8k_tier, quantize_row_q8_0, quantize_row_q8_1, resolve,
 };
 use crate::{Error, GgmlType, Result};
+use std::sync::Arc;
 
 /// A weight matrix in ggml layout: `rows` output features (ggml ne1), each a contiguous row
 /// of `cols` input features (ggml ne0) in format `ty`. Borrowed from the model mapping.
@@ -29,12 +30,13 @@ pub struct WeightMatrix<'a> {
 
 /// A weight matrix rewritten once, at load, into the layout a tier's kernels read fastest, so
 /// that decode stops paying for the rearrangement on every token. Today: Q5_0 on the AVX-512
-/// VBMI tier, each group of four blocks as 96 bytes (quants already in the packed lane
-/// order, the fifth bits as lane masks, the scales widened to f32; the kernel module
+/// VBMI tier, each group of four blocks as 88 bytes, as many as in ggml (quants already in the packed lane
+/// order, the fifth bits as lane masks, then the four scales; the kernel module
 /// documents the layout). The kernels compute the same integers and scales from it, so the
 /// results are bit-identical to those from the ggml rows.
 pub struct Repacked {
-    lines: Vec<Line>,
+    arena: Arc<memmap2::Mmap>,
+    off: usize,
     len: usize,
     rows: usize,
     row_bytes: usize,
@@ -51,11 +53,7 @@ impl Repacked {
     }
 
     fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<Line, u8>(&self.lines)[..self.len]
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.lines)[..self.len]
+        &self.arena[self.off..self.off + self.len]
     }
 }
 
@@ -69,28 +67,88 @@ impl std::fmt::Debug for Repacked {
     }
 }
 
-/// `w` rewritten for tier `isa`'s kernels, or `None` where that tier reads the ggml rows
-/// directly (every type but Q5_0, and tiers without the AVX-512 VBMI matrix kernels).
-pub fn repack(isa: Isa, w: &WeightMatrix<'_>) -> Option<Repacked> {
+/// Bytes per repacked row of `w` on tier `isa`, where that tier repacks it.
+fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if w.ty == GgmlType::Q5_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
-        use super::gemm512::{Q5_0R_GROUP, repack_q5_0_row};
-        let nb = w.cols / QK;
-        let row_bytes = nb.div_ceil(4) * Q5_0R_GROUP;
-        let len = row_bytes * w.rows;
-        let mut r = Repacked {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-            len,
-            rows: w.rows,
-            row_bytes,
-        };
-        for (i, dst) in r.bytes_mut().chunks_exact_mut(row_bytes).enumerate() {
-            repack_q5_0_row(w.row(i), nb, dst);
-        }
-        return Some(r);
+        return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP);
     }
     let _ = (isa, w);
     None
+}
+
+/// `w` rewritten for tier `isa`'s kernels, or `None` where that tier reads the ggml rows
+/// directly (every type but Q5_0, and tiers without the AVX-512 VBMI matrix kernels).
+///
+/// # Errors
+/// As [`repack_all`].
+pub fn repack(isa: Isa, w: &WeightMatrix<'_>) -> Result<Option<Repacked>> {
+    Ok(repack_all(isa, std::slice::from_ref(w))?.pop().flatten())
+}
+
+/// [`repack`] of each matrix of `ws`, all copies in one anonymous mapping aligned to 2 MiB and
+/// hinted for transparent huge pages before the first write (the decode streams every copy
+/// once per token: huge pages spare it a page walk per 4 KiB).
+///
+/// # Errors
+/// [`Error::Io`] if the mapping cannot be made (out of memory).
+pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repacked>>> {
+    const HUGE: usize = 2 << 20;
+    let rbs: Vec<Option<usize>> = ws.iter().map(|w| repacked_row_bytes(isa, w)).collect();
+    let mut offs = Vec::with_capacity(ws.len());
+    let mut total = 0usize;
+    for (w, rb) in ws.iter().zip(&rbs) {
+        offs.push(total);
+        if let Some(rb) = rb {
+            total += (rb * w.rows).next_multiple_of(64);
+        }
+    }
+    if total == 0 {
+        return Ok(ws.iter().map(|_| None).collect());
+    }
+    let mut map = memmap2::MmapMut::map_anon(total + HUGE).map_err(|e| Error::Io {
+        path: format!("<anonymous mapping of {total} bytes for repacked weights>").into(),
+        source: e,
+    })?;
+    let base = (map.as_ptr() as usize).next_multiple_of(HUGE) - map.as_ptr() as usize;
+    // A hint: a kernel without transparent huge pages refuses it, and the copies work the
+    // same.
+    #[cfg(target_os = "linux")]
+    let _ = map.advise_range(
+        memmap2::Advice::HugePage,
+        base,
+        total.next_multiple_of(HUGE),
+    );
+    for ((w, rb), &off) in ws.iter().zip(&rbs).zip(&offs) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(rb) = *rb {
+            let dst = &mut map[base + off..base + off + rb * w.rows];
+            for (i, row) in dst.chunks_exact_mut(rb).enumerate() {
+                // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512 VBMI tier,
+                // which `resolve` picks only where the CPU has its features.
+                unsafe { super::gemm512::repack_q5_0_row_simd(w.row(i), w.cols / QK, row) };
+            }
+        }
+        let _ = (w, rb, off);
+    }
+    let arena = Arc::new(map.make_read_only().map_err(|e| Error::Io {
+        path: "<repacked weights mapping>".into(),
+        source: e,
+    })?);
+    Ok(ws
+        .iter()
+        .zip(&rbs)
+        .zip(&offs)
+        .map(|((w, rb), &off)| {
+            rb.map(|rb| Repacked {
+                arena: arena.clone(),
+                off: base + off,
+                len: rb * w.rows,
+                rows: w.rows,
+                row_bytes: rb,
+            })
+        })
+        .collect())
 }
 
 impl<'a> WeightMatrix<'a> {
@@ -148,6 +206,11 @@ impl<'a> WeightMatrix<'a> {
             repacked: Some(r),
             ..self
         }
+    }
+
+    /// Bytes the kernels stream for this matrix: the repacked copy's where there is one.
+    pub fn bytes_read(&self) -> usize {
+        self.repacked.map_or(self.data.len(), Repacked::len)
     }
 
     /// The repacked rows, if any, and the bytes of one of them.

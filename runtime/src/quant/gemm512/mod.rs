@@ -39,11 +39,13 @@ use super::packed::GROUP_QS;
 use crate::GgmlType;
 
 mod groups;
+#[cfg(test)]
+use groups::repack_q5_0_row;
 use groups::{
     Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_0r,
     unpack_q8_0,
 };
-pub(in crate::quant) use groups::{Q5_0R_GROUP, repack_q5_0_row};
+pub(in crate::quant) use groups::{Q5_0R_GROUP, repack_q5_0_row_simd};
 
 /// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
 /// overrides it; 0 disables).
@@ -62,7 +64,7 @@ const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
 /// Q5_0 rows repacked at load ([`groups::repack_q5_0_row`]): the arithmetic of [`F_Q5_0`],
-/// read from 96-byte groups.
+/// read from groups of 88 bytes laid out for the kernel.
 const F_Q5_0R: u8 = 4;
 
 /// Formats whose tiles run Q5_0's arithmetic.
@@ -580,7 +582,7 @@ macro_rules! kernels {
             }
 
             /// [`gemm`] for Q5_0 weights repacked by [`repack_q5_0_row`]: `w` points at row 0
-            /// of the repacked matrix, `rb` = `ceil(nb / 4) · 96` bytes per row; the same bits
+            /// of the repacked matrix, `rb` = `ceil(nb / 4) · 88` bytes per row; the same bits
             /// as [`gemm`] on the ggml rows they were made from.
             ///
             /// # Safety
@@ -791,6 +793,33 @@ kernels!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX-512 repack writes the scalar repack's bytes: every tail of a four-block group,
+    /// random quants, fifth bits and scales.
+    #[test]
+    fn simd_repack_writes_the_scalar_repack() {
+        if !crate::quant::has_vbmi() {
+            eprintln!("repack: no AVX-512 VBMI on this CPU; nothing to compare");
+            return;
+        }
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for nb in 1usize..=13 {
+            let src: Vec<u8> = (0..nb * 22)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            let n = nb.div_ceil(4) * Q5_0R_GROUP;
+            let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+            repack_q5_0_row(&src, nb, &mut a);
+            // SAFETY: AVX-512 VBMI checked above (`has_vbmi` implies the tier's features).
+            unsafe { repack_q5_0_row_simd(&src, nb, &mut b) };
+            assert_eq!(a, b, "{nb} blocks");
+        }
+    }
 
     /// `hsum16` against sixteen `_mm512_reduce_add_ps`, bit for bit, on values whose sums
     /// depend on the order of the additions (magnitudes 2^-20 .. 2^20, both signs).
