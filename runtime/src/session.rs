@@ -39,13 +39,20 @@ impl Engine {
     }
 
     /// [`Engine::load`] with the mapping made resident as `opts` asks (`--mlock`,
-    /// `--prefault`; see [`crate::residency`]).
+    /// `--prefault`; see [`crate::residency`]). With `mlock` nothing is repacked: the locked
+    /// mapping is what the kernels read (a copy would be memory the lock does not cover).
     pub fn load_with(path: &Path, threads: usize, isa: Isa, opts: &LoadOptions) -> Result<Self> {
         let gguf = Arc::new(GgufFile::open_with(path, opts)?);
-        Self::from_gguf(gguf, threads, isa)
+        Self::build(gguf, threads, isa, !opts.mlock)
     }
 
+    /// An engine over an opened file; the matrices the tier reads faster in another layout
+    /// are repacked ([`Model::repack_for`]) unless `POCKETPERF_REPACK=0`.
     pub fn from_gguf(gguf: Arc<GgufFile>, threads: usize, isa: Isa) -> Result<Self> {
+        Self::build(gguf, threads, isa, true)
+    }
+
+    fn build(gguf: Arc<GgufFile>, threads: usize, isa: Isa, repack: bool) -> Result<Self> {
         if !quant::supported(isa) {
             return Err(Error::Isa {
                 requested: format!("{isa:?}"),
@@ -54,7 +61,7 @@ impl Engine {
         }
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let mut model = Model::from_gguf(gguf)?;
-        if repack_enabled() {
+        if repack && repack_enabled() {
             model.repack_for(isa)?;
         }
         let threads = if threads == 0 {
