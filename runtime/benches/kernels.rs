@@ -151,9 +151,11 @@ fn matvec_dram(c: &mut Criterion) {
         .chunks_exact(one.len())
         .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
         .collect();
-    let repacked: Vec<quant::Repacked> = mats
-        .iter()
-        .filter_map(|w| quant::repack(isa, w).unwrap())
+    // One mapping for all copies, in the order they are read, as the engine makes them.
+    let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats)
+        .unwrap()
+        .into_iter()
+        .flatten()
         .collect();
     let x = acts(1, cols);
     let mut qa = QuantizedActs::new(1, cols);

@@ -2,8 +2,11 @@
 //! BW, VL and VBMI, with AVX512-VNNI `vpdpbusd` when present (otherwise `vpmaddubsw` and
 //! `vpmaddwd`, which yield the same integers).
 //!
-//! The weights are read straight from the model mapping in ggml's block layout, four blocks
-//! (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
+//! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 on an
+//! engine that repacked them at load, from a copy in the kernel's own layout
+//! ([`groups::repack_q5_0_row_simd`]: the same 88 bytes per group, already in lane order, which
+//! [`groups::unpack_q5_0r`] reads without permutes, giving the same integers and scales), four
+//! blocks (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
 //! block. The Q4_1 min term `Σ m_w · s_a` is kept in compact lanes, one per block, and added
