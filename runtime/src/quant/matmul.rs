@@ -202,36 +202,34 @@ pub unsafe fn matmul_span(
             // SAFETY: a0 <= a1 <= out.rows (checked above).
             let out = unsafe { out.skip(a0) };
             let n = a1 - a0;
-            if let Some((rp, rb)) = w.repacked() {
-                assert!(
-                    w.ty == GgmlType::Q5_0 && rp.len() == w.rows * rb,
-                    "matmul: repacked {} matrix of {} bytes",
-                    w.ty,
-                    rp.len()
-                );
-                let gemm = if vnni {
-                    gemm512::vnni::gemm_q5_0r
-                } else {
-                    gemm512::bw::gemm_q5_0r
-                };
-                // SAFETY: as below, with the repacked rows (`rows` rows of `rb` bytes, made
-                // by `repack` for this tier) in place of the ggml rows.
-                unsafe { gemm(rp.as_ptr(), rb, nb, r0, r1, a, stride, n, out) }
-                return;
-            }
+            // The copy made at load for this tier's kernels, else the ggml rows.
+            let (rows, rb, repacked) = match w.repacked() {
+                Some((rp, rb)) => {
+                    assert!(
+                        w.ty == GgmlType::Q5_0 && rp.len() == w.rows * rb,
+                        "matmul: repacked {} matrix of {} bytes",
+                        w.ty,
+                        rp.len()
+                    );
+                    (rp, rb, true)
+                }
+                None => (w.data, w.row_bytes(), false),
+            };
             let gemm = if vnni {
                 gemm512::vnni::gemm
             } else {
                 gemm512::bw::gemm
             };
             // SAFETY: the tier has AVX-512 + VBMI (packed is chosen only then, and VNNI only
-            // when detected); the weight matrix holds `rows` rows of `nb` blocks; `a` points
-            // at `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
+            // when detected); `rows` holds the matrix's `rows` rows of `nb` blocks, `rb` bytes
+            // each (the ggml rows, or their copy `repack` made for this tier); `a` points at
+            // `n` packed rows of `nb` blocks `stride` apart; output exclusivity is ours.
             unsafe {
                 gemm(
                     w.ty,
-                    w.data.as_ptr(),
-                    w.row_bytes(),
+                    repacked,
+                    rows.as_ptr(),
+                    rb,
                     nb,
                     r0,
                     r1,

@@ -547,16 +547,20 @@ macro_rules! kernels {
             }
 
             /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
+            /// `repacked` (Q5_0 only): the rows are the copy [`repack_q5_0_row_simd`] made of
+            /// them (`ceil(nb / 4) · 88` bytes each), with the same bits as the ggml rows give.
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
-            /// rows of `nb` blocks of type `ty` (Q4_0, Q4_1, Q5_0 or Q8_0), `rb` bytes each; `a` at
+            /// rows of `nb` blocks of type `ty` (Q4_0, Q4_1, Q5_0 or Q8_0; repacked as said),
+            /// `rb` bytes each; `a` at
             /// `n` packed rows of `nb` blocks, `astride` bytes apart; `out` valid for
             /// `(n, r1)` and not written by anyone else at these indices.
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
             pub(in crate::quant) unsafe fn gemm(
                 ty: GgmlType,
+                repacked: bool,
                 w: *const u8,
                 rb: usize,
                 nb: usize,
@@ -576,36 +580,14 @@ macro_rules! kernels {
                         GgmlType::Q4_0 => {
                             gemm_f::<F_Q4_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
+                        GgmlType::Q5_0 if repacked => {
+                            gemm_f::<F_Q5_0R>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
                         GgmlType::Q5_0 => {
                             gemm_f::<F_Q5_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
                         _ => gemm_f::<F_Q8_0>(ty, w, rb, nb, r0, r1, a, astride, n, out),
                     }
-                }
-            }
-
-            /// [`gemm`] for Q5_0 weights repacked by [`repack_q5_0_row`]: `w` points at row 0
-            /// of the repacked matrix, `rb` = `ceil(nb / 4) · 88` bytes per row; the same bits
-            /// as [`gemm`] on the ggml rows they were made from.
-            ///
-            /// # Safety
-            /// As [`gemm`], for the repacked rows.
-            #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            pub(in crate::quant) unsafe fn gemm_q5_0r(
-                w: *const u8,
-                rb: usize,
-                nb: usize,
-                r0: usize,
-                r1: usize,
-                a: *const u8,
-                astride: usize,
-                n: usize,
-                out: OutRows,
-            ) {
-                // SAFETY: forwarded caller contract.
-                unsafe {
-                    gemm_f::<F_Q5_0R>(GgmlType::Q5_0, w, rb, nb, r0, r1, a, astride, n, out)
                 }
             }
 
