@@ -66,7 +66,7 @@ const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
-/// Q5_0 rows repacked at load ([`groups::repack_q5_0_row`]): the arithmetic of [`F_Q5_0`],
+/// Q5_0 rows repacked at load ([`groups::repack_q5_0_row_simd`]): the arithmetic of [`F_Q5_0`],
 /// read from groups of 88 bytes laid out for the kernel.
 const F_Q5_0R: u8 = 4;
 
