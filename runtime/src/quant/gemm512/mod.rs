@@ -43,6 +43,7 @@ use super::packed::GROUP_QS;
 use crate::GgmlType;
 
 mod groups;
+mod reduce;
 use groups::{
     Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_0r,
     unpack_q8_0, unpack_q8_0r, unpack_q8_0r_signed,
@@ -52,6 +53,7 @@ pub(in crate::quant) use groups::{
 };
 #[cfg(test)]
 use groups::{repack_q5_0_row, repack_q8_0_row};
+use reduce::reduce_tile;
 
 /// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
 /// overrides it; 0 disables).
@@ -696,90 +698,6 @@ macro_rules! kernels {
     };
 }
 
-/// The horizontal sum of every register of a tile, each bit-identical to
-/// `_mm512_reduce_add_ps`: tiles of eight registers or more go through [`hsum16`], sixteen
-/// at a time (45 operations for sixteen sums instead of about eight each).
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn reduce_tile<const W: usize, const A: usize>(acc: &[[__m512; A]; W]) -> [[f32; A]; W] {
-    let mut out = [[0.0f32; A]; W];
-    if W * A < 8 {
-        for i in 0..W {
-            for j in 0..A {
-                out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
-            }
-        }
-        return out;
-    }
-    let mut k0 = 0;
-    while k0 < W * A {
-        let v: [__m512; 16] = std::array::from_fn(|k| {
-            let k = k0 + k;
-            if k < W * A {
-                acc[k / A][k % A]
-            } else {
-                _mm512_setzero_ps()
-            }
-        });
-        let mut s = [0.0f32; 16];
-        // SAFETY: `s` holds 16 f32.
-        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), hsum16(&v)) };
-        for k in k0..(k0 + 16).min(W * A) {
-            out[k / A][k % A] = s[HSUM16_LANE[k - k0]];
-        }
-        k0 += 16;
-    }
-    out
-}
-
-/// Lane of [`hsum16`]'s result that holds the sum of register `k`.
-const HSUM16_LANE: [usize; 16] = {
-    let mut t = [0usize; 16];
-    let mut k = 0;
-    while k < 16 {
-        t[k] = 4 * (k % 4) + k / 4;
-        k += 1;
-    }
-    t
-};
-
-/// The horizontal sums of sixteen registers at once; the sum of `v[k]` lands in lane
-/// [`HSUM16_LANE`]`[k]`. Each sum is added in the tree of `_mm512_reduce_add_ps` (lane `i`
-/// with `i + 8`, then `+ 4`, `+ 2`, `+ 1`), so it is bit-identical to that reduction.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn hsum16(v: &[__m512; 16]) -> __m512 {
-    // Level 1: lanes i and i + 8 of two registers, as the two halves of one.
-    let s1: [__m512; 8] = std::array::from_fn(|p| {
-        let (x, y) = (v[2 * p], v[2 * p + 1]);
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b01_00_01_00>(x, y),
-            _mm512_shuffle_f32x4::<0b11_10_11_10>(x, y),
-        )
-    });
-    // Level 2: i and i + 4; the 128-bit chunks now hold registers 4q .. 4q + 4.
-    let s2: [__m512; 4] = std::array::from_fn(|q| {
-        let (x, y) = (s1[2 * q], s1[2 * q + 1]);
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
-        )
-    });
-    // Level 3: i and i + 2; chunk k holds register 8r + k (lanes 0, 1) and 8r + 4 + k (2, 3).
-    let s3: [__m512; 2] = std::array::from_fn(|r| {
-        let (x, y) = (_mm512_castps_pd(s2[2 * r]), _mm512_castps_pd(s2[2 * r + 1]));
-        _mm512_add_ps(
-            _mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)),
-        )
-    });
-    // Level 4: lanes 0 and 1; lane 4k + m holds register 4m + k.
-    _mm512_add_ps(
-        _mm512_shuffle_ps::<0b10_00_10_00>(s3[0], s3[1]),
-        _mm512_shuffle_ps::<0b11_01_11_01>(s3[0], s3[1]),
-    )
-}
-
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dpb_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
@@ -810,90 +728,4 @@ kernels!(
 );
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The AVX-512 repacks write the scalar repacks' bytes (Q5_0 and Q8_0): every tail of a
-    /// four-block group, random quants, fifth bits and scales.
-    #[test]
-    fn simd_repack_writes_the_scalar_repack() {
-        if !crate::quant::has_vbmi() {
-            eprintln!("repack: no AVX-512 VBMI on this CPU; nothing to compare");
-            return;
-        }
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        for nb in 1usize..=13 {
-            let src: Vec<u8> = (0..nb * 22)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
-            let n = nb.div_ceil(4) * Q5_0R_GROUP;
-            let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
-            repack_q5_0_row(&src, nb, &mut a);
-            // SAFETY: AVX-512 VBMI checked above (`has_vbmi` implies the tier's features).
-            unsafe { repack_q5_0_row_simd(&src, nb, &mut b) };
-            assert_eq!(a, b, "{nb} blocks");
-            let src: Vec<u8> = (0..nb * 34)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
-            let n = nb.div_ceil(4) * Q8_0R_GROUP;
-            let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
-            repack_q8_0_row(&src, nb, &mut a);
-            // SAFETY: as above.
-            unsafe { repack_q8_0_row_simd(&src, nb, &mut b) };
-            assert_eq!(a, b, "Q8_0, {nb} blocks");
-        }
-    }
-
-    /// `hsum16` against sixteen `_mm512_reduce_add_ps`, bit for bit, on values whose sums
-    /// depend on the order of the additions (magnitudes 2^-20 .. 2^20, both signs).
-    #[test]
-    fn hsum16_adds_in_the_order_of_reduce_add_ps() {
-        if !is_x86_feature_detected!("avx512f") {
-            eprintln!("hsum16: no AVX-512 F on this CPU; nothing to compare");
-            return;
-        }
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let m = (state >> 40) as f32 / (1u64 << 24) as f32;
-            let e = ((state >> 8) % 41) as i32 - 20;
-            let sign = if state & 1 == 0 { 1.0 } else { -1.0 };
-            sign * (1.0 + m) * 2f32.powi(e)
-        };
-        let mut order_mattered = 0;
-        for _ in 0..200 {
-            let x: [[f32; 16]; 16] = std::array::from_fn(|_| std::array::from_fn(|_| next()));
-            // SAFETY: AVX-512 F checked above; every array holds 16 f32.
-            let (got, want) = unsafe {
-                let v: [__m512; 16] = std::array::from_fn(|k| _mm512_loadu_ps(x[k].as_ptr()));
-                let mut got = [0.0f32; 16];
-                _mm512_storeu_ps(got.as_mut_ptr(), hsum16(&v));
-                let want: [f32; 16] = std::array::from_fn(|k| _mm512_reduce_add_ps(v[k]));
-                (got, want)
-            };
-            for k in 0..16 {
-                assert_eq!(
-                    got[HSUM16_LANE[k]].to_bits(),
-                    want[k].to_bits(),
-                    "register {k}"
-                );
-                let serial: f32 = x[k].iter().sum();
-                order_mattered += usize::from(serial.to_bits() != want[k].to_bits());
-            }
-        }
-        // The values are such that a different order gives different bits.
-        assert!(order_mattered > 100, "{order_mattered}");
-    }
-}
+mod tests;

@@ -1,0 +1,88 @@
+//! Unit tests of the AVX-512 tiles' helpers: the reduction tree and the repacks.
+
+use super::reduce::{HSUM16_LANE, hsum16};
+use super::*;
+
+/// The AVX-512 repacks write the scalar repacks' bytes (Q5_0 and Q8_0): every tail of a
+/// four-block group, random quants, fifth bits and scales.
+#[test]
+fn simd_repack_writes_the_scalar_repack() {
+    if !crate::quant::has_vbmi() {
+        eprintln!("repack: no AVX-512 VBMI on this CPU; nothing to compare");
+        return;
+    }
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    for nb in 1usize..=13 {
+        let src: Vec<u8> = (0..nb * 22)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let n = nb.div_ceil(4) * Q5_0R_GROUP;
+        let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+        repack_q5_0_row(&src, nb, &mut a);
+        // SAFETY: AVX-512 VBMI checked above (`has_vbmi` implies the tier's features).
+        unsafe { repack_q5_0_row_simd(&src, nb, &mut b) };
+        assert_eq!(a, b, "{nb} blocks");
+        let src: Vec<u8> = (0..nb * 34)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let n = nb.div_ceil(4) * Q8_0R_GROUP;
+        let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+        repack_q8_0_row(&src, nb, &mut a);
+        // SAFETY: as above.
+        unsafe { repack_q8_0_row_simd(&src, nb, &mut b) };
+        assert_eq!(a, b, "Q8_0, {nb} blocks");
+    }
+}
+
+/// `hsum16` against sixteen `_mm512_reduce_add_ps`, bit for bit, on values whose sums
+/// depend on the order of the additions (magnitudes 2^-20 .. 2^20, both signs).
+#[test]
+fn hsum16_adds_in_the_order_of_reduce_add_ps() {
+    if !is_x86_feature_detected!("avx512f") {
+        eprintln!("hsum16: no AVX-512 F on this CPU; nothing to compare");
+        return;
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let m = (state >> 40) as f32 / (1u64 << 24) as f32;
+        let e = ((state >> 8) % 41) as i32 - 20;
+        let sign = if state & 1 == 0 { 1.0 } else { -1.0 };
+        sign * (1.0 + m) * 2f32.powi(e)
+    };
+    let mut order_mattered = 0;
+    for _ in 0..200 {
+        let x: [[f32; 16]; 16] = std::array::from_fn(|_| std::array::from_fn(|_| next()));
+        // SAFETY: AVX-512 F checked above; every array holds 16 f32.
+        let (got, want) = unsafe {
+            let v: [__m512; 16] = std::array::from_fn(|k| _mm512_loadu_ps(x[k].as_ptr()));
+            let mut got = [0.0f32; 16];
+            _mm512_storeu_ps(got.as_mut_ptr(), hsum16(&v));
+            let want: [f32; 16] = std::array::from_fn(|k| _mm512_reduce_add_ps(v[k]));
+            (got, want)
+        };
+        for k in 0..16 {
+            assert_eq!(
+                got[HSUM16_LANE[k]].to_bits(),
+                want[k].to_bits(),
+                "register {k}"
+            );
+            let serial: f32 = x[k].iter().sum();
+            order_mattered += usize::from(serial.to_bits() != want[k].to_bits());
+        }
+    }
+    // The values are such that a different order gives different bits.
+    assert!(order_mattered > 100, "{order_mattered}");
+}
