@@ -16,7 +16,7 @@
 //!   `Q5_0r` rows run the same Q5_0 matrices repacked as the model does at load on a tier
 //!   that repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
-//!   (262144x640), one row streamed from memory; `Q8_0r` the same repacked;
+//!   (262144x640), one row streamed from memory;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
 //!   several context lengths;
 //! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row (Q8_1
@@ -275,12 +275,6 @@ fn matvec_head(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
             b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
         });
-        if let Some(r) = quant::repack(isa, &w).unwrap() {
-            let w = w.with_repacked(&r);
-            g.bench_function(BenchmarkId::new("Q8_0r", format!("{rows}x{cols}")), |b| {
-                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-            });
-        }
     }
     g.finish();
 }

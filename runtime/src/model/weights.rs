@@ -212,7 +212,7 @@ impl Model {
     }
 
     /// Rewrites the layer matrices and the output matrix that tier `isa`'s kernels read
-    /// faster in another layout ([`quant::repack`]: Q5_0 and Q8_0 on the AVX-512 VBMI tier) and drops
+    /// faster in another layout ([`quant::repack`]: Q5_0 on the AVX-512 VBMI tier) and drops
     /// the mapping's pages of the originals from the resident set (they are read again only
     /// if another tier runs this model). Returns the bytes now held in memory for them.
     /// The results are bit-identical with and without.
@@ -233,9 +233,10 @@ impl Model {
         for (t, r) in refs.iter().zip(made) {
             if let Some(r) = r {
                 self.repacked.insert(t.start, r);
-                // A tied embedding's rows are still looked up from the mapping: each lookup
-                // maps in the pages of its row again, from the page cache.
-                self.gguf.release_range(t.start, t.len);
+                // The embedding's rows are looked up from the mapping: keep its pages.
+                if t.start != self.embd.start {
+                    self.gguf.release_range(t.start, t.len);
+                }
             }
         }
         Ok(self.repacked_bytes())

@@ -206,7 +206,7 @@ pub unsafe fn matmul_span(
             let (rows, rb, repacked) = match w.repacked() {
                 Some((rp, rb)) => {
                     assert!(
-                        matches!(w.ty, GgmlType::Q5_0 | GgmlType::Q8_0) && rp.len() == w.rows * rb,
+                        w.ty == GgmlType::Q5_0 && rp.len() == w.rows * rb,
                         "matmul: repacked {} matrix of {} bytes",
                         w.ty,
                         rp.len()

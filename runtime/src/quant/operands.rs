@@ -29,10 +29,10 @@ pub struct WeightMatrix<'a> {
 }
 
 /// A weight matrix rewritten once, at load, into the layout a tier's kernels read fastest, so
-/// that decode stops paying for the rearrangement on every token. Today: Q5_0 and Q8_0 on the
-/// AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (quants already in
-/// the packed lane order, Q5_0's fifth bits as lane masks, Q8_0's quants plus 128 as unsigned
-/// bytes, then the four scales; the kernel module documents the layouts). The kernels compute the same integers and scales from it, so the
+/// that decode stops paying for the rearrangement on every token. Today: Q5_0 on the AVX-512
+/// VBMI tier, each group of four blocks as 88 bytes, as many as in ggml (quants already in the packed lane
+/// order, the fifth bits as lane masks, then the four scales; the kernel module
+/// documents the layout). The kernels compute the same integers and scales from it, so the
 /// results are bit-identical to those from the ggml rows.
 pub struct Repacked {
     arena: Arc<memmap2::Mmap>,
@@ -70,21 +70,15 @@ impl std::fmt::Debug for Repacked {
 /// Bytes per repacked row of `w` on tier `isa`, where that tier repacks it.
 fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
-        let group = match w.ty {
-            GgmlType::Q5_0 => super::gemm512::Q5_0R_GROUP,
-            GgmlType::Q8_0 => super::gemm512::Q8_0R_GROUP,
-            _ => return None,
-        };
-        return Some((w.cols / QK).div_ceil(4) * group);
+    if w.ty == GgmlType::Q5_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
+        return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP);
     }
     let _ = (isa, w);
     None
 }
 
 /// `w` rewritten for tier `isa`'s kernels, or `None` where that tier reads the ggml rows
-/// directly (every type but Q5_0 and Q8_0, and tiers without the AVX-512 VBMI matrix
-/// kernels).
+/// directly (every type but Q5_0, and tiers without the AVX-512 VBMI matrix kernels).
 ///
 /// # Errors
 /// As [`repack_all`].
@@ -130,15 +124,9 @@ pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repack
         if let Some(rb) = *rb {
             let dst = &mut map[base + off..base + off + rb * w.rows];
             for (i, row) in dst.chunks_exact_mut(rb).enumerate() {
-                // SAFETY: `repacked_row_bytes` gave a size only for Q5_0 and Q8_0 on the
-                // AVX-512 VBMI tier, which `resolve` picks only where the CPU has its features.
-                unsafe {
-                    if w.ty == GgmlType::Q5_0 {
-                        super::gemm512::repack_q5_0_row_simd(w.row(i), w.cols / QK, row)
-                    } else {
-                        super::gemm512::repack_q8_0_row_simd(w.row(i), w.cols / QK, row)
-                    }
-                };
+                // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512 VBMI tier,
+                // which `resolve` picks only where the CPU has its features.
+                unsafe { super::gemm512::repack_q5_0_row_simd(w.row(i), w.cols / QK, row) };
             }
         }
         let _ = (w, rb, off);

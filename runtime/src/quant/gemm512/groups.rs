@@ -133,9 +133,6 @@ pub(super) struct Consts {
     pub(super) nib: __m512i,
     pub(super) eight: __m512i,
     pub(super) sixteen: __m512i,
-    /// What the tile's unsigned quants exceed the signed ones by, as bytes (`u = q + offset`):
-    /// 16 for Q5_0, 128 for repacked Q8_0; the tile starts each dot from `-offset · Σ a`.
-    pub(super) offset: __m512i,
     /// Q5_0: `qh` byte gathers and bit masks for the low and high registers.
     pub(super) h_lo: __m512i,
     pub(super) h_hi: __m512i,
@@ -177,7 +174,6 @@ pub(super) unsafe fn consts(ty: GgmlType) -> Consts {
             nib: _mm512_set1_epi8(0x0F),
             eight: _mm512_set1_epi8(8),
             sixteen: _mm512_set1_epi8(16),
-            offset: _mm512_set1_epi8(if ty == GgmlType::Q8_0 { -128 } else { 16 }),
             h_lo: ld(IDX_QH_LO.as_ptr()),
             h_hi: ld(IDX_QH_HI.as_ptr()),
             b_lo: ld(BIT_QH_LO.as_ptr()),
@@ -415,124 +411,5 @@ pub(in crate::quant) unsafe fn repack_q5_0_row_simd(src: &[u8], nb: usize, dst: 
         out[64..72].copy_from_slice(&ml.to_le_bytes());
         out[72..80].copy_from_slice(&mh.to_le_bytes());
         out[80..88].copy_from_slice(&scales[..8]);
-    }
-}
-
-/// Bytes of one Q8_0 group in the repacked layout ([`repack_q8_0_row_simd`]).
-pub(in crate::quant) const Q8_0R_GROUP: usize = 136;
-
-/// The scalar reference of [`repack_q8_0_row_simd`]: one Q8_0 row of `nb` ggml blocks (34
-/// bytes each) as groups of four blocks of 136 bytes (as many as in ggml): the 128 quants
-/// plus 128 as unsigned bytes in the packed lane order (the first 64 hold elements
-/// `4 (o / 16) + o % 4` of block `(o / 4) % 4` for byte `o`, the next 64 those elements + 16,
-/// as the permutes of [`unpack_q8_0`] gather them), then the four f16 scales. Blocks past `nb`
-/// in the last group are zero quants (128) with zero scales, as the masked loads of
-/// [`unpack_q8_0`] read them; the tile's `-128 · Σ a` makes the dots those of the signed
-/// quants.
-///
-/// # Panics
-/// If `src` is not `nb` blocks or `dst` not `ceil(nb / 4)` groups.
-#[cfg(test)]
-pub(in crate::quant) fn repack_q8_0_row(src: &[u8], nb: usize, dst: &mut [u8]) {
-    assert_eq!(src.len(), nb * 34, "Q8_0 row of {nb} blocks");
-    assert_eq!(dst.len(), nb.div_ceil(4) * Q8_0R_GROUP, "repacked row");
-    for (g, out) in dst.chunks_exact_mut(Q8_0R_GROUP).enumerate() {
-        out.fill(0);
-        for b in 0..4 {
-            let blk = 4 * g + b;
-            for k in 0..4 {
-                for m in 0..4 {
-                    let o = 16 * k + 4 * b + m;
-                    let e = 4 * k + m;
-                    let q = |e: usize| if blk < nb { src[34 * blk + 2 + e] } else { 0 };
-                    out[o] = q(e) ^ 0x80;
-                    out[64 + o] = q(e + 16) ^ 0x80;
-                }
-            }
-            if blk < nb {
-                out[128 + 2 * b..130 + 2 * b].copy_from_slice(&src[34 * blk..34 * blk + 2]);
-            }
-        }
-    }
-}
-
-/// Rewrites one Q8_0 row for [`unpack_q8_0r`] with the permutes of [`unpack_q8_0`]: the bytes
-/// of [`repack_q8_0_row`] (unit test `simd_repack_writes_the_scalar_repack`).
-///
-/// # Safety
-/// The CPU has the features in `target_feature`.
-///
-/// # Panics
-/// If `src` is not `nb` blocks or `dst` not `ceil(nb / 4)` groups.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-pub(in crate::quant) unsafe fn repack_q8_0_row_simd(src: &[u8], nb: usize, dst: &mut [u8]) {
-    assert_eq!(src.len(), nb * 34, "Q8_0 row of {nb} blocks");
-    assert_eq!(dst.len(), nb.div_ceil(4) * Q8_0R_GROUP, "repacked row");
-    // SAFETY: the caller guarantees the features; the tables are 64 bytes each.
-    let c = unsafe { consts(GgmlType::Q8_0) };
-    let flip = _mm512_set1_epi8(-128);
-    for (g, out) in dst.chunks_exact_mut(Q8_0R_GROUP).enumerate() {
-        let len = (src.len() - 136 * g).min(136);
-        let p = src[136 * g..].as_ptr();
-        // SAFETY: `len` bytes are readable at `p` (the group's blocks); the masked loads touch
-        // no others.
-        let (z0, z1, z2, z3) = unsafe {
-            (
-                load_part(p, 0, len),
-                load_part(p, 64, len),
-                load_part(p, 8, len),
-                load_part(p, 72, len),
-            )
-        };
-        let lo = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, c.q, z1), flip);
-        let hi = _mm512_xor_si512(_mm512_permutex2var_epi8(z2, c.q2, z3), flip);
-        let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
-        let mut scales = [0u8; 16];
-        // SAFETY: `out` holds 136 bytes and `scales` 16; the stores are unaligned.
-        unsafe {
-            _mm512_storeu_si512(out.as_mut_ptr() as *mut __m512i, lo);
-            _mm512_storeu_si512(out.as_mut_ptr().add(64) as *mut __m512i, hi);
-            _mm_storeu_si128(
-                scales.as_mut_ptr() as *mut __m128i,
-                _mm512_castsi512_si128(sc),
-            );
-        }
-        out[128..136].copy_from_slice(&scales[..8]);
-    }
-}
-
-/// Unpacks the repacked Q8_0 group at `p` ([`repack_q8_0_row_simd`]): the quants plus 128 and
-/// the scales, loaded as they are.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn unpack_q8_0r(p: *const u8) -> WGroup {
-    // SAFETY: a repacked group holds 136 readable bytes.
-    unsafe {
-        WGroup {
-            lo: ld(p),
-            hi: ld(p.add(64)),
-            dw: _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(p.add(128) as *const __m128i))),
-            mw: _mm512_setzero_ps(),
-            sl: 0,
-            sh: 0,
-        }
-    }
-}
-
-/// [`unpack_q8_0r`] for tiles without VNNI: the quants back to signed (`u ^ 0x80`), as
-/// magnitudes and sign masks, the form [`unpack_q8_0`] gives.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn unpack_q8_0r_signed(p: *const u8) -> WGroup {
-    // SAFETY: a repacked group holds 136 readable bytes.
-    let u = unsafe { unpack_q8_0r(p) };
-    let flip = _mm512_set1_epi8(-128);
-    let (lo, hi) = (_mm512_xor_si512(u.lo, flip), _mm512_xor_si512(u.hi, flip));
-    WGroup {
-        sl: _mm512_movepi8_mask(lo),
-        sh: _mm512_movepi8_mask(hi),
-        lo: _mm512_abs_epi8(lo),
-        hi: _mm512_abs_epi8(hi),
-        ..u
     }
 }

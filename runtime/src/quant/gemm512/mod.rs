@@ -2,12 +2,11 @@
 //! BW, VL and VBMI, with AVX512-VNNI `vpdpbusd` when present (otherwise `vpmaddubsw` and
 //! `vpmaddwd`, which yield the same integers).
 //!
-//! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 and Q8_0
-//! on an engine that repacked them at load, from a copy in the kernel's own layout
-//! ([`groups::repack_q5_0_row_simd`], [`groups::repack_q8_0_row_simd`]: as many bytes per
-//! group, already in lane order, read without permutes, giving the same integers and scales;
-//! repacked Q8_0 holds `q + 128` and starts each dot from `-128 · Σ a` where VNNI is there),
-//! four blocks (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
+//! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 on an
+//! engine that repacked them at load, from a copy in the kernel's own layout
+//! ([`groups::repack_q5_0_row_simd`]: the same 88 bytes per group, already in lane order, which
+//! [`groups::unpack_q5_0r`] reads without permutes, giving the same integers and scales), four
+//! blocks (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
 //! block. The Q4_1 min term `Σ m_w · s_a` is kept in compact lanes, one per block, and added
@@ -44,15 +43,13 @@ use crate::GgmlType;
 
 mod groups;
 mod reduce;
+#[cfg(test)]
+use groups::repack_q5_0_row;
 use groups::{
     Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_0r,
-    unpack_q8_0, unpack_q8_0r, unpack_q8_0r_signed,
+    unpack_q8_0,
 };
-pub(in crate::quant) use groups::{
-    Q5_0R_GROUP, Q8_0R_GROUP, repack_q5_0_row_simd, repack_q8_0_row_simd,
-};
-#[cfg(test)]
-use groups::{repack_q5_0_row, repack_q8_0_row};
+pub(in crate::quant) use groups::{Q5_0R_GROUP, repack_q5_0_row_simd};
 use reduce::reduce_tile;
 
 /// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
@@ -74,20 +71,10 @@ const F_Q5_0: u8 = 3;
 /// Q5_0 rows repacked at load ([`groups::repack_q5_0_row_simd`]): the arithmetic of [`F_Q5_0`],
 /// read from groups of 88 bytes laid out for the kernel.
 const F_Q5_0R: u8 = 4;
-/// Q8_0 rows repacked at load ([`groups::repack_q8_0_row_simd`]): the quants plus 128 as
-/// unsigned bytes, each dot started from `-128 · Σ a` (the integers of [`F_Q8_0`]'s sign
-/// trick), read from groups of 136 bytes laid out for the kernel.
-const F_Q8_0R: u8 = 5;
 
-/// Q5_0 formats (the row-block prefill path unpacks their groups).
+/// Formats whose tiles run Q5_0's arithmetic.
 const fn is_q5(f: u8) -> bool {
     f == F_Q5_0 || f == F_Q5_0R
-}
-
-/// Formats whose tiles multiply unsigned quants `u = q + offset` and start each dot from
-/// `-offset · Σ a` (`Consts::offset`).
-const fn has_offset(f: u8) -> bool {
-    is_q5(f) || f == F_Q8_0R
 }
 /// Entries of Q5_0's stack table of activation sums (`groups × activation rows`, 32 KiB):
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
@@ -109,19 +96,9 @@ const _: () = assert!(MIN_INLOOP_A >= 2);
 const UNP_GROUPS: usize = 160;
 
 macro_rules! kernels {
-    ($m:ident, $feat:literal, $dpb:path, $vnni:literal) => {
+    ($m:ident, $feat:literal, $dpb:path) => {
         pub(super) mod $m {
             use super::*;
-
-            /// Whether `dpb` is VNNI's `vpdpbusd`. Without it, `vpmaddubsw` saturates its pairs
-            /// past 32,767, so repacked Q8_0 (unsigned quants up to 255) turns its quants back
-            /// into magnitudes and signs and runs [`F_Q8_0`]'s sign trick: the same integers.
-            const VNNI: bool = $vnni;
-
-            /// Whether format `f` runs the offset dot (`-offset · Σ a` first) in this flavor.
-            const fn offset_dot(f: u8) -> bool {
-                has_offset(f) && (VNNI || f != F_Q8_0R)
-            }
 
             /// `acc + Σ u8 × i8` over each group of four bytes, in 32-bit lanes.
             #[target_feature(enable = $feat)]
@@ -132,8 +109,7 @@ macro_rules! kernels {
 
             /// One tile: `W` weight rows at `w` (stride `rb` bytes) × `A` packed activation
             /// rows at `a` (stride `astride` bytes), `nb` blocks each, weight format `F`.
-            /// `PRE` (Q5_0, repacked Q8_0): `neg` points at the `ceil(nb / 4) × A` values
-            /// `-offset · Σ a`,
+            /// `PRE` (Q5_0 only): `neg` points at the `ceil(nb / 4) × A` values `-16 · Σ a`,
             /// `[group][activation row]`; otherwise the tile computes them and `neg` is unused.
             /// `UNP` (Q5_0 only): the weight groups are read already unpacked from `pw`
             /// (`ceil(nb / 4)` groups per row, rows one after another) instead of from `w`.
@@ -162,7 +138,6 @@ macro_rules! kernels {
                     F_Q4_0 => (72, false),
                     F_Q5_0 => (88, false),
                     F_Q5_0R => (Q5_0R_GROUP, false),
-                    F_Q8_0R => (Q8_0R_GROUP, false),
                     _ => (136, false),
                 };
                 let full = nb / 4;
@@ -211,8 +186,6 @@ macro_rules! kernels {
                                 F_Q5_0 => unpack_q5_0(c, p, len),
                                 // Repacked groups are whole (zero-padded): `len` is unused.
                                 F_Q5_0R => unpack_q5_0r(c, p),
-                                F_Q8_0R if VNNI => unpack_q8_0r(p),
-                                F_Q8_0R => unpack_q8_0r_signed(p),
                                 _ => unpack_q8_0(c, p, len),
                             });
                         }
@@ -231,16 +204,15 @@ macro_rules! kernels {
                             let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
                                 ap.add(dbase + 16 * g) as *const f32
                             ));
-                            if offset_dot(F) {
-                                // Σ (u - o)·a = Σ u·a - o·Σ a (o = 16 for Q5_0, 128 for
-                                // repacked Q8_0): the second sum is the same for every weight
-                                // row, so each row starts from it.
+                            if is_q5(F) {
+                                // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the same
+                                // for every weight row, so each row starts from it.
                                 let neg = if PRE {
                                     *neg.add(g * A + j)
                                 } else {
                                     _mm512_sub_epi32(
                                         zero,
-                                        dpb(dpb(zero, c.offset, alo), c.offset, ahi),
+                                        dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
                                     )
                                 };
                                 for i in 0..W {
@@ -456,7 +428,7 @@ macro_rules! kernels {
             ) {
                 // SAFETY: forwarded caller contract.
                 unsafe {
-                    if offset_dot(F) && nb.div_ceil(4) * A <= NEG_MAX {
+                    if is_q5(F) && nb.div_ceil(4) * A <= NEG_MAX {
                         rows_q5_0::<F, W, A>(c, w, rb, nb, r0, r1, a, astride, a0, out);
                     } else {
                         let none = std::ptr::null();
@@ -514,7 +486,7 @@ macro_rules! kernels {
                     for g in 0..ng {
                         for j in 0..A {
                             let aq = ap.add(j * astride + g * GROUP_QS);
-                            let s = dpb(dpb(zero, c.offset, ld(aq)), c.offset, ld(aq.add(64)));
+                            let s = dpb(dpb(zero, c.sixteen, ld(aq)), c.sixteen, ld(aq.add(64)));
                             negs[g * A + j].write(_mm512_sub_epi32(zero, s));
                         }
                     }
@@ -577,9 +549,8 @@ macro_rules! kernels {
             }
 
             /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
-            /// `repacked` (Q5_0 and Q8_0): the rows are the copy [`repack_q5_0_row_simd`] or
-            /// [`repack_q8_0_row_simd`] made of them (`ceil(nb / 4) · 88` or `· 136` bytes each),
-            /// with the same bits as the ggml rows give.
+            /// `repacked` (Q5_0 only): the rows are the copy [`repack_q5_0_row_simd`] made of
+            /// them (`ceil(nb / 4) · 88` bytes each), with the same bits as the ggml rows give.
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
@@ -616,9 +587,6 @@ macro_rules! kernels {
                         }
                         GgmlType::Q5_0 => {
                             gemm_f::<F_Q5_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
-                        }
-                        GgmlType::Q8_0 if repacked => {
-                            gemm_f::<F_Q8_0R>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
                         _ => gemm_f::<F_Q8_0>(ty, w, rb, nb, r0, r1, a, astride, n, out),
                     }
@@ -717,14 +685,12 @@ fn dpb_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
 kernels!(
     vnni,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c",
-    super::dpb_vnni,
-    true
+    super::dpb_vnni
 );
 kernels!(
     bw,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c",
-    super::dpb_bw,
-    false
+    super::dpb_bw
 );
 
 #[cfg(test)]
