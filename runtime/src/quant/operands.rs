@@ -37,7 +37,6 @@ pub struct WeightMatrix<'a> {
 pub struct Repacked {
     arena: Arc<memmap2::Mmap>,
     off: usize,
-    len: usize,
     rows: usize,
     row_bytes: usize,
 }
@@ -45,15 +44,15 @@ pub struct Repacked {
 impl Repacked {
     /// Bytes of the repacked matrix.
     pub fn len(&self) -> usize {
-        self.len
+        self.rows * self.row_bytes
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.arena[self.off..self.off + self.len]
+        &self.arena[self.off..self.off + self.len()]
     }
 }
 
@@ -143,7 +142,6 @@ pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repack
             rb.map(|rb| Repacked {
                 arena: arena.clone(),
                 off: base + off,
-                len: rb * w.rows,
                 rows: w.rows,
                 row_bytes: rb,
             })
