@@ -47,7 +47,8 @@ impl Engine {
     }
 
     /// An engine over an opened file; the matrices the tier reads faster in another layout
-    /// are repacked ([`Model::repack_for`]) unless `POCKETPERF_REPACK=0`.
+    /// are repacked ([`Model::repack_for`]) when its first CPU session or batch decoder is
+    /// made, unless `POCKETPERF_REPACK=0`.
     pub fn from_gguf(gguf: Arc<GgufFile>, threads: usize, isa: Isa) -> Result<Self> {
         Self::build(gguf, threads, isa, true)
     }
@@ -62,7 +63,7 @@ impl Engine {
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let mut model = Model::from_gguf(gguf)?;
         if repack && repack_enabled() {
-            model.repack_for(isa)?;
+            model.repack_for(isa);
         }
         let threads = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -82,7 +83,7 @@ impl Engine {
     pub fn with_backend(mut self, choice: &BackendChoice) -> Result<Self> {
         self.backend = Backend::open(&self.model, choice)?;
         if !matches!(self.backend, Backend::Cpu) {
-            // The device reads the weights from the mapping.
+            // The device reads the weights from the mapping: no copies are made.
             self.model.drop_repacked();
         }
         Ok(self)

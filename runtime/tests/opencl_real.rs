@@ -7,12 +7,13 @@
 mod common;
 use common::{ids, rms, top2};
 
+use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::backend::BackendChoice;
 use pocketperf_runtime::backend::opencl::{ClEngine, ClOptions, WeightImport};
 use pocketperf_runtime::gguf::{GgufFile, write_aligned};
 use pocketperf_runtime::model::{Model, SessionOptions};
 use pocketperf_runtime::perplexity;
-use pocketperf_runtime::quant::Isa;
+use pocketperf_runtime::quant::{self, Isa};
 use pocketperf_runtime::session::Engine;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -258,4 +259,75 @@ fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
         "OpenCL {cl:.4} vs CPU {cpu:.4}"
     );
     eprintln!("{:.1} s", t.elapsed().as_secs_f64());
+}
+
+/// Bytes of the Q5_0 copies the best tier makes of Qwen2.5's layer and output matrices,
+/// from the file's tensor table: 88 bytes per group of four blocks on the AVX-512 VBMI tier
+/// (a last partial group whole), none on any other tier.
+fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
+    if isa != Isa::Avx512 || !quant::has_vbmi() {
+        return 0;
+    }
+    g.tensors()
+        .iter()
+        .filter(|t| t.ty == GgmlType::Q5_0 && t.dims.len() == 2)
+        .filter(|t| t.name.starts_with("blk.") || t.name == "output.weight")
+        .map(|t| t.dims[1] as usize * (t.dims[0] as usize / 32).div_ceil(4) * 88)
+        .sum()
+}
+
+/// Repacking waits for the first CPU executor, and an OpenCL engine never makes the copies:
+/// after load nothing is copied; a CPU session makes exactly the copies the file's Q5_0
+/// matrices call for on this tier, and the bytes per token read the same before and after;
+/// an OpenCL engine on the same tier has made none after its session ran a prompt.
+#[test]
+fn qwen2_copies_are_made_for_the_first_cpu_session_and_never_for_opencl() {
+    let path = common::model_path_for(QWEN);
+    let isa = quant::detect_best();
+    let cpu = Engine::load(&path, 1, isa).expect("load model");
+    let want = expected_copies(cpu.model.gguf(), isa);
+    assert_eq!(cpu.model.repacked_bytes(), 0, "nothing is copied at load");
+    let before = cpu.model.bytes_per_token();
+    {
+        let mut s = cpu.session(opts(32)).expect("CPU session");
+        s.prefill(&[1, 2, 3]).expect("prefill");
+    }
+    assert_eq!(
+        cpu.model.repacked_bytes(),
+        want,
+        "copies after the first CPU session"
+    );
+    assert_eq!(
+        cpu.model.bytes_per_token(),
+        before,
+        "bytes per token before and after"
+    );
+    let _ = cpu.session(opts(32)).expect("second CPU session");
+    assert_eq!(cpu.model.repacked_bytes(), want, "the copies are made once");
+
+    let _dev = device_lock();
+    let cl = Engine::load(&path, 1, isa)
+        .expect("load model")
+        .with_backend(&BackendChoice::OpenCl(ClOptions::default()))
+        .expect("OpenCL on PoCL");
+    let mut s = cl.session(opts(32)).expect("OpenCL session");
+    s.prefill(&[1, 2, 3]).expect("prefill");
+    drop(s);
+    assert_eq!(
+        cl.model.repacked_bytes(),
+        0,
+        "an OpenCL engine makes no copies"
+    );
+    let file: usize = cl
+        .model
+        .gguf()
+        .tensors()
+        .iter()
+        .filter(|t| t.name.starts_with("blk.") || t.name == "output.weight")
+        .map(|t| t.n_bytes as usize)
+        .sum();
+    assert!(
+        cl.model.bytes_per_token() as usize >= file,
+        "an OpenCL engine counts the file's bytes"
+    );
 }

@@ -402,7 +402,7 @@ impl GgufFile {
     }
 
     /// Drops the mapping's whole pages inside bytes `start..start + len` from this process
-    /// (`MADV_DONTNEED`), for data read once and kept elsewhere (weights repacked at load):
+    /// (`MADV_DONTNEED`), for data read once and kept elsewhere (repacked weights):
     /// they leave the resident set and a later read maps them in again from the page cache,
     /// unchanged. Best effort: a locked mapping (`--mlock`) or a file held in memory keeps
     /// them, and out-of-range bytes are ignored.

@@ -106,6 +106,7 @@ impl BatchForward {
                 ),
             });
         }
+        model.ensure_repacked()?;
         let ws = Workspace::new(
             model.config(),
             max_rows,

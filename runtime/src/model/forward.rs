@@ -212,6 +212,7 @@ impl Forward {
         }
         let b = opts.max_batch;
         let kv = Rings::new(model, &opts)?;
+        model.ensure_repacked()?;
         let logit_rows = if opts.logits_all { b } else { 1 };
         let ws = Workspace::new(c, b, opts.max_seq_len, pool.n_threads(), logit_rows);
         Ok(Forward {

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::quant::{self, ActKind, Isa, Repacked, WeightMatrix};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A weight tensor located in the mapping: type, shape and byte range.
 #[derive(Clone, Copy, Debug)]
@@ -74,9 +74,15 @@ pub struct Model {
     pub(super) layers: Vec<Layer>,
     inv_freq: Vec<f32>,
     inv_freq_swa: Vec<f32>,
-    /// Matrices rewritten for the CPU tier's kernels ([`Model::repack_for`]), by the file
-    /// offset of the tensor they were made from.
-    repacked: BTreeMap<usize, Repacked>,
+    /// The tier whose kernels read some matrices faster in another layout, set by
+    /// [`Model::repack_for`]: the copies are made when the first CPU executor is built
+    /// ([`Model::ensure_repacked`]), so an engine that runs elsewhere never makes them.
+    repack_isa: Option<Isa>,
+    /// Matrices rewritten for that tier's kernels, by the file offset of the tensor they were
+    /// made from; set once.
+    repacked: OnceLock<BTreeMap<usize, Repacked>>,
+    /// Held while the copies are made, so that two executors built at once make them once.
+    repacking: Mutex<()>,
 }
 
 fn tensor_ref(g: &GgufFile, name: &str, expect: &[usize], matrix: bool) -> Result<TensorRef> {
@@ -207,50 +213,84 @@ impl Model {
             layers,
             inv_freq,
             inv_freq_swa,
-            repacked: BTreeMap::new(),
+            repack_isa: None,
+            repacked: OnceLock::new(),
+            repacking: Mutex::new(()),
         })
     }
 
-    /// Rewrites the layer matrices and the output matrix that tier `isa`'s kernels read
-    /// faster in another layout ([`quant::repack`]: Q5_0 on the AVX-512 VBMI tier) and drops
-    /// the mapping's pages of the originals from the resident set (they are read again only
-    /// if another tier runs this model). Returns the bytes now held in memory for them.
-    /// The results are bit-identical with and without.
+    /// Asks for the layer matrices and the output matrix that tier `isa`'s kernels read
+    /// faster in another layout ([`quant::repack`]: Q5_0 on the AVX-512 VBMI tier) to be
+    /// rewritten when the first CPU executor ([`super::Forward`], [`super::BatchForward`]) is
+    /// built for this model ([`Model::ensure_repacked`]). The results are bit-identical with
+    /// and without.
+    pub fn repack_for(&mut self, isa: Isa) {
+        self.repack_isa = Some(isa);
+    }
+
+    /// Withdraws [`Model::repack_for`] and drops any copies made (a backend that reads the
+    /// mapping runs this model instead).
+    pub fn drop_repacked(&mut self) {
+        self.repack_isa = None;
+        self.repacked = OnceLock::new();
+    }
+
+    /// Makes the copies [`Model::repack_for`] asked for, once: each matrix is rewritten and
+    /// the mapping's pages of the original dropped from the resident set (read again only if
+    /// another tier runs this model). Nothing to do when no repack was asked for or the
+    /// copies exist. The CPU executors call this when they are built.
     ///
     /// # Errors
-    /// [`Error::Io`] if memory for a copy cannot be mapped.
-    pub fn repack_for(&mut self, isa: Isa) -> Result<usize> {
+    /// [`Error::Io`] if memory for the copies cannot be mapped (a later call tries again).
+    pub fn ensure_repacked(&self) -> Result<()> {
+        let Some(isa) = self.repack_isa else {
+            return Ok(());
+        };
+        if self.repacked.get().is_some() {
+            return Ok(());
+        }
+        // A poisoned lock only means another maker panicked; the check below still holds.
+        let _held = self.repacking.lock().unwrap_or_else(|p| p.into_inner());
+        if self.repacked.get().is_some() {
+            return Ok(());
+        }
         let mut refs: Vec<TensorRef> = vec![self.output];
         for l in &self.layers {
             refs.extend([l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]);
         }
         // In the order the forward pass reads them, each once.
-        let mut seen: std::collections::BTreeSet<usize> = self.repacked.keys().copied().collect();
+        let mut seen = std::collections::BTreeSet::new();
         refs.retain(|t| seen.insert(t.start));
         let ws: Vec<WeightMatrix<'_>> = refs.iter().map(|t| self.matrix(t)).collect();
         let made = quant::repack_all(isa, &ws)?;
         drop(ws);
+        let mut map = BTreeMap::new();
         for (t, r) in refs.iter().zip(made) {
             if let Some(r) = r {
-                self.repacked.insert(t.start, r);
-                // The embedding's rows are looked up from the mapping: keep its pages.
-                if t.start != self.embd.start {
-                    self.gguf.release_range(t.start, t.len);
-                }
+                map.insert(t.start, r);
             }
         }
-        Ok(self.repacked_bytes())
+        // Published before the originals' pages are dropped: from here on every matrix view
+        // reads the copies.
+        let _ = self.repacked.set(map);
+        for t in &refs {
+            // The embedding's rows are looked up from the mapping: keep its pages.
+            if t.start != self.embd.start && self.repacked_of(t).is_some() {
+                self.gguf.release_range(t.start, t.len);
+            }
+        }
+        Ok(())
     }
 
-    /// Drops what [`Model::repack_for`] made (a backend that reads the mapping runs this
-    /// model instead).
-    pub fn drop_repacked(&mut self) {
-        self.repacked.clear();
+    fn repacked_of(&self, t: &TensorRef) -> Option<&Repacked> {
+        self.repacked.get().and_then(|m| m.get(&t.start))
     }
 
-    /// Bytes held by repacked matrices.
+    /// Bytes held by repacked matrices (0 until [`Model::ensure_repacked`] has made them).
     pub fn repacked_bytes(&self) -> usize {
-        self.repacked.values().map(Repacked::len).sum()
+        self.repacked
+            .get()
+            .map_or(0, |m| m.values().map(Repacked::len).sum())
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -263,10 +303,15 @@ impl Model {
 
     /// Bytes of weights read to decode one token (every layer tensor once, the final norm,
     /// the output matrix and one embedding row).
-    /// Matrices repacked at load ([`Model::repack_for`]) count with the size of their copy,
-    /// the bytes the kernels stream.
+    /// Matrices to be repacked ([`Model::repack_for`]) count with the size of their copy,
+    /// the bytes the CPU kernels stream, whether or not the copy is made yet.
     pub fn bytes_per_token(&self) -> u64 {
-        let len = |t: &TensorRef| self.repacked.get(&t.start).map_or(t.len, Repacked::len) as u64;
+        let len = |t: &TensorRef| {
+            let copy = self
+                .repack_isa
+                .and_then(|isa| quant::repacked_len(isa, &self.matrix(t)));
+            copy.unwrap_or(t.len) as u64
+        };
         let mut b = len(&self.output) + self.output_norm.len as u64;
         b += (self.embd.len / self.embd.rows.max(1)) as u64;
         for l in &self.layers {
@@ -282,7 +327,7 @@ impl Model {
 
     fn matrix(&self, t: &TensorRef) -> WeightMatrix<'_> {
         let w = WeightMatrix::from_parts(t.ty, t.rows, t.cols, self.bytes(t));
-        match self.repacked.get(&t.start) {
+        match self.repacked_of(t) {
             Some(r) => w.with_repacked(r),
             None => w,
         }

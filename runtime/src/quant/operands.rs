@@ -23,12 +23,12 @@ pub struct WeightMatrix<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
-    /// The same matrix rewritten at load for the tier's kernels ([`Repacked`]), which they
+    /// The same matrix rewritten once for the tier's kernels ([`Repacked`]), which they
     /// read instead of `data`; other tiers and the row accessors read `data`.
     repacked: Option<&'a Repacked>,
 }
 
-/// A weight matrix rewritten once, at load, into the layout a tier's kernels read fastest, so
+/// A weight matrix rewritten once (before its first CPU use) into the layout a tier's kernels read fastest, so
 /// that decode stops paying for the rearrangement on every token. Today: Q5_0 on the AVX-512
 /// VBMI tier, each group of four blocks as 88 bytes, as many as in ggml (quants already in the packed lane
 /// order, the fifth bits as lane masks, then the four scales; the kernel module
@@ -74,6 +74,12 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     }
     let _ = (isa, w);
     None
+}
+
+/// Bytes of the copy [`repack`] makes of `w` for tier `isa`, or `None` where that tier reads
+/// `w` as it is.
+pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
+    repacked_row_bytes(isa, w).map(|rb| rb * w.rows)
 }
 
 /// `w` rewritten for tier `isa`'s kernels, or `None` where that tier reads the ggml rows

@@ -3,7 +3,7 @@
 //! `vpmaddwd`, which yield the same integers).
 //!
 //! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 on an
-//! engine that repacked them at load, from a copy in the kernel's own layout
+//! engine that repacked them, from a copy in the kernel's own layout
 //! ([`groups::repack_q5_0_row_simd`]: the same 88 bytes per group, already in lane order, which
 //! [`groups::unpack_q5_0r`] reads without permutes, giving the same integers and scales), four
 //! blocks (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
@@ -68,7 +68,7 @@ const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
 const F_Q5_0: u8 = 3;
-/// Q5_0 rows repacked at load ([`groups::repack_q5_0_row_simd`]): the arithmetic of [`F_Q5_0`],
+/// Q5_0 rows repacked ([`groups::repack_q5_0_row_simd`]): the arithmetic of [`F_Q5_0`],
 /// read from groups of 88 bytes laid out for the kernel.
 const F_Q5_0R: u8 = 4;
 
