@@ -265,19 +265,21 @@ impl Model {
         let made = quant::repack_all(isa, &ws)?;
         drop(ws);
         let mut map = BTreeMap::new();
+        let mut release = Vec::new();
         for (t, r) in refs.iter().zip(made) {
             if let Some(r) = r {
                 map.insert(t.start, r);
+                // The embedding's rows are looked up from the mapping: keep its pages.
+                if t.start != self.embd.start {
+                    release.push((t.start, t.len));
+                }
             }
         }
         // Published before the originals' pages are dropped: from here on every matrix view
         // reads the copies.
         let _ = self.repacked.set(map);
-        for t in &refs {
-            // The embedding's rows are looked up from the mapping: keep its pages.
-            if t.start != self.embd.start && self.repacked_of(t).is_some() {
-                self.gguf.release_range(t.start, t.len);
-            }
+        for (start, len) in release {
+            self.gguf.release_range(start, len);
         }
         Ok(())
     }

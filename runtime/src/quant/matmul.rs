@@ -205,12 +205,8 @@ pub unsafe fn matmul_span(
             // The copy made at load for this tier's kernels, else the ggml rows.
             let (rows, rb, repacked) = match w.repacked() {
                 Some((rp, rb)) => {
-                    assert!(
-                        w.ty == GgmlType::Q5_0 && rp.len() == w.rows * rb,
-                        "matmul: repacked {} matrix of {} bytes",
-                        w.ty,
-                        rp.len()
-                    );
+                    // `rp` is `rows × rb` bytes by construction (`Repacked`).
+                    assert!(w.ty == GgmlType::Q5_0, "matmul: repacked {} matrix", w.ty);
                     (rp, rb, true)
                 }
                 None => (w.data, w.row_bytes(), false),

@@ -399,17 +399,16 @@ pub(in crate::quant) unsafe fn repack_q5_0_row_simd(src: &[u8], nb: usize, dst: 
         let ml = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_lo, z1), c.b_lo);
         let mh = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(z0, c.h_hi, z1), c.b_hi);
         let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
-        let mut scales = [0u8; 16];
-        // SAFETY: `out` holds 88 bytes and `scales` 16; the stores are unaligned.
+        out[64..72].copy_from_slice(&ml.to_le_bytes());
+        out[72..80].copy_from_slice(&mh.to_le_bytes());
+        // SAFETY: `out` holds 88 bytes: 64 quant bytes at 0 and the four f16 scales (the low
+        // 8 bytes of `sc`) at 80; the stores are unaligned.
         unsafe {
             _mm512_storeu_si512(out.as_mut_ptr() as *mut __m512i, x);
-            _mm_storeu_si128(
-                scales.as_mut_ptr() as *mut __m128i,
+            _mm_storel_epi64(
+                out.as_mut_ptr().add(80) as *mut __m128i,
                 _mm512_castsi512_si128(sc),
             );
         }
-        out[64..72].copy_from_slice(&ml.to_le_bytes());
-        out[72..80].copy_from_slice(&mh.to_le_bytes());
-        out[80..88].copy_from_slice(&scales[..8]);
     }
 }

@@ -3,6 +3,14 @@
 use super::reduce::{HSUM16_LANE, hsum16};
 use super::*;
 
+/// Marsaglia's xorshift64 (13, 7, 17): advances `state` and returns it.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
 /// The AVX-512 repack writes the scalar repack's bytes: every tail of a four-block group,
 /// random quants, fifth bits and scales.
 #[test]
@@ -13,14 +21,7 @@ fn simd_repack_writes_the_scalar_repack() {
     }
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     for nb in 1usize..=13 {
-        let src: Vec<u8> = (0..nb * 22)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
+        let src: Vec<u8> = (0..nb * 22).map(|_| xorshift(&mut state) as u8).collect();
         let n = nb.div_ceil(4) * Q5_0R_GROUP;
         let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
         repack_q5_0_row(&src, nb, &mut a);
@@ -40,12 +41,10 @@ fn hsum16_adds_in_the_order_of_reduce_add_ps() {
     }
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let m = (state >> 40) as f32 / (1u64 << 24) as f32;
-        let e = ((state >> 8) % 41) as i32 - 20;
-        let sign = if state & 1 == 0 { 1.0 } else { -1.0 };
+        let x = xorshift(&mut state);
+        let m = (x >> 40) as f32 / (1u64 << 24) as f32;
+        let e = ((x >> 8) % 41) as i32 - 20;
+        let sign = if x & 1 == 0 { 1.0 } else { -1.0 };
         sign * (1.0 + m) * 2f32.powi(e)
     };
     let mut order_mattered = 0;
