@@ -152,7 +152,7 @@ fn matvec_dram(c: &mut Criterion) {
         .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
         .collect();
     // One mapping for all copies, in the order they are read, as the engine makes them.
-    let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats)
+    let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats, |_, _| {})
         .unwrap()
         .into_iter()
         .flatten()

@@ -261,24 +261,32 @@ fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
     eprintln!("{:.1} s", t.elapsed().as_secs_f64());
 }
 
-/// Bytes of the Q5_0 copies the best tier makes of Qwen2.5's layer and output matrices,
-/// from the file's tensor table: 88 bytes per group of four blocks on the AVX-512 VBMI tier
-/// (a last partial group whole), none on any other tier.
+/// Bytes of the copies the best tier makes of Qwen2.5's layer and output matrices, from the
+/// file's tensor table: for Q5_0, 88 bytes per group of four blocks (a last partial group
+/// whole); for Q8_0, the rows as they are (34 bytes per block); on the AVX-512 VBMI tier only,
+/// none on any other.
 fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
     if isa != Isa::Avx512 || !quant::has_vbmi() {
         return 0;
     }
     g.tensors()
         .iter()
-        .filter(|t| t.ty == GgmlType::Q5_0 && t.dims.len() == 2)
+        .filter(|t| t.dims.len() == 2)
         .filter(|t| t.name.starts_with("blk.") || t.name == "output.weight")
-        .map(|t| t.dims[1] as usize * (t.dims[0] as usize / 32).div_ceil(4) * 88)
+        .map(|t| {
+            let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
+            match t.ty {
+                GgmlType::Q5_0 => rows * (cols / 32).div_ceil(4) * 88,
+                GgmlType::Q8_0 => rows * cols / 32 * 34,
+                _ => 0,
+            }
+        })
         .sum()
 }
 
 /// Repacking waits for the first CPU executor, and an OpenCL engine never makes the copies:
-/// after load nothing is copied; a CPU session makes exactly the copies the file's Q5_0
-/// matrices call for on this tier, and the bytes per token read the same before and after;
+/// after load nothing is copied; a CPU session makes exactly the copies the file's Q5_0 and
+/// Q8_0 matrices call for on this tier, and the bytes per token read the same before and after;
 /// an OpenCL engine on the same tier has made none after its session ran a prompt.
 #[test]
 fn qwen2_copies_are_made_for_the_first_cpu_session_and_never_for_opencl() {

@@ -480,6 +480,74 @@ fn wide_q4_1_rows_match_scalar_and_keep_tile_shape_invariance() {
     }
 }
 
+/// A Q8_0 matrix is copied byte for byte on the AVX-512 VBMI tier, and nowhere else: the copy
+/// serves as the matrix's data (row lookups included), reports each run of source rows once and
+/// in order to the caller, and the products read from it are the file's bits.
+#[test]
+fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
+    let ty = GgmlType::Q8_0;
+    let mut rng = Rng(0x08C0);
+    // Rows of 20 blocks (680 bytes): enough rows for several runs of `COPY_CHUNK` bytes.
+    let (rows, cols) = (quant::COPY_CHUNK / 680 * 2 + 7, 640);
+    let wb = random_weights(ty, rows, cols, &mut rng);
+    let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+    let mut copied = 0;
+    for (isa, vnni_off) in tiers() {
+        let mut runs = Vec::new();
+        let made = quant::repack_all(isa, std::slice::from_ref(&w), |i, bytes| {
+            runs.push((i, bytes))
+        })
+        .unwrap();
+        let Some(Some(r)) = made.into_iter().next() else {
+            assert!(runs.is_empty(), "{isa}: runs reported without a copy");
+            continue;
+        };
+        assert!(quant::has_vbmi(), "{isa}: a Q8_0 copy without AVX-512 VBMI");
+        assert!(r.ggml_layout(), "{isa}: Q8_0 copy layout");
+        assert_eq!(r.len(), wb.len(), "{isa}: copy size");
+        let mut next = 0;
+        for (i, bytes) in &runs {
+            assert_eq!(
+                (*i, bytes.start),
+                (0, next),
+                "{isa}: runs in order, each once"
+            );
+            assert_eq!(bytes.len() % w.row_bytes(), 0, "{isa}: whole rows per run");
+            next = bytes.end;
+        }
+        assert_eq!(next, wb.len(), "{isa}: the runs cover the matrix");
+        assert!(runs.len() >= 3, "{isa}: {} runs", runs.len());
+        let wr = w.with_repacked(&r);
+        assert_eq!(wr.data, &wb[..], "{isa}: the copy holds the file's bytes");
+        assert_ne!(wr.data.as_ptr(), wb.as_ptr(), "{isa}: read from the copy");
+        assert_eq!(wr.bytes_read(), wb.len());
+        let mut a = vec![0.0f32; cols];
+        let mut b = vec![0.0f32; cols];
+        for row in [0, rows / 2, rows - 1] {
+            w.row_dequant(row, &mut a);
+            wr.row_dequant(row, &mut b);
+            assert_eq!(a, b, "{isa}: row {row} looked up from the copy");
+        }
+        for n in [1, 8, 17] {
+            let x = random_acts(n, cols, 0, &mut rng);
+            let want = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
+            let got = with_flavor(vnni_off, || matmul(isa, 2, &wr, &x, n));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{isa} (VNNI off: {vnni_off}) {n} rows"
+            );
+        }
+        copied += 1;
+    }
+    if quant::has_vbmi() {
+        assert!(copied > 0, "the AVX-512 VBMI tier copied nothing");
+    } else {
+        eprintln!("copied Q8_0: no AVX-512 VBMI tier on this CPU; nothing is copied");
+    }
+}
+
 /// Q5_0 matrices repacked at load for the AVX-512 VBMI kernels (`quant::repack`, what the
 /// engine does to a model's Q5_0 matrices) give the bits the ggml rows give on the same tier,
 /// and both agree with the scalar reference: every tail of a four-block group (1..=7 blocks),

@@ -262,20 +262,32 @@ impl Model {
         let mut seen = std::collections::BTreeSet::new();
         refs.retain(|t| seen.insert(t.start));
         let ws: Vec<WeightMatrix<'_>> = refs.iter().map(|t| self.matrix(t)).collect();
-        let made = quant::repack_all(isa, &ws)?;
+        // Pages of the originals are dropped as their rows are copied, so that the resident
+        // set does not hold a model and its copies at once. The embedding's rows are looked up
+        // from the mapping unless its copy holds them byte for byte (a tied Q8_0 head).
+        let releasable: Vec<bool> = refs
+            .iter()
+            .map(|t| t.start != self.embd.start || quant::copy_keeps_ggml_layout(t.ty))
+            .collect();
+        let made = quant::repack_all(isa, &ws, |i, bytes| {
+            if releasable[i] {
+                self.gguf
+                    .release_range(refs[i].start + bytes.start, bytes.len());
+            }
+        })?;
         drop(ws);
         let mut map = BTreeMap::new();
         let mut release = Vec::new();
-        for (t, r) in refs.iter().zip(made) {
+        for ((t, r), &rel) in refs.iter().zip(made).zip(&releasable) {
             if let Some(r) = r {
                 map.insert(t.start, r);
-                // The embedding's rows are looked up from the mapping: keep its pages.
-                if t.start != self.embd.start {
+                // Again, whole: the runs above leave the pages their ends share.
+                if rel {
                     release.push((t.start, t.len));
                 }
             }
         }
-        // Published before the originals' pages are dropped: from here on every matrix view
+        // Published, then the originals' pages dropped whole: from here on every matrix view
         // reads the copies.
         let _ = self.repacked.set(map);
         for (start, len) in release {

@@ -79,7 +79,8 @@ pub use blocks::{
 };
 pub use matmul::{OutRows, act_layout, chunk_size, matmul, matmul_rows, matmul_span};
 pub use operands::{
-    ActLayout, ActsWriter, QuantizedActs, Repacked, WeightMatrix, repack, repack_all, repacked_len,
+    ActLayout, ActsWriter, COPY_CHUNK, QuantizedActs, Repacked, WeightMatrix,
+    copy_keeps_ggml_layout, repack, repack_all, repacked_len,
 };
 
 use crate::{Error, GgmlType, Result};

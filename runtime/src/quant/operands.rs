@@ -33,12 +33,16 @@ pub struct WeightMatrix<'a> {
 /// VBMI tier, each group of four blocks as 88 bytes, as many as in ggml (quants already in the packed lane
 /// order, the fifth bits as lane masks, then the four scales; the kernel module
 /// documents the layout). The kernels compute the same integers and scales from it, so the
-/// results are bit-identical to those from the ggml rows.
+/// results are bit-identical to those from the ggml rows. Q8_0 on the same tier is copied as it
+/// is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena, which the decode
+/// streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices copied into huge
+/// pages").
 pub struct Repacked {
     arena: Arc<memmap2::Mmap>,
     off: usize,
     rows: usize,
     row_bytes: usize,
+    ggml_layout: bool,
 }
 
 impl Repacked {
@@ -53,6 +57,12 @@ impl Repacked {
 
     fn bytes(&self) -> &[u8] {
         &self.arena[self.off..self.off + self.len()]
+    }
+
+    /// Whether the copy holds the ggml rows byte for byte (Q8_0), so that every reader of the
+    /// matrix, row lookups included, can read it in place of the file.
+    pub fn ggml_layout(&self) -> bool {
+        self.ggml_layout
     }
 }
 
@@ -72,6 +82,10 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     if w.ty == GgmlType::Q5_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
         return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP);
     }
+    #[cfg(target_arch = "x86_64")]
+    if w.ty == GgmlType::Q8_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
+        return Some(w.row_bytes());
+    }
     let _ = (isa, w);
     None
 }
@@ -82,22 +96,41 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     repacked_row_bytes(isa, w).map(|rb| rb * w.rows)
 }
 
-/// `w` rewritten for tier `isa`'s kernels, or `None` where that tier reads the ggml rows
-/// directly (every type but Q5_0, and tiers without the AVX-512 VBMI matrix kernels).
+/// `w` rewritten (Q5_0) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that tier
+/// reads the ggml rows from the file (every other type, and tiers without the AVX-512 VBMI
+/// matrix kernels).
 ///
 /// # Errors
 /// As [`repack_all`].
 pub fn repack(isa: Isa, w: &WeightMatrix<'_>) -> Result<Option<Repacked>> {
-    Ok(repack_all(isa, std::slice::from_ref(w))?.pop().flatten())
+    Ok(repack_all(isa, std::slice::from_ref(w), |_, _| {})?
+        .pop()
+        .flatten())
 }
+
+/// Whether the copy [`repack`] makes of a `ty` matrix holds its ggml rows byte for byte (Q8_0:
+/// copied only to sit in huge pages), so that any reader can take it for the file's bytes.
+pub fn copy_keeps_ggml_layout(ty: GgmlType) -> bool {
+    ty == GgmlType::Q8_0
+}
+
+/// Source bytes per run of rows in [`repack_all`].
+pub const COPY_CHUNK: usize = 4 << 20;
 
 /// [`repack`] of each matrix of `ws`, all copies in one anonymous mapping aligned to 2 MiB and
 /// hinted for transparent huge pages before the first write (the decode streams every copy
-/// once per token: huge pages spare it a page walk per 4 KiB).
+/// once per token: huge pages spare it a page walk per 4 KiB). Rows are copied in runs of
+/// about [`COPY_CHUNK`] source bytes; after each run `copied(i, bytes)` names matrix `i`'s
+/// source bytes just copied, so that the caller can drop their pages from the resident set
+/// while the copies grow (peak memory about the model's, not the model's plus its copies).
 ///
 /// # Errors
 /// [`Error::Io`] if the mapping cannot be made (out of memory).
-pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repacked>>> {
+pub fn repack_all(
+    isa: Isa,
+    ws: &[WeightMatrix<'_>],
+    mut copied: impl FnMut(usize, std::ops::Range<usize>),
+) -> Result<Vec<Option<Repacked>>> {
     const HUGE: usize = 2 << 20;
     let rbs: Vec<Option<usize>> = ws.iter().map(|w| repacked_row_bytes(isa, w)).collect();
     let mut offs = Vec::with_capacity(ws.len());
@@ -124,14 +157,31 @@ pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repack
         base,
         total.next_multiple_of(HUGE),
     );
-    for ((w, rb), &off) in ws.iter().zip(&rbs).zip(&offs) {
+    for (i, ((w, rb), &off)) in ws.iter().zip(&rbs).zip(&offs).enumerate() {
         #[cfg(target_arch = "x86_64")]
         if let Some(rb) = *rb {
             let dst = &mut map[base + off..base + off + rb * w.rows];
-            for (i, row) in dst.chunks_exact_mut(rb).enumerate() {
-                // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512 VBMI tier,
-                // which `resolve` picks only where the CPU has its features.
-                unsafe { super::gemm512::repack_q5_0_row_simd(w.row(i), w.cols / QK, row) };
+            let src_rb = w.row_bytes();
+            let step = (COPY_CHUNK / src_rb).max(1);
+            let mut r0 = 0;
+            while r0 < w.rows {
+                let r1 = (r0 + step).min(w.rows);
+                let out = &mut dst[r0 * rb..r1 * rb];
+                if copy_keeps_ggml_layout(w.ty) {
+                    // The same row bytes (`rb` is the ggml row size).
+                    out.copy_from_slice(&w.data[r0 * src_rb..r1 * src_rb]);
+                } else {
+                    for (k, row) in out.chunks_exact_mut(rb).enumerate() {
+                        // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512
+                        // VBMI tier, which `resolve` picks only where the CPU has its
+                        // features.
+                        unsafe {
+                            super::gemm512::repack_q5_0_row_simd(w.row(r0 + k), w.cols / QK, row)
+                        };
+                    }
+                }
+                copied(i, r0 * src_rb..r1 * src_rb);
+                r0 = r1;
             }
         }
         let _ = (w, rb, off);
@@ -150,6 +200,7 @@ pub fn repack_all(isa: Isa, ws: &[WeightMatrix<'_>]) -> Result<Vec<Option<Repack
                 off: base + off,
                 rows: w.rows,
                 row_bytes: rb,
+                ggml_layout: copy_keeps_ggml_layout(w.ty),
             })
         })
         .collect())
@@ -206,6 +257,15 @@ impl<'a> WeightMatrix<'a> {
     /// If `r` does not have this matrix's rows.
     pub fn with_repacked(self, r: &'a Repacked) -> Self {
         assert_eq!(r.rows, self.rows, "repacked matrix rows");
+        if r.ggml_layout {
+            // The same bytes: every reader takes the copy as the matrix's data.
+            assert_eq!(r.len(), self.data.len(), "copied matrix bytes");
+            return Self {
+                data: r.bytes(),
+                repacked: None,
+                ..self
+            };
+        }
         Self {
             repacked: Some(r),
             ..self
