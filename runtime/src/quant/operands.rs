@@ -184,8 +184,10 @@ pub fn repack_all(
                 r0 = r1;
             }
         }
-        let _ = (w, rb, off);
+        let _ = (i, w, rb, off);
     }
+    // Without the x86 kernels nothing is copied and the callback is never called.
+    let _ = &mut copied;
     let arena = Arc::new(map.make_read_only().map_err(|e| Error::Io {
         path: "<repacked weights mapping>".into(),
         source: e,
