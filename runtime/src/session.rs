@@ -16,8 +16,8 @@ use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Whether engines repack the matrices their CPU tier reads faster in another layout
-/// ([`Model::repack_for`]): yes unless `POCKETPERF_REPACK=0` (the same bits either way; the
+/// Whether engines repack (or copy) the matrices their CPU tier reads faster in another layout
+/// or place ([`Model::repack_for`]): yes unless `POCKETPERF_REPACK=0` (the same bits either way; the
 /// switch exists to measure the difference, docs/PERFORMANCE.md).
 fn repack_enabled() -> bool {
     std::env::var("POCKETPERF_REPACK").map_or(true, |v| v.trim() != "0")

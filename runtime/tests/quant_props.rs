@@ -480,6 +480,11 @@ fn wide_q4_1_rows_match_scalar_and_keep_tile_shape_invariance() {
     }
 }
 
+/// The bit patterns of `v`, to compare results for bit-identity.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 /// A Q8_0 matrix is copied byte for byte on the AVX-512 VBMI tier, and nowhere else: the copy
 /// serves as the matrix's data (row lookups included), reports each run of source rows once and
 /// in order to the caller, and the products read from it are the file's bits.
@@ -532,7 +537,6 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
             let x = random_acts(n, cols, 0, &mut rng);
             let want = with_flavor(vnni_off, || matmul(isa, 2, &w, &x, n));
             let got = with_flavor(vnni_off, || matmul(isa, 2, &wr, &x, n));
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&got),
                 bits(&want),
@@ -573,7 +577,6 @@ fn repacked_q5_0_gives_the_bits_of_the_ggml_rows() {
                 for threads in [1, 2] {
                     let want = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
                     let got = with_flavor(vnni_off, || matmul(isa, threads, &wr, &x, n));
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&got),
                         bits(&want),

@@ -76,15 +76,15 @@ impl std::fmt::Debug for Repacked {
     }
 }
 
-/// Bytes per repacked row of `w` on tier `isa`, where that tier repacks it.
+/// Bytes per repacked row of `w` on tier `isa`, where that tier repacks or copies it.
 fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if w.ty == GgmlType::Q5_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
-        return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if w.ty == GgmlType::Q8_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
-        return Some(w.row_bytes());
+    if matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
+        match w.ty {
+            GgmlType::Q5_0 => return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP),
+            _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
+            _ => {}
+        }
     }
     let _ = (isa, w);
     None
