@@ -109,6 +109,15 @@ fn matvec(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
                 b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
             });
+            // Q4_1 repacked as the engine repacks it on a tier that does (Q8_0's copy keeps
+            // the ggml rows and is not a kernel of its own).
+            if let Some(r) = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout()) {
+                let w = w.with_repacked(&r);
+                let name = format!("{}r", ty.name());
+                g.bench_function(BenchmarkId::new(name, format!("{rows}x{cols}")), |b| {
+                    b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+                });
+            }
         }
     }
     g.finish();
@@ -122,6 +131,16 @@ fn matvec_dram(c: &mut Criterion) {
     // enough distinct matrices to exceed any last-level cache
     let copies = (128usize << 20).div_ceil(one.len());
     let all: Vec<u8> = (0..copies).flat_map(|_| one.iter().copied()).collect();
+    let mats: Vec<WeightMatrix<'_>> = all
+        .chunks_exact(one.len())
+        .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
+        .collect();
+    // Repacked as the engine repacks them (one mapping, huge pages), on a tier that does.
+    let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats, |_, _| {})
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect();
     let x = acts(1, cols);
     let mut qa = QuantizedActs::new(1, cols);
     qa.quantize_for(isa, ty, &x, 1, cols);
@@ -133,13 +152,24 @@ fn matvec_dram(c: &mut Criterion) {
         let pool = ThreadPool::new(threads);
         g.bench_function(BenchmarkId::new("q4_1", format!("{threads}t")), |b| {
             b.iter(|| {
-                for m in all.chunks_exact(one.len()) {
-                    let w = WeightMatrix::new(ty, rows, cols, m).unwrap();
-                    quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y));
+                for w in &mats {
+                    quant::matmul(&pool, isa, w, &qa, 1, black_box(&mut y));
                 }
             })
         });
+        if repacked.len() == mats.len() {
+            g.bench_function(BenchmarkId::new("q4_1r", format!("{threads}t")), |b| {
+                b.iter(|| {
+                    for (w, r) in mats.iter().zip(&repacked) {
+                        let w = w.with_repacked(r);
+                        quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y));
+                    }
+                })
+            });
+        }
     }
+    drop(repacked);
+    drop(mats);
     // Q5_0 at Qwen2.5's FFN gate/up shape, as the ggml rows and repacked (`quant::repack`,
     // on a tier that repacks): the decode of the Q4_K_M models streams these from memory.
     let (rows, cols) = (4864, 896);
@@ -208,6 +238,13 @@ fn gemm(c: &mut Criterion) {
             BenchmarkId::new("q4_1", format!("{n}x{rows}x{cols}")),
             |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
         );
+        if let Some(r) = quant::repack(isa, &w).unwrap() {
+            let w = w.with_repacked(&r);
+            g.bench_function(
+                BenchmarkId::new("q4_1r", format!("{n}x{rows}x{cols}")),
+                |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+            );
+        }
     }
     g.finish();
 }

@@ -277,6 +277,7 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
             let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
             match t.ty {
                 GgmlType::Q5_0 => rows * (cols / 32).div_ceil(4) * 88,
+                GgmlType::Q4_1 => rows * cols / 32 * 20,
                 GgmlType::Q8_0 => rows * cols / 32 * 34,
                 _ => 0,
             }
@@ -286,7 +287,7 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
 
 /// Repacking waits for the first CPU executor, and an OpenCL engine never makes the copies:
 /// after load nothing is copied; a CPU session makes exactly the copies the file's Q5_0 and
-/// Q8_0 matrices call for on this tier, and the bytes per token read the same before and after;
+/// Q8_0 matrices (and Q4_1, which this file has none of) call for on this tier, and the bytes per token read the same before and after;
 /// an OpenCL engine on the same tier has made none after its session ran a prompt.
 #[test]
 fn qwen2_copies_are_made_for_the_first_cpu_session_and_never_for_opencl() {

@@ -552,56 +552,67 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
     }
 }
 
-/// Q5_0 matrices repacked at load for the AVX-512 VBMI kernels (`quant::repack`, what the
-/// engine does to a model's Q5_0 matrices) give the bits the ggml rows give on the same tier,
-/// and both agree with the scalar reference: every tail of a four-block group (1..=7 blocks),
-/// the reference models' widths (20, 28 blocks) and a wide row (152), 1..=39 activation rows
-/// (the decode tile, the 16-row tiles with their row blocks, every remainder), 1 and 2
-/// threads, quants and fifth bits of every pattern.
+/// Q5_0 and Q4_1 matrices repacked at load for the AVX-512 VBMI kernels (`quant::repack`, what
+/// the engine does to a model's Q5_0 and Q4_1 matrices) give the bits the ggml rows give on the
+/// same tier, and both agree with the scalar reference: every tail of a four-block group
+/// (1..=7 blocks), the reference models' widths (18, 20, 28, 48 blocks) and wide rows (152;
+/// for Q4_1 also 1,040 blocks, past the rows whose mins the wide tiles collect), 1..=39
+/// activation rows (the decode tile, the 16-row tiles of Q5_0 with their row blocks, the
+/// 2 × 8 tiles, every remainder), 1 and 2 threads, quants, fifth bits, scales and mins of
+/// every pattern.
 #[test]
-fn repacked_q5_0_gives_the_bits_of_the_ggml_rows() {
-    let ty = GgmlType::Q5_0;
+fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     let mut rng = Rng(0x05A0);
     let mut compared = 0;
-    for (isa, vnni_off) in tiers() {
-        for nb in [1, 2, 3, 4, 5, 6, 7, 20, 28, 152] {
-            let (rows, cols) = (11, nb * 32);
-            let wb = random_weights(ty, rows, cols, &mut rng);
-            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-            let Some(r) = quant::repack(isa, &w).unwrap() else {
-                continue;
-            };
-            let wr = w.with_repacked(&r);
-            for n in [1, 2, 3, 5, 8, 9, 16, 17, 39] {
-                let x = random_acts(n, cols, 0, &mut rng);
-                for threads in [1, 2] {
-                    let want = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
-                    let got = with_flavor(vnni_off, || matmul(isa, threads, &wr, &x, n));
-                    assert_eq!(
-                        bits(&got),
-                        bits(&want),
-                        "{isa} (VNNI off: {vnni_off}) {nb} blocks, {n} rows, {threads} threads"
-                    );
-                    for a in 0..n {
-                        let xa = &x[a * cols..(a + 1) * cols];
-                        for row in 0..rows {
-                            let (g, want) =
-                                (got[a * rows + row], reference_dot(ty, w.row(row), xa));
-                            let tol = 1e-5 * magnitude(ty, w.row(row), xa);
-                            assert!(
-                                (f64::from(g) - f64::from(want)).abs() <= tol,
-                                "{isa} {nb} blocks act {a} row {row}: {g} vs {want} (tol {tol:e})"
-                            );
+    let widths: [&[usize]; 2] = [
+        &[1, 2, 3, 4, 5, 6, 7, 20, 28, 152],
+        &[1, 2, 3, 4, 5, 6, 7, 18, 48, 152, 1040],
+    ];
+    for (ty, widths) in [GgmlType::Q5_0, GgmlType::Q4_1].into_iter().zip(widths) {
+        for (isa, vnni_off) in tiers() {
+            for &nb in widths {
+                let (rows, cols) = (11, nb * 32);
+                let wb = random_weights(ty, rows, cols, &mut rng);
+                let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+                let Some(r) = quant::repack(isa, &w).unwrap() else {
+                    continue;
+                };
+                let wr = w.with_repacked(&r);
+                for n in [1, 2, 3, 5, 8, 9, 16, 17, 39] {
+                    let x = random_acts(n, cols, 0, &mut rng);
+                    for threads in [1, 2] {
+                        let want = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
+                        let got = with_flavor(vnni_off, || matmul(isa, threads, &wr, &x, n));
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{ty} {isa} (VNNI off: {vnni_off}) {nb} blocks, {n} rows, {threads} threads"
+                        );
+                        for a in 0..n {
+                            let xa = &x[a * cols..(a + 1) * cols];
+                            for row in 0..rows {
+                                let (g, want) =
+                                    (got[a * rows + row], reference_dot(ty, w.row(row), xa));
+                                let tol = 1e-5 * magnitude(ty, w.row(row), xa);
+                                assert!(
+                                    (f64::from(g) - f64::from(want)).abs() <= tol,
+                                    "{ty} {isa} {nb} blocks act {a} row {row}: {g} vs {want} (tol {tol:e})"
+                                );
+                            }
                         }
                     }
+                    compared += 1;
                 }
-                compared += 1;
             }
         }
     }
     if quant::has_vbmi() {
-        assert!(compared > 0, "the AVX-512 VBMI tier repacked nothing");
+        // At least one VBMI tier: both types, every width, 9 row counts each.
+        assert!(
+            compared >= 2 * 9 * 10,
+            "the AVX-512 VBMI tier repacked {compared} cases"
+        );
     } else {
-        eprintln!("repacked Q5_0: no AVX-512 VBMI tier on this CPU; nothing is repacked");
+        eprintln!("repacked Q5_0 and Q4_1: no AVX-512 VBMI tier on this CPU; nothing is repacked");
     }
 }

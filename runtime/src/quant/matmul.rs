@@ -206,7 +206,11 @@ pub unsafe fn matmul_span(
             let (rows, rb, repacked) = match w.repacked() {
                 Some((rp, rb)) => {
                     // `rp` is `rows × rb` bytes by construction (`Repacked`).
-                    assert!(w.ty == GgmlType::Q5_0, "matmul: repacked {} matrix", w.ty);
+                    assert!(
+                        matches!(w.ty, GgmlType::Q5_0 | GgmlType::Q4_1),
+                        "matmul: repacked {} matrix",
+                        w.ty
+                    );
                     (rp, rb, true)
                 }
                 None => (w.data, w.row_bytes(), false),

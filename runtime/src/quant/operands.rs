@@ -29,10 +29,10 @@ pub struct WeightMatrix<'a> {
 }
 
 /// A weight matrix rewritten once (before its first CPU use) into the layout a tier's kernels read fastest, so
-/// that decode stops paying for the rearrangement on every token. Today: Q5_0 on the AVX-512
-/// VBMI tier, each group of four blocks as 88 bytes, as many as in ggml (quants already in the packed lane
-/// order, the fifth bits as lane masks, then the four scales; the kernel module
-/// documents the layout). The kernels compute the same integers and scales from it, so the
+/// that decode stops paying for the rearrangement on every token. Today: Q5_0 and Q4_1 on the
+/// AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88 and 80: quants
+/// already in the packed lane order, Q5_0's fifth bits as lane masks, then the four scales and
+/// Q4_1's four mins; the kernel module documents the layout). The kernels compute the same integers and scales from it, so the
 /// results are bit-identical to those from the ggml rows. Q8_0 on the same tier is copied as it
 /// is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena, which the decode
 /// streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices copied into huge
@@ -82,6 +82,8 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     if matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
         match w.ty {
             GgmlType::Q5_0 => return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP),
+            // Whole groups repacked, the last `nb % 4` blocks as in the file: no padding.
+            GgmlType::Q4_1 => return Some(w.row_bytes()),
             _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
             _ => {}
         }
@@ -96,7 +98,7 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     repacked_row_bytes(isa, w).map(|rb| rb * w.rows)
 }
 
-/// `w` rewritten (Q5_0) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that tier
+/// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that tier
 /// reads the ggml rows from the file (every other type, and tiers without the AVX-512 VBMI
 /// matrix kernels).
 ///
@@ -176,7 +178,19 @@ pub fn repack_all(
                         // VBMI tier, which `resolve` picks only where the CPU has its
                         // features.
                         unsafe {
-                            super::gemm512::repack_q5_0_row_simd(w.row(r0 + k), w.cols / QK, row)
+                            if w.ty == GgmlType::Q4_1 {
+                                super::gemm512::repack_q4_1_row_simd(
+                                    w.row(r0 + k),
+                                    w.cols / QK,
+                                    row,
+                                )
+                            } else {
+                                super::gemm512::repack_q5_0_row_simd(
+                                    w.row(r0 + k),
+                                    w.cols / QK,
+                                    row,
+                                )
+                            }
                         };
                     }
                 }

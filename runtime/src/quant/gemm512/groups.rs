@@ -301,6 +301,125 @@ pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup
     }
 }
 
+/// Bytes of one Q4_1 group in the repacked layout ([`repack_q4_1_row`]).
+pub(in crate::quant) const Q4_1R_GROUP: usize = 80;
+
+/// Rewrites one Q4_1 row of `nb` ggml blocks (`src`, 20 bytes each) into the layout
+/// [`unpack_q4_1r`] reads: per whole group of four blocks, 80 bytes (as many as the ggml
+/// blocks) holding the 64 quant bytes in the packed lane order (byte `o`: block `(o / 4) % 4`,
+/// quant byte `4 (o / 16) + o % 4` of that block, as the permute of [`unpack_q4_1`] gathers
+/// them), then the four f16 block scales and the four f16 block mins. The last `nb % 4` blocks
+/// stay as in the file (the tile reads them with [`unpack_q4_1`]), so a row keeps its `20 · nb`
+/// bytes: the decode streams no padding. Both layouts give the same integers, scales and mins,
+/// hence the same bits.
+///
+/// # Panics
+/// If `src` or `dst` is not `nb` blocks. The reference of [`repack_q4_1_row_simd`], which the
+/// model loader runs.
+#[cfg(test)]
+pub(in crate::quant) fn repack_q4_1_row(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert_eq!(src.len(), nb * 20, "Q4_1 row of {nb} blocks");
+    assert_eq!(dst.len(), nb * 20, "repacked row");
+    let full = nb / 4;
+    dst[full * Q4_1R_GROUP..].copy_from_slice(&src[full * 80..]);
+    for (g, out) in dst[..full * Q4_1R_GROUP]
+        .chunks_exact_mut(Q4_1R_GROUP)
+        .enumerate()
+    {
+        for b in 0..4 {
+            let s = &src[20 * (4 * g + b)..][..20];
+            out[64 + 2 * b..66 + 2 * b].copy_from_slice(&s[..2]);
+            out[72 + 2 * b..74 + 2 * b].copy_from_slice(&s[2..4]);
+            for k in 0..4 {
+                for m in 0..4 {
+                    out[16 * k + 4 * b + m] = s[4 + 4 * k + m];
+                }
+            }
+        }
+    }
+}
+
+/// Unpacks the repacked Q4_1 group at `p` ([`repack_q4_1_row`]): the same nibbles, scales and
+/// mins as [`unpack_q4_1`], without its byte and word permutes and its two 512-bit f16
+/// conversions (the four scales and the four mins are widened in 128-bit registers and
+/// broadcast).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unpack_q4_1r(c: &Consts, p: *const u8) -> WGroup {
+    // SAFETY: a repacked group holds 80 readable bytes.
+    let (x, dw, mw) = unsafe {
+        (
+            ld(p),
+            _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(p.add(64) as *const __m128i))),
+            _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(p.add(72) as *const __m128i))),
+        )
+    };
+    WGroup {
+        lo: _mm512_and_si512(x, c.nib),
+        hi: _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib),
+        dw,
+        mw,
+        sl: 0,
+        sh: 0,
+    }
+}
+
+/// The Q4_1 group at `p` (`len` valid bytes, 80 when whole) in the layout of
+/// [`repack_q4_1_row`]'s whole groups, gathered by the permutes of [`unpack_q4_1`]; blocks
+/// past `len` are zero.
+///
+/// # Safety
+/// The CPU has the features in `target_feature`; `len` bytes are readable at `p`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn repack_q4_1_group(c: &Consts, p: *const u8, len: usize) -> [u8; Q4_1R_GROUP] {
+    // SAFETY: the masked loads touch only the `len` readable bytes.
+    let (z0, z1) = unsafe { (load_part(p, 0, len), load_part(p, 64, len)) };
+    let x = _mm512_permutex2var_epi8(z0, c.q, z1);
+    // Words 0..4: the four scales; words 16..20: the four mins.
+    let sc = _mm512_permutexvar_epi16(c.w, z0);
+    let mut out = [0u8; Q4_1R_GROUP];
+    // SAFETY: `out` holds 80 bytes: 64 quant bytes at 0, the scales at 64 and the mins at 72;
+    // the stores are unaligned.
+    unsafe {
+        _mm512_storeu_si512(out.as_mut_ptr() as *mut __m512i, x);
+        _mm_storel_epi64(
+            out.as_mut_ptr().add(64) as *mut __m128i,
+            _mm512_castsi512_si128(sc),
+        );
+        _mm_storel_epi64(
+            out.as_mut_ptr().add(72) as *mut __m128i,
+            _mm256_castsi256_si128(_mm512_extracti64x4_epi64::<1>(sc)),
+        );
+    }
+    out
+}
+
+/// [`repack_q4_1_row`] with the permutes of [`unpack_q4_1`] ([`repack_q4_1_group`]): the same
+/// bytes (unit test `simd_repack_writes_the_scalar_repack`).
+///
+/// # Safety
+/// The CPU has the features in `target_feature`.
+///
+/// # Panics
+/// As [`repack_q4_1_row`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub(in crate::quant) unsafe fn repack_q4_1_row_simd(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert_eq!(src.len(), nb * 20, "Q4_1 row of {nb} blocks");
+    assert_eq!(dst.len(), nb * 20, "repacked row");
+    // SAFETY: the caller guarantees the features; the tables are 64 bytes each.
+    let c = unsafe { consts(GgmlType::Q4_1) };
+    let full = nb / 4;
+    dst[full * Q4_1R_GROUP..].copy_from_slice(&src[full * 80..]);
+    for (g, out) in dst[..full * Q4_1R_GROUP]
+        .chunks_exact_mut(Q4_1R_GROUP)
+        .enumerate()
+    {
+        // SAFETY: a whole group: 80 readable bytes.
+        out.copy_from_slice(&unsafe { repack_q4_1_group(&c, src[80 * g..].as_ptr(), 80) });
+    }
+}
+
 /// Bytes of one Q5_0 group in the repacked layout ([`repack_q5_0_row`]).
 pub(in crate::quant) const Q5_0R_GROUP: usize = 88;
 

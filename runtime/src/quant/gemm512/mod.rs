@@ -2,10 +2,11 @@
 //! BW, VL and VBMI, with AVX512-VNNI `vpdpbusd` when present (otherwise `vpmaddubsw` and
 //! `vpmaddwd`, which yield the same integers).
 //!
-//! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 on an
-//! engine that repacked them, from a copy in the kernel's own layout
-//! ([`groups::repack_q5_0_row_simd`]: the same 88 bytes per group, already in lane order, which
-//! [`groups::unpack_q5_0r`] reads without permutes, giving the same integers and scales), four
+//! The weights are read from the model mapping in ggml's block layout, or, for Q5_0 and Q4_1
+//! on an engine that repacked them, from a copy in the kernel's own layout
+//! ([`groups::repack_q5_0_row_simd`], [`groups::repack_q4_1_row_simd`]: as many bytes per group
+//! as the file's, already in lane order, which [`groups::unpack_q5_0r`] and
+//! [`groups::unpack_q4_1r`] read without permutes, giving the same integers and scales), four
 //! blocks (one group) at a time: one or two byte permutes (`vpermt2b`) gather the group's quants in
 //! the packed lane order, a word permute gathers its four scales. Each 32-bit lane then holds
 //! a partial integer dot of one block; it is converted to f32 and scaled by `d_w · d_a` of its
@@ -43,13 +44,15 @@ use crate::GgmlType;
 
 mod groups;
 mod reduce;
-#[cfg(test)]
-use groups::repack_q5_0_row;
 use groups::{
-    Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_0r,
-    unpack_q8_0,
+    Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q4_1r, unpack_q5_0,
+    unpack_q5_0r, unpack_q8_0,
 };
-pub(in crate::quant) use groups::{Q5_0R_GROUP, repack_q5_0_row_simd};
+pub(in crate::quant) use groups::{
+    Q4_1R_GROUP, Q5_0R_GROUP, repack_q4_1_row_simd, repack_q5_0_row_simd,
+};
+#[cfg(test)]
+use groups::{repack_q4_1_row, repack_q5_0_row};
 use reduce::reduce_tile;
 
 /// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
@@ -71,10 +74,18 @@ const F_Q5_0: u8 = 3;
 /// Q5_0 rows repacked ([`groups::repack_q5_0_row_simd`]): the arithmetic of [`F_Q5_0`],
 /// read from groups of 88 bytes laid out for the kernel.
 const F_Q5_0R: u8 = 4;
+/// Q4_1 rows repacked ([`groups::repack_q4_1_row_simd`]): the arithmetic of [`F_Q4_1`], read
+/// from groups of 80 bytes laid out for the kernel.
+const F_Q4_1R: u8 = 5;
 
 /// Formats whose tiles run Q5_0's arithmetic.
 const fn is_q5(f: u8) -> bool {
     f == F_Q5_0 || f == F_Q5_0R
+}
+
+/// Formats whose tiles run Q4_1's arithmetic (unsigned nibbles and a min term).
+const fn is_q4_1(f: u8) -> bool {
+    f == F_Q4_1 || f == F_Q4_1R
 }
 /// Entries of Q5_0's stack table of activation sums (`groups × activation rows`, 32 KiB):
 /// rows of up to 4,096 values with 16 activation rows at once; wider rows compute the sums in
@@ -135,6 +146,7 @@ macro_rules! kernels {
             ) -> [[f32; A]; W] {
                 let (gb, unsigned) = match F {
                     F_Q4_1 => (80, true),
+                    F_Q4_1R => (Q4_1R_GROUP, true),
                     F_Q4_0 => (72, false),
                     F_Q5_0 => (88, false),
                     F_Q5_0R => (Q5_0R_GROUP, false),
@@ -163,7 +175,14 @@ macro_rules! kernels {
                 // weight group g of row i spans [g·gb, g·gb + len) of that row, and packed
                 // activation group g spans its quants, scale and sum slots.
                 unsafe {
-                    for g in 0..ng {
+                    // The group `step!` works on, and whether it is whole (not the last
+                    // partial group of a repacked Q4_1 row): set before each expansion.
+                    let mut g: usize;
+                    let mut whole: bool;
+                    // One group, written once and expanded in each loop below, so that the
+                    // loop over a repacked row's whole groups holds one unpacker.
+                    macro_rules! step {
+                        () => {{
                         let len = if g < full { gb } else { tail };
                         let mut wg = [std::mem::MaybeUninit::<WGroup>::uninit(); W];
                         for (i, slot) in wg.iter_mut().enumerate() {
@@ -186,6 +205,9 @@ macro_rules! kernels {
                                 F_Q5_0 => unpack_q5_0(c, p, len),
                                 // Repacked groups are whole (zero-padded): `len` is unused.
                                 F_Q5_0R => unpack_q5_0r(c, p),
+                                F_Q4_1R if whole => unpack_q4_1r(c, p),
+                                // A row's last partial group, kept in the file's layout.
+                                F_Q4_1R => unpack_q4_1(c, p, len),
                                 _ => unpack_q8_0(c, p, len),
                             });
                         }
@@ -253,6 +275,24 @@ macro_rules! kernels {
                                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
                                 }
                             }
+                        }
+                                            }};
+                    }
+                    // Repacked Q4_1 keeps a row's last partial group in the file's layout: the
+                    // whole groups run in a loop of their own, the partial one after it.
+                    if F == F_Q4_1R {
+                        for gg in 0..full {
+                            (g, whole) = (gg, true);
+                            step!();
+                        }
+                        if full < ng {
+                            (g, whole) = (full, false);
+                            step!();
+                        }
+                    } else {
+                        for gg in 0..ng {
+                            (g, whole) = (gg, true);
+                            step!();
                         }
                     }
                 }
@@ -549,8 +589,9 @@ macro_rules! kernels {
             }
 
             /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
-            /// `repacked` (Q5_0 only): the rows are the copy [`repack_q5_0_row_simd`] made of
-            /// them (`ceil(nb / 4) · 88` bytes each), with the same bits as the ggml rows give.
+            /// `repacked` (Q5_0 and Q4_1 only): the rows are the copy [`repack_q5_0_row_simd`]
+            /// (`ceil(nb / 4) · 88` bytes each) or [`repack_q4_1_row_simd`] (`20 · nb`, as in the
+            /// file) made of them, with the same bits as the ggml rows give.
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
@@ -576,6 +617,9 @@ macro_rules! kernels {
                 // SAFETY: forwarded caller contract.
                 unsafe {
                     match ty {
+                        GgmlType::Q4_1 if repacked => {
+                            gemm_f::<F_Q4_1R>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
                         GgmlType::Q4_1 => {
                             gemm_f::<F_Q4_1>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
@@ -615,7 +659,7 @@ macro_rules! kernels {
                         return;
                     }
                     let mut a0 = 0;
-                    if F == F_Q4_1 && nb.div_ceil(4) > MIN_GROUPS {
+                    if is_q4_1(F) && nb.div_ceil(4) > MIN_GROUPS {
                         // Rows too wide to collect their mins: tiles of at most MIN_INLOOP_A
                         // activation rows, which add the min term group by group.
                         while a0 + 2 <= n {

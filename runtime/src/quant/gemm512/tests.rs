@@ -11,8 +11,8 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-/// The AVX-512 repack writes the scalar repack's bytes: every tail of a four-block group,
-/// random quants, fifth bits and scales.
+/// The AVX-512 repacks of Q5_0 and Q4_1 write the scalar repacks' bytes: every tail of a
+/// four-block group, random quants, fifth bits, scales and mins.
 #[test]
 fn simd_repack_writes_the_scalar_repack() {
     if !crate::quant::has_vbmi() {
@@ -28,6 +28,13 @@ fn simd_repack_writes_the_scalar_repack() {
         // SAFETY: AVX-512 VBMI checked above (`has_vbmi` implies the tier's features).
         unsafe { repack_q5_0_row_simd(&src, nb, &mut b) };
         assert_eq!(a, b, "{nb} blocks");
+        let src: Vec<u8> = (0..nb * 20).map(|_| xorshift(&mut state) as u8).collect();
+        let n = nb * 20;
+        let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+        repack_q4_1_row(&src, nb, &mut a);
+        // SAFETY: as above.
+        unsafe { repack_q4_1_row_simd(&src, nb, &mut b) };
+        assert_eq!(a, b, "Q4_1, {nb} blocks");
     }
 }
 
