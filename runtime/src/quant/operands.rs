@@ -28,12 +28,13 @@ pub struct WeightMatrix<'a> {
     repacked: Option<&'a Repacked>,
 }
 
-/// A weight matrix rewritten once (before its first CPU use) into the layout a tier's kernels read fastest, so
-/// that decode stops paying for the rearrangement on every token. Today: Q5_0 and Q4_1 on the
-/// AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88 and 80: quants
-/// already in the packed lane order, Q5_0's fifth bits as lane masks, then the four scales and
-/// Q4_1's four mins; the kernel module documents the layout). The kernels compute the same integers and scales from it, so the
-/// results are bit-identical to those from the ggml rows. Q8_0 on the same tier is copied as it
+/// A weight matrix rewritten once (before its first CPU use) into the layout a tier's kernels
+/// read fastest, so that decode stops paying for the rearrangement on every token. Today: Q5_0
+/// and Q4_1 on the AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88
+/// and 80: quants already in the packed lane order, Q5_0's fifth bits as lane masks, then the
+/// four scales and Q4_1's four mins; a Q4_1 row's last partial group stays as in the file; the
+/// kernel module documents the layout). The kernels compute the same integers, scales and mins
+/// from it, so the results are bit-identical to those from the ggml rows. Q8_0 on the same tier is copied as it
 /// is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena, which the decode
 /// streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices copied into huge
 /// pages").

@@ -183,100 +183,100 @@ macro_rules! kernels {
                     // loop over a repacked row's whole groups holds one unpacker.
                     macro_rules! step {
                         () => {{
-                        let len = if g < full { gb } else { tail };
-                        let mut wg = [std::mem::MaybeUninit::<WGroup>::uninit(); W];
-                        for (i, slot) in wg.iter_mut().enumerate() {
-                            if UNP {
-                                let u = &*pw.add(i * ng + g);
-                                slot.write(WGroup {
-                                    lo: u.lo,
-                                    hi: u.hi,
-                                    dw: u.dw,
-                                    mw: _mm512_setzero_ps(),
-                                    sl: 0,
-                                    sh: 0,
+                            let len = if g < full { gb } else { tail };
+                            let mut wg = [std::mem::MaybeUninit::<WGroup>::uninit(); W];
+                            for (i, slot) in wg.iter_mut().enumerate() {
+                                if UNP {
+                                    let u = &*pw.add(i * ng + g);
+                                    slot.write(WGroup {
+                                        lo: u.lo,
+                                        hi: u.hi,
+                                        dw: u.dw,
+                                        mw: _mm512_setzero_ps(),
+                                        sl: 0,
+                                        sh: 0,
+                                    });
+                                    continue;
+                                }
+                                let p = w.add(i * rb + g * gb);
+                                slot.write(match F {
+                                    F_Q4_1 => unpack_q4_1(c, p, len),
+                                    F_Q4_0 => unpack_q4_0(c, p, len),
+                                    F_Q5_0 => unpack_q5_0(c, p, len),
+                                    // Repacked groups are whole (zero-padded): `len` is unused.
+                                    F_Q5_0R => unpack_q5_0r(c, p),
+                                    F_Q4_1R if whole => unpack_q4_1r(c, p),
+                                    // A row's last partial group, kept in the file's layout.
+                                    F_Q4_1R => unpack_q4_1(c, p, len),
+                                    _ => unpack_q8_0(c, p, len),
                                 });
-                                continue;
                             }
-                            let p = w.add(i * rb + g * gb);
-                            slot.write(match F {
-                                F_Q4_1 => unpack_q4_1(c, p, len),
-                                F_Q4_0 => unpack_q4_0(c, p, len),
-                                F_Q5_0 => unpack_q5_0(c, p, len),
-                                // Repacked groups are whole (zero-padded): `len` is unused.
-                                F_Q5_0R => unpack_q5_0r(c, p),
-                                F_Q4_1R if whole => unpack_q4_1r(c, p),
-                                // A row's last partial group, kept in the file's layout.
-                                F_Q4_1R => unpack_q4_1(c, p, len),
-                                _ => unpack_q8_0(c, p, len),
-                            });
-                        }
-                        let wg = wg.map(|x| x.assume_init());
-                        if compact {
-                            // Lanes 0..4 of `mw` hold the group's four mins (block = lane % 4).
-                            for i in 0..W {
-                                let m = _mm512_castps512_ps128(wg[i].mw);
-                                _mm_storeu_ps(mins[i].as_mut_ptr().add(4 * g) as *mut f32, m);
-                            }
-                        }
-                        for j in 0..A {
-                            let ap = a.add(j * astride);
-                            let alo = ld(ap.add(g * GROUP_QS));
-                            let ahi = ld(ap.add(g * GROUP_QS + 64));
-                            let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
-                                ap.add(dbase + 16 * g) as *const f32
-                            ));
-                            if is_q5(F) {
-                                // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the same
-                                // for every weight row, so each row starts from it.
-                                let neg = if PRE {
-                                    *neg.add(g * A + j)
-                                } else {
-                                    _mm512_sub_epi32(
-                                        zero,
-                                        dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
-                                    )
-                                };
+                            let wg = wg.map(|x| x.assume_init());
+                            if compact {
+                                // Lanes 0..4 of `mw` hold the group's four mins (block = lane % 4).
                                 for i in 0..W {
-                                    let t = dpb(dpb(neg, wg[i].lo, alo), wg[i].hi, ahi);
-                                    let s = _mm512_mul_ps(wg[i].dw, da);
-                                    acc[i][j] =
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    let m = _mm512_castps512_ps128(wg[i].mw);
+                                    _mm_storeu_ps(mins[i].as_mut_ptr().add(4 * g) as *mut f32, m);
                                 }
-                            } else if inloop {
-                                // Lane 4 (g % 4) + b of the broadcast sums and of `mw` holds
-                                // block b of the group: the compact lanes of its four blocks.
-                                let sa = _mm512_broadcast_f32x4(_mm_loadu_ps(
-                                    ap.add(sbase + 16 * g) as *const f32,
+                            }
+                            for j in 0..A {
+                                let ap = a.add(j * astride);
+                                let alo = ld(ap.add(g * GROUP_QS));
+                                let ahi = ld(ap.add(g * GROUP_QS + 64));
+                                let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
+                                    ap.add(dbase + 16 * g) as *const f32
                                 ));
-                                let lanes: __mmask16 = 0xF << (4 * (g % 4));
-                                for i in 0..W {
-                                    let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
-                                    let s = _mm512_mul_ps(wg[i].dw, da);
-                                    acc[i][j] =
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
-                                    macc[i][j] =
-                                        _mm512_mask3_fmadd_ps(wg[i].mw, sa, macc[i][j], lanes);
-                                }
-                            } else if unsigned {
-                                for i in 0..W {
-                                    let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
-                                    let s = _mm512_mul_ps(wg[i].dw, da);
-                                    acc[i][j] =
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
-                                }
-                            } else {
-                                for i in 0..W {
-                                    let xl = _mm512_mask_sub_epi8(alo, wg[i].sl, zero, alo);
-                                    let xh = _mm512_mask_sub_epi8(ahi, wg[i].sh, zero, ahi);
-                                    let t = dpb(dpb(zero, wg[i].lo, xl), wg[i].hi, xh);
-                                    let s = _mm512_mul_ps(wg[i].dw, da);
-                                    acc[i][j] =
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                if is_q5(F) {
+                                    // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the
+                                    // same for every weight row, so each row starts from it.
+                                    let neg = if PRE {
+                                        *neg.add(g * A + j)
+                                    } else {
+                                        _mm512_sub_epi32(
+                                            zero,
+                                            dpb(dpb(zero, c.sixteen, alo), c.sixteen, ahi),
+                                        )
+                                    };
+                                    for i in 0..W {
+                                        let t = dpb(dpb(neg, wg[i].lo, alo), wg[i].hi, ahi);
+                                        let s = _mm512_mul_ps(wg[i].dw, da);
+                                        acc[i][j] =
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    }
+                                } else if inloop {
+                                    // Lane 4 (g % 4) + b of the broadcast sums and of `mw` holds
+                                    // block b of the group: the compact lanes of its four blocks.
+                                    let sa = _mm512_broadcast_f32x4(_mm_loadu_ps(
+                                        ap.add(sbase + 16 * g) as *const f32,
+                                    ));
+                                    let lanes: __mmask16 = 0xF << (4 * (g % 4));
+                                    for i in 0..W {
+                                        let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
+                                        let s = _mm512_mul_ps(wg[i].dw, da);
+                                        acc[i][j] =
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                        macc[i][j] =
+                                            _mm512_mask3_fmadd_ps(wg[i].mw, sa, macc[i][j], lanes);
+                                    }
+                                } else if unsigned {
+                                    for i in 0..W {
+                                        let t = dpb(dpb(zero, wg[i].lo, alo), wg[i].hi, ahi);
+                                        let s = _mm512_mul_ps(wg[i].dw, da);
+                                        acc[i][j] =
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    }
+                                } else {
+                                    for i in 0..W {
+                                        let xl = _mm512_mask_sub_epi8(alo, wg[i].sl, zero, alo);
+                                        let xh = _mm512_mask_sub_epi8(ahi, wg[i].sh, zero, ahi);
+                                        let t = dpb(dpb(zero, wg[i].lo, xl), wg[i].hi, xh);
+                                        let s = _mm512_mul_ps(wg[i].dw, da);
+                                        acc[i][j] =
+                                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, acc[i][j]);
+                                    }
                                 }
                             }
-                        }
-                                            }};
+                        }};
                     }
                     // Repacked Q4_1 keeps a row's last partial group in the file's layout: the
                     // whole groups run in a loop of their own, the partial one after it.
