@@ -4,10 +4,13 @@
 //! - `matvec/<type>/<rows>x<cols>`: one activation row against a weight matrix per format and
 //!   per shape of the reference model (Q, K/V, FFN up/gate, FFN down, output head), one
 //!   thread, throughput in weight bytes;
+//!   `Q4_1r` rows run the Q4_1 matrices repacked as the model does at load on a tier that
+//!   repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
-//!   from memory, one and two threads; `matvec_dram/q5_0` and `q5_0r` the same for Q5_0 at
-//!   Qwen2.5's FFN gate/up shape, from the ggml rows and repacked (throughput in ggml bytes);
-//! - `gemm/q4_1/...`: batched-decode (8 activation rows) and prefill tiles (64 rows);
+//!   from memory, one and two threads; `matvec_dram/q5_0` the same for Q5_0 at Qwen2.5's FFN
+//!   gate/up shape; `q4_1r` and `q5_0r` both repacked (throughput in ggml bytes);
+//! - `gemm/q4_1/...`: batched-decode (8 activation rows) and prefill tiles (64 rows), and
+//!   `gemm/q4_1r/...` the same repacked;
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
@@ -125,55 +128,26 @@ fn matvec(c: &mut Criterion) {
 
 fn matvec_dram(c: &mut Criterion) {
     let isa = isa();
-    let (rows, cols) = (1536, 576);
-    let ty = GgmlType::Q4_1;
-    let one = weights(ty, rows, cols);
-    // enough distinct matrices to exceed any last-level cache
-    let copies = (128usize << 20).div_ceil(one.len());
-    let all: Vec<u8> = (0..copies).flat_map(|_| one.iter().copied()).collect();
-    let mats: Vec<WeightMatrix<'_>> = all
-        .chunks_exact(one.len())
-        .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
-        .collect();
-    // Repacked as the engine repacks them (one mapping, huge pages), on a tier that does.
-    let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats, |_, _| {})
-        .unwrap()
-        .into_iter()
-        .flatten()
-        .collect();
-    let x = acts(1, cols);
-    let mut qa = QuantizedActs::new(1, cols);
-    qa.quantize_for(isa, ty, &x, 1, cols);
-    let mut y = vec![0.0f32; rows];
     let mut g = c.benchmark_group("matvec_dram");
-    g.throughput(Throughput::Bytes(all.len() as u64));
     g.sample_size(20);
-    for threads in [1, 2] {
-        let pool = ThreadPool::new(threads);
-        g.bench_function(BenchmarkId::new("q4_1", format!("{threads}t")), |b| {
-            b.iter(|| {
-                for w in &mats {
-                    quant::matmul(&pool, isa, w, &qa, 1, black_box(&mut y));
-                }
-            })
-        });
-        if repacked.len() == mats.len() {
-            g.bench_function(BenchmarkId::new("q4_1r", format!("{threads}t")), |b| {
-                b.iter(|| {
-                    for (w, r) in mats.iter().zip(&repacked) {
-                        let w = w.with_repacked(r);
-                        quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y));
-                    }
-                })
-            });
-        }
-    }
-    drop(repacked);
-    drop(mats);
-    // Q5_0 at Qwen2.5's FFN gate/up shape, as the ggml rows and repacked (`quant::repack`,
-    // on a tier that repacks): the decode of the Q4_K_M models streams these from memory.
-    let (rows, cols) = (4864, 896);
-    let ty = GgmlType::Q5_0;
+    // SmolLM2's FFN gate/up shape, and Qwen2.5's: the decode streams these from memory.
+    dram_rows(&mut g, isa, GgmlType::Q4_1, 1536, 576, "q4_1");
+    dram_rows(&mut g, isa, GgmlType::Q5_0, 4864, 896, "q5_0");
+    g.finish();
+}
+
+/// `ty` streamed from memory, one and two threads: enough distinct `rows × cols` matrices to
+/// exceed any last-level cache (128 MiB), as the ggml rows (`name`) and, on a tier that
+/// repacks `ty`, as the copies the engine makes (`quant::repack_all`: one mapping on huge
+/// pages, in the order they are read; `name` + `r`). Throughput in ggml bytes.
+fn dram_rows(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    isa: quant::Isa,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    name: &str,
+) {
     let one = weights(ty, rows, cols);
     let copies = (128usize << 20).div_ceil(one.len());
     let all: Vec<u8> = (0..copies).flat_map(|_| one.iter().copied()).collect();
@@ -181,7 +155,6 @@ fn matvec_dram(c: &mut Criterion) {
         .chunks_exact(one.len())
         .map(|m| WeightMatrix::new(ty, rows, cols, m).unwrap())
         .collect();
-    // One mapping for all copies, in the order they are read, as the engine makes them.
     let repacked: Vec<quant::Repacked> = quant::repack_all(isa, &mats, |_, _| {})
         .unwrap()
         .into_iter()
@@ -194,7 +167,7 @@ fn matvec_dram(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(all.len() as u64));
     for threads in [1, 2] {
         let pool = ThreadPool::new(threads);
-        g.bench_function(BenchmarkId::new("q5_0", format!("{threads}t")), |b| {
+        g.bench_function(BenchmarkId::new(name, format!("{threads}t")), |b| {
             b.iter(|| {
                 for w in &mats {
                     quant::matmul(&pool, isa, w, &qa, 1, black_box(&mut y));
@@ -202,7 +175,8 @@ fn matvec_dram(c: &mut Criterion) {
             })
         });
         if repacked.len() == mats.len() {
-            g.bench_function(BenchmarkId::new("q5_0r", format!("{threads}t")), |b| {
+            let name = format!("{name}r");
+            g.bench_function(BenchmarkId::new(name, format!("{threads}t")), |b| {
                 b.iter(|| {
                     for (w, r) in mats.iter().zip(&repacked) {
                         let w = w.with_repacked(r);
@@ -212,7 +186,6 @@ fn matvec_dram(c: &mut Criterion) {
             });
         }
     }
-    g.finish();
 }
 
 fn gemm(c: &mut Criterion) {
