@@ -287,8 +287,9 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
 
 /// Repacking waits for the first CPU executor, and an OpenCL engine never makes the copies:
 /// after load nothing is copied; a CPU session makes exactly the copies the file's Q5_0 and
-/// Q8_0 matrices (and Q4_1, which this file has none of) call for on this tier, and the bytes per token read the same before and after;
-/// an OpenCL engine on the same tier has made none after its session ran a prompt.
+/// Q8_0 matrices (and Q4_1, which this file has none of) call for on this tier, and the bytes
+/// per token read the same before and after; an OpenCL engine on the same tier has made none
+/// after its session ran a prompt.
 #[test]
 fn qwen2_copies_are_made_for_the_first_cpu_session_and_never_for_opencl() {
     let path = common::model_path_for(QWEN);

@@ -220,9 +220,10 @@ impl Model {
     }
 
     /// Asks for the layer matrices and the output matrix that tier `isa`'s kernels read
-    /// faster in another layout ([`quant::repack`]: Q5_0 and Q4_1 on the AVX-512 VBMI tier, Q8_0 copied) to be
-    /// rewritten when the first CPU executor ([`super::Forward`], [`super::BatchForward`]) is
-    /// built for this model ([`Model::ensure_repacked`]). The results are bit-identical with
+    /// faster in another layout or place ([`quant::repack`]: Q5_0 and Q4_1 rewritten, Q8_0
+    /// copied, on the AVX-512 VBMI tier) to be rewritten when the first CPU executor
+    /// ([`super::Forward`], [`super::BatchForward`]) is built for this model
+    /// ([`Model::ensure_repacked`]). The results are bit-identical with
     /// and without.
     pub fn repack_for(&mut self, isa: Isa) {
         self.repack_isa = Some(isa);

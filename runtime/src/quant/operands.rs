@@ -34,10 +34,10 @@ pub struct WeightMatrix<'a> {
 /// and 80: quants already in the packed lane order, Q5_0's fifth bits as lane masks, then the
 /// four scales and Q4_1's four mins; a Q4_1 row's last partial group stays as in the file; the
 /// kernel module documents the layout). The kernels compute the same integers, scales and mins
-/// from it, so the results are bit-identical to those from the ggml rows. Q8_0 on the same tier is copied as it
-/// is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena, which the decode
-/// streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices copied into huge
-/// pages").
+/// from it, so the results are bit-identical to those from the ggml rows. Q8_0 on the same
+/// tier is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
+/// which the decode streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices
+/// copied into huge pages").
 pub struct Repacked {
     arena: Arc<memmap2::Mmap>,
     off: usize,
@@ -99,9 +99,9 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     repacked_row_bytes(isa, w).map(|rb| rb * w.rows)
 }
 
-/// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that tier
-/// reads the ggml rows from the file (every other type, and tiers without the AVX-512 VBMI
-/// matrix kernels).
+/// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that
+/// tier reads the ggml rows from the file (every other type, and tiers without the AVX-512
+/// VBMI matrix kernels).
 ///
 /// # Errors
 /// As [`repack_all`].
