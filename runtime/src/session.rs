@@ -93,6 +93,15 @@ impl Engine {
         &self.backend
     }
 
+    /// This engine with the request for copies withdrawn ([`Model::drop_repacked`]): its CPU
+    /// sessions read every matrix from the mapping, in the file's layout (the same bits). For
+    /// a cold start whose first query must read the weights from the file: copies made when
+    /// the first session is built would read them before the file is evicted.
+    pub fn without_copies(mut self) -> Self {
+        self.model.drop_repacked();
+        self
+    }
+
     /// Token ids of a prompt (plain text or chat messages, BOS as the model wants): the one
     /// route from text to tokens; see [`Prompt`].
     pub fn encode_prompt(&self, prompt: &Prompt<'_>) -> Result<Vec<u32>> {

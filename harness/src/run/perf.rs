@@ -162,6 +162,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
+    // `--cold-start`: the first query reads the weights from the file, so nothing is copied
+    // out of it when the decoder is built (that would read them before the eviction).
+    let engine = if a.cold_start {
+        engine.without_copies()
+    } else {
+        engine
+    };
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
     let mut qsl = PromptQsl::new(&library);
     let governor = GovernorHook::new_on(&a.governor, engine.threads(), &device)?;
