@@ -91,3 +91,11 @@ pub fn check<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
 pub fn of_type<'a>(j: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
     j.iter().filter(|e| e["type"] == t).collect()
 }
+
+/// Whether an `rss` journal record shows the reference model's 94 MiB of weights resident in
+/// the server: mapped file pages or, on a tier that reads copies (AVX-512 VBMI: every matrix
+/// of this model), the copies' anonymous pages.
+pub fn holds_the_model(r: &serde_json::Value) -> bool {
+    let kib = |k: &str| r[k].as_u64().unwrap();
+    kib("rss_file_kib") + kib("rss_anon_kib") > 90 * 1024
+}

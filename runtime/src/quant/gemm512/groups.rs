@@ -372,7 +372,7 @@ pub(super) unsafe fn unpack_q4_1r(c: &Consts, p: *const u8) -> WGroup {
 /// The CPU has the features in `target_feature`; `len` bytes are readable at `p`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn repack_q4_1_group(c: &Consts, p: *const u8, len: usize) -> [u8; Q4_1R_GROUP] {
+unsafe fn repack_q4_1_group(c: &Consts, p: *const u8, len: usize) -> [u8; Q4_1R_GROUP] {
     // SAFETY: the masked loads touch only the `len` readable bytes.
     let (z0, z1) = unsafe { (load_part(p, 0, len), load_part(p, 64, len)) };
     let x = _mm512_permutex2var_epi8(z0, c.q, z1);
