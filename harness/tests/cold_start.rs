@@ -3,7 +3,7 @@
 //! eviction is real): `--mlock` refused under a lowered `RLIMIT_MEMLOCK` without
 //! `CAP_IPC_LOCK` names the limit and the bytes; `run --warmup --cold-start` keeps warm-up
 //! queries out of the timed results and records residency and faults; `--sut process`
-//! counts the child's faults; `bench --cold` evicts, then sees residency rise.
+//! counts the child's faults and, cold, reads the weights from the file; `bench --cold` evicts, then sees residency rise.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -176,9 +176,21 @@ fn warm_up_and_a_cold_first_query_are_recorded_apart_from_the_timed_queries() {
 }
 
 #[test]
-fn the_child_sut_has_its_faults_counted_under_its_own_pid() {
+fn the_child_sut_has_its_faults_counted_under_its_own_pid_and_a_cold_start_reads_the_file() {
     let (dir, model) = private_model();
-    let (o, r, _, harness) = run(&model, dir.path(), &["--sut", "process", "--warmup", "0"]);
+    let (o, r, _, harness) = run(
+        &model,
+        dir.path(),
+        &["--sut", "process", "--warmup", "0", "--cold-start"],
+    );
+    // The child made no copies of the weights at load (they would have read the file before
+    // the eviction): its first query read them from storage.
+    let c = &r["memory"]["cold_start"];
+    let after_evict = c["resident_after_eviction"].as_f64().unwrap();
+    let after_first = c["resident_after_first_query"].as_f64().unwrap();
+    assert!(after_evict < 0.10, "{c}");
+    assert!(after_first > after_evict + 0.3, "{c}");
+    assert!(c["first_query_major_faults"].as_u64().unwrap() > 0, "{c}");
     let f = &r["memory"]["page_faults"];
     assert_eq!(f["process"], "child", "{}", text(&o));
     // The server's pid, neither the harness's nor this test's.

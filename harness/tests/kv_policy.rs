@@ -28,6 +28,7 @@ fn load_req(model: &std::path::Path, kv_policy: Option<&str>) -> LoadRequest {
         max_batch: 8,
         mlock: false,
         prefault: false,
+        copies: true,
         kv_policy: kv_policy.map(str::to_string),
     }
 }

@@ -35,6 +35,7 @@ fn load_req(model: &Path) -> LoadRequest {
         max_batch: 64,
         mlock: false,
         prefault: false,
+        copies: true,
         kv_policy: None,
     }
 }

@@ -231,8 +231,9 @@ pub struct RunArgs {
     /// Evict the model file from the page cache just before the first query (after load and
     /// set-up) and record that query's latency with the file's residency before and after
     /// (result.json `memory.cold_start`). Mapped pages stay: with --prefault or --mlock, all.
-    /// In process, the matrices are then read from the file's mapping, not repacked or copied
-    /// (docs/RUNTIME.md), so that the first query reads the weights.
+    /// The matrices are then read from the file's mapping, not repacked or copied
+    /// (docs/RUNTIME.md), so that the first query reads the weights: in process, and in the
+    /// `--sut process` child (its `load` request's `copies: false`).
     #[arg(long)]
     pub cold_start: bool,
     /// Replicates: run the scenario N times, into OUT/run-1 … OUT/run-N (each a complete

@@ -162,12 +162,13 @@ pub fn run(a: &RunArgs) -> Result<i32> {
     let _lock = crate::dir_lock::DirLock::claim(&a.out, a.force)?;
 
     let (engine, model_path) = a.engine.load()?;
-    // `--cold-start`: the first query reads the weights from the file, so nothing is copied
-    // out of it when the decoder is built (that would read them before the eviction).
-    let engine = if a.cold_start {
-        engine.without_copies()
-    } else {
+    // `--cold-start`: the first query reads the weights from the file, so no SUT copies them
+    // out of it when its decoder is built (that would read them before the eviction).
+    let copies = !a.cold_start;
+    let engine = if copies {
         engine
+    } else {
+        engine.without_copies()
     };
     let library = PromptLibrary::tokenize(&engine, perf_prompts(a.preset.prompt_preset()))?;
     let mut qsl = PromptQsl::new(&library);
@@ -216,6 +217,7 @@ pub fn run(a: &RunArgs) -> Result<i32> {
             cfg.load.ctx = library.longest_sequence().max(1);
             cfg.load.mlock = a.engine.residency.mlock;
             cfg.load.prefault = a.engine.residency.prefault;
+            cfg.load.copies = copies;
             let p = ProcessSut::start(cfg, prompts)
                 .context("--sut process: starting pocketperf serve")?;
             eprintln!("system under test: {}", p.name());

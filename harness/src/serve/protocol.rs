@@ -35,6 +35,9 @@ fn default_batch() -> usize {
 fn default_true() -> bool {
     true
 }
+fn is_true(b: &bool) -> bool {
+    *b
+}
 fn default_top_p() -> f32 {
     1.0
 }
@@ -64,6 +67,12 @@ pub struct LoadRequest {
     /// Read every page of the model in before answering (`--prefault`).
     #[serde(default)]
     pub prefault: bool,
+    /// Make the CPU kernels' copies of weight matrices (the repacked layouts the kernels read
+    /// fastest; `pocketperf_runtime::model::weights`). `false`: every matrix is read from the
+    /// mapping in the file's layout, the same bits, so a query after the file was evicted
+    /// reads its weights from the file (`run --cold-start --sut process`).
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub copies: bool,
     /// What the KV ring does when a query outgrows `ctx`: `error` (absent: the query is
     /// refused with `too_long`), `sliding` or `sliding:N` (keep N attention-sink tokens,
     /// default 4, and overwrite the oldest of the rest; the prompt itself must still fit).

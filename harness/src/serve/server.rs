@@ -677,7 +677,7 @@ fn load_engine(req: &LoadRequest) -> Result<Engine, Fail> {
         mlock: req.mlock,
         prefault: req.prefault,
     };
-    Engine::load_with(path, req.threads, isa, &opts).map_err(|e| {
+    let engine = Engine::load_with(path, req.threads, isa, &opts).map_err(|e| {
         let msg = e.to_string();
         let msg = if msg.contains(&req.model) {
             msg
@@ -685,6 +685,11 @@ fn load_engine(req: &LoadRequest) -> Result<Engine, Fail> {
             format!("{}: {msg}", req.model)
         };
         (ErrorCode::LoadFailed, format!("load: {msg}"))
+    })?;
+    Ok(if req.copies {
+        engine
+    } else {
+        engine.without_copies()
     })
 }
 

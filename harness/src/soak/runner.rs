@@ -705,6 +705,7 @@ impl Runner {
             max_batch: 128,
             mlock: self.cfg.mlock,
             prefault: self.cfg.prefault,
+            copies: true,
             kv_policy: self.cfg.kv_policy.clone(),
         };
         match c.load(&req, STARTUP_TIMEOUT) {

@@ -48,6 +48,7 @@ impl ProcessSutConfig {
                 max_batch: 128,
                 mlock: false,
                 prefault: false,
+                copies: true,
                 kv_policy: None,
             },
             stall_timeout: Duration::from_secs(120),
