@@ -193,7 +193,8 @@ fn soak(out: &Path, extra: &[&str]) -> Output {
         .arg("--out")
         .arg(out)
         .args(extra)
-        .env_remove("POCKETPERF_ISA")
+        // POCKETPERF_ISA is inherited, as by the HTTP server (`http_util::Server`): a soak's
+        // own `serve` child then runs the same kernel tier as the server it is compared with.
         .output()
         .unwrap()
 }
