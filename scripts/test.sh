@@ -10,6 +10,8 @@ POCKETPERF_SETUP_BUILD=tests bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -q -- -D warnings
 cargo test --workspace -q
+# The handsets' architecture: aarch64 lints and the kernel tests under QEMU.
+bash scripts/test-aarch64.sh
 
 tiers="scalar"
 grep -qw avx2 /proc/cpuinfo && tiers="$tiers avx2"

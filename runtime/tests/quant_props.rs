@@ -24,6 +24,15 @@ fn tiers() -> Vec<(Isa, bool)> {
     common::simd_tiers()
 }
 
+/// On aarch64 the NEON tier is found (every aarch64 core has NEON), so the properties below
+/// compare it with the scalar reference there rather than comparing nothing
+/// (`scripts/test-aarch64.sh` runs them under QEMU).
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn the_neon_tier_is_detected_and_tested() {
+    assert!(tiers().contains(&(Isa::Neon, false)), "{:?}", tiers());
+}
+
 /// Raw ggml bytes for `rows × cols` weights of `ty`: random quants (every bit pattern,
 /// Q8_0's -128 included) with finite random scales.
 fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {

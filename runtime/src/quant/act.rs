@@ -11,8 +11,10 @@
 //! tier returns the scalar tier's bits** — which the tier-identity test of the real models
 //! (`tests/tier_identity.rs`, AVX2 against scalar on Gemma 3) requires.
 
+#[cfg(target_arch = "x86_64")]
+use super::Tier;
 use super::attn::exp;
-use super::{Isa, Tier, resolve};
+use super::{Isa, resolve};
 
 /// `−2·√(2/π)` (the f32 of √(2/π), doubled exactly).
 const NEG_TWO_C: f32 = -2.0 * 0.797_884_6;

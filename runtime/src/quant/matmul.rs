@@ -3,13 +3,11 @@
 //! tries first (the AVX-512 K-quant prefill tile, the AVX2 eight-row decode), and the pooled
 //! whole product ([`matmul`]).
 
-use super::{
-    ActLayout, Isa, QuantizedActs, Tier, WeightMatrix, dot_unchecked, dot4_unchecked, resolve,
-};
+use super::{ActLayout, Isa, QuantizedActs, WeightMatrix, dot_unchecked, dot4_unchecked, resolve};
 #[cfg(target_arch = "x86_64")]
 use super::{ActRow, BlockQ8K, QK_K, avx2, avx512_kgemm};
 #[cfg(target_arch = "x86_64")]
-use super::{QK, gemm512};
+use super::{QK, Tier, gemm512};
 use crate::GgmlType;
 use crate::pool::ThreadPool;
 
@@ -83,6 +81,7 @@ impl OutRows {
     ///
     /// # Safety
     /// `a0 <= rows`.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) unsafe fn skip(self, a0: usize) -> Self {
         debug_assert!(a0 <= self.rows);
         OutRows {

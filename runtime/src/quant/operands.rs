@@ -147,6 +147,8 @@ pub fn repack_all(
     if total == 0 {
         return Ok(ws.iter().map(|_| None).collect());
     }
+    // Written only by the x86 repacking below (the copies exist on that architecture).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut map = memmap2::MmapMut::map_anon(total + HUGE).map_err(|e| Error::Io {
         path: format!("<anonymous mapping of {total} bytes for repacked weights>").into(),
         source: e,
@@ -295,6 +297,7 @@ impl<'a> WeightMatrix<'a> {
     }
 
     /// The repacked rows, if any, and the bytes of one of them.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn repacked(&self) -> Option<(&'a [u8], usize)> {
         self.repacked.map(|r| (r.bytes(), r.row_bytes))
     }
@@ -508,6 +511,7 @@ impl QuantizedActs {
 
     /// Where row `a` starts (`a <= n_rows()`; one past the rows is the end), and the bytes
     /// from one row to the next: the packed product reads the rows from there.
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn rows_from(&self, a: usize) -> (*const u8, usize) {
         assert!(a <= self.n_rows, "activation row {a} of {}", self.n_rows);
         let bytes: &[u8] = bytemuck::cast_slice(&self.buf);

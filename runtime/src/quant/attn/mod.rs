@@ -16,7 +16,9 @@
 
 use half::f16;
 
-use super::{Isa, Tier, resolve};
+#[cfg(target_arch = "x86_64")]
+use super::Tier;
+use super::{Isa, resolve};
 
 /// Widens f16 values (`src.len() == dst.len()`).
 ///
