@@ -124,13 +124,49 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     let least = busy.iter().copied().fold(f64::INFINITY, f64::min);
     assert!(least < 0.9, "duty never moved: {busy:?}\n{temps:?}");
     assert!(pauses.iter().sum::<f64>() > 0.0, "no idle was inserted");
-    // The sensor is the simulated phone's skin (ambient 25 °C, heated by the real decode),
-    // not the host's: the readings start near the ambient (the first prefill has already
-    // warmed it a little) and rise towards the target.
-    let first = temps[0];
+    // The sensor is the simulated phone's skin (ambient 25 °C, heated by the real work), not
+    // the host's: the phone starts at the ambient, and every reading the governor logged with
+    // a token is the skin the simulated tree's telemetry recorded at that moment (linear
+    // between its 100 ms samples). How warm the first token finds it depends on how long
+    // this host takes for the first prompt, so no fixed band is asserted for it.
     let hottest = temps.iter().copied().fold(f64::MIN, f64::max);
-    assert!((24.9..30.0).contains(&first), "{temps:?}");
     assert!(hottest > 29.0 && hottest < 60.0, "{temps:?}");
+    let tel = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
+    let skin_pts = tel.points(tel.column("temp.skin.c").expect("skin column"));
+    assert!(
+        skin_pts[0].0 < 0.01 && (skin_pts[0].1 - 25.0).abs() < 0.1,
+        "the phone starts at the ambient: {:?}",
+        &skin_pts[..2]
+    );
+    let t_ms: Vec<f64> = column(&header, &rows, "t_ms")
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let logged = column(&header, &rows, "gov_temp_c");
+    let mut compared = 0;
+    for (t, c) in t_ms.iter().zip(&logged) {
+        let (Ok(g), Some(i)) = (
+            c.parse::<f64>(),
+            skin_pts.iter().position(|p| p.0 * 1e3 > *t),
+        ) else {
+            continue;
+        };
+        if i == 0 {
+            continue;
+        }
+        let ((t0, s0), (t1, s1)) = (skin_pts[i - 1], skin_pts[i]);
+        let at = s0 + (s1 - s0) * (t / 1e3 - t0) / (t1 - t0);
+        assert!(
+            (g - at).abs() < 1.5,
+            "token at {t} ms: governor read {g} °C, the simulated skin was {at:.3} °C"
+        );
+        compared += 1;
+    }
+    assert!(
+        compared * 2 > rows.len(),
+        "{compared} of {} tokens",
+        rows.len()
+    );
 
     let file = pocketperf_reports::schema::load_result(&dir).unwrap();
     assert_eq!(
@@ -150,7 +186,7 @@ fn dialogue_pid_on_a_simulated_handset_throttles_the_real_decode_when_the_phone_
     assert!(g["idle_inserted_s"].as_f64().unwrap() > 0.0, "{g}");
     // The simulated phone saw the throttled work: the telemetry of its tree carries the
     // governor's gauge, and the skin it recorded is the one the governor read.
-    let t = pocketperf_reports::datafiles::read_telemetry(dir.join("telemetry.csv")).unwrap();
+    let t = &tel;
     let skin = t.column("temp.skin.c").expect("skin column");
     let peak = skin.iter().flatten().copied().fold(f64::MIN, f64::max);
     assert!(
