@@ -378,6 +378,88 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
     out
 }
 
+/// [`dot_rows8`] of the same eight weight rows against four activation rows (prefill): each
+/// weight block is unpacked and its scales widened once for the four, and every (weight row,
+/// activation row) result is [`dot`]'s, bit for bit (the same exact integer block sums, and
+/// lane `r` of activation row `k`'s accumulator takes the scalar reference's f32 operations
+/// in its order). Q4_1 × Q8_1 and Q4_0 × Q8_0; `None` for other pairs.
+///
+/// # Safety
+/// As [`dot_rows8`]; the four activation rows have equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_rows8x4(
+    ty: GgmlType,
+    w: [&[u8]; ROWS8],
+    a: [ActRow<'_>; 4],
+) -> Option<[[f32; ROWS8]; 4]> {
+    let mut sumf = [_mm256_setzero_ps(); 4];
+    // SAFETY: the caller guarantees the rows' blocks.
+    unsafe {
+        match (ty, a) {
+            (
+                GgmlType::Q4_1,
+                [
+                    ActRow::Q8_1(b0),
+                    ActRow::Q8_1(b1),
+                    ActRow::Q8_1(b2),
+                    ActRow::Q8_1(b3),
+                ],
+            ) => {
+                let b = [b0, b1, b2, b3];
+                for i in 0..b0.len() {
+                    let qx: [__m256i; ROWS8] =
+                        std::array::from_fn(|r| nibbles(w[r].as_ptr().add(i * 20 + 4)));
+                    let (dw, mw) = (halves8(&w, i, 20, 0), halves8(&w, i, 20, 2));
+                    for (acc, bk) in sumf.iter_mut().zip(&b) {
+                        let y = &bk[i];
+                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                        let s = std::array::from_fn(|r| dot_us(qx[r], qy));
+                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
+                        let m = _mm256_mul_ps(mw, _mm256_set1_ps(y.s.to_f32()));
+                        *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
+                    }
+                }
+            }
+            (
+                GgmlType::Q4_0,
+                [
+                    ActRow::Q8_0(b0),
+                    ActRow::Q8_0(b1),
+                    ActRow::Q8_0(b2),
+                    ActRow::Q8_0(b3),
+                ],
+            ) => {
+                let b = [b0, b1, b2, b3];
+                for i in 0..b0.len() {
+                    let qx: [__m256i; ROWS8] = std::array::from_fn(|r| {
+                        _mm256_sub_epi8(nibbles(w[r].as_ptr().add(i * 18 + 2)), _mm256_set1_epi8(8))
+                    });
+                    // dot_ss with the weights' sign moved once per block.
+                    let ax: [__m256i; ROWS8] =
+                        std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
+                    let dw = halves8(&w, i, 18, 0);
+                    for (acc, bk) in sumf.iter_mut().zip(&b) {
+                        let y = &bk[i];
+                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                        let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
+                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+                        let d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(sumi, d));
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
+    let mut out = [[0.0f32; ROWS8]; 4];
+    for (o, acc) in out.iter_mut().zip(sumf) {
+        // SAFETY: eight floats.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+    Some(out)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     // SAFETY: forwarded caller contract (features present, lengths checked).
@@ -479,6 +561,75 @@ mod tests {
                     want.to_bits(),
                     "{ty} row {r}: {g} against {want}"
                 );
+            }
+        }
+    }
+
+    /// Each (weight row, activation row) result of the eight-by-four prefill product is the
+    /// scalar reference's bits, for four different activation rows and both formats it
+    /// covers; other formats are left to the caller.
+    #[test]
+    fn dot_rows8x4_is_the_scalar_reference_per_pair() {
+        assert!(
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c"),
+            "the x86-64 machines this runs on have AVX2, FMA and F16C"
+        );
+        let nb = 7;
+        let acts: Vec<(Vec<BlockQ8_0>, Vec<BlockQ8_1>)> = (0..4)
+            .map(|k| {
+                let x: Vec<f32> = bytes(nb * QK, 200 + k)
+                    .into_iter()
+                    .map(|b| (b as f32 - 127.5) / (20.0 + 10.0 * k as f32))
+                    .collect();
+                let mut a0 = vec![
+                    BlockQ8_0 {
+                        d: f16::ZERO,
+                        qs: [0; QK]
+                    };
+                    nb
+                ];
+                let mut a1 = vec![
+                    BlockQ8_1 {
+                        d: f16::ZERO,
+                        s: f16::ZERO,
+                        qs: [0; QK]
+                    };
+                    nb
+                ];
+                quantize_row_q8_0(Isa::Avx2, &x, &mut a0);
+                quantize_row_q8_1(Isa::Avx2, &x, &mut a1);
+                (a0, a1)
+            })
+            .collect();
+        for (i, ty) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
+            .into_iter()
+            .enumerate()
+        {
+            let w = rows(ty, nb, 57 + 13 * i as u64);
+            let wr: [&[u8]; ROWS8] = std::array::from_fn(|r| w[r].as_slice());
+            let act: [ActRow<'_>; 4] = std::array::from_fn(|k| match ty {
+                GgmlType::Q4_1 => ActRow::Q8_1(&acts[k].1),
+                _ => ActRow::Q8_0(&acts[k].0),
+            });
+            // SAFETY: the features were asserted above; every row holds `nb` blocks.
+            let got = unsafe { dot_rows8x4(ty, wr, act) };
+            let Some(got) = got else {
+                assert_eq!(ty, GgmlType::Q8_0, "{ty} has an eight-by-four kernel");
+                continue;
+            };
+            assert_ne!(ty, GgmlType::Q8_0, "Q8_0 is left to the caller");
+            for (k, gk) in got.iter().enumerate() {
+                for (r, g) in gk.iter().enumerate() {
+                    let want = crate::quant::scalar_dot(ty, wr[r], act[k]);
+                    assert!(want.is_finite() && want != 0.0, "{ty} ({r}, {k}): {want}");
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "{ty} weight row {r}, activation row {k}: {g} against {want}"
+                    );
+                }
             }
         }
     }

@@ -296,11 +296,11 @@ struct Span<'a, 'w> {
     out: OutRows,
 }
 
-/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier
-/// ([`avx2::dot_rows8`]) for Q4_0 and Q4_1 weights (this check alone decides which types)
-/// when fewer than four activation rows come (decode: the four-row kernels do not apply);
-/// the same bits as one row at a time. Returns the first weight row left to the caller
-/// (`r0` when nothing was done).
+/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0 and Q4_1
+/// weights (this check alone decides which types): activation rows four at a time
+/// ([`avx2::dot_rows8x4`], prefill: each weight block unpacked once for the four), the rest
+/// one at a time ([`avx2::dot_rows8`], decode); the same bits as one pair at a time. Returns
+/// the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
 /// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
@@ -309,7 +309,7 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx2::ROWS8;
     let (tier, w, x, out) = (span.tier, span.w, span.x, span.out);
     let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    if tier != Tier::Avx2 || a1 - a0 >= 4 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+    if tier != Tier::Avx2 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
         return r0;
     }
     let (mut r, rb) = (r0, w.row_bytes());
@@ -319,7 +319,23 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         // hardware prefetchers do not follow: the next group's bytes are asked for now.
         let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
         super::prefetch(&w.data[next]);
-        for a in a0..a1 {
+        let mut a = a0;
+        while a + 4 <= a1 {
+            let acts = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)];
+            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
+            // activation rows' blocks (checked by the caller).
+            let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts) }) else {
+                break;
+            };
+            for (k, vk) in v.into_iter().enumerate() {
+                for (j, vj) in vk.into_iter().enumerate() {
+                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                    unsafe { out.put(a + k, r + j, vj) };
+                }
+            }
+            a += 4;
+        }
+        for a in a..a1 {
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation row's blocks (checked by the caller).
             let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
