@@ -382,7 +382,8 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
 /// weight block is unpacked and its scales widened once for the four, and every (weight row,
 /// activation row) result is [`dot`]'s, bit for bit (the same exact integer block sums, and
 /// lane `r` of activation row `k`'s accumulator takes the scalar reference's f32 operations
-/// in its order). Q4_1 × Q8_1 and Q4_0 × Q8_0; `None` for other pairs.
+/// in its order). Q4_1 × Q8_1, Q4_0 × Q8_0 and Q5_0 × Q8_0 (whose row-at-a-time kernel is
+/// `avx2_k`'s); `None` for other pairs.
 ///
 /// # Safety
 /// As [`dot_rows8`]; the four activation rows have equal lengths.
@@ -446,6 +447,34 @@ pub(super) unsafe fn dot_rows8x4(
                         let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
                         let d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
                         *acc = _mm256_add_ps(*acc, _mm256_mul_ps(sumi, d));
+                    }
+                }
+            }
+            (
+                GgmlType::Q5_0,
+                [
+                    ActRow::Q8_0(b0),
+                    ActRow::Q8_0(b1),
+                    ActRow::Q8_0(b2),
+                    ActRow::Q8_0(b3),
+                ],
+            ) => {
+                let b = [b0, b1, b2, b3];
+                for i in 0..b0.len() {
+                    let qx: [__m256i; ROWS8] = std::array::from_fn(|r| {
+                        super::avx2_k::q5_0_quants(w[r].as_ptr().add(i * 22))
+                    });
+                    let ax: [__m256i; ROWS8] =
+                        std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
+                    let dw = halves8(&w, i, 22, 0);
+                    for (acc, bk) in sumf.iter_mut().zip(&b) {
+                        let y = &bk[i];
+                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                        let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
+                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+                        // The scalar reference's `(d_w · d_a) · sumi`, in its order.
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
                     }
                 }
             }
@@ -566,7 +595,7 @@ mod tests {
     }
 
     /// Each (weight row, activation row) result of the eight-by-four prefill product is the
-    /// scalar reference's bits, for four different activation rows and both formats it
+    /// scalar reference's bits, for four different activation rows and the three formats it
     /// covers; other formats are left to the caller.
     #[test]
     fn dot_rows8x4_is_the_scalar_reference_per_pair() {
@@ -603,9 +632,14 @@ mod tests {
                 (a0, a1)
             })
             .collect();
-        for (i, ty) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
-            .into_iter()
-            .enumerate()
+        for (i, ty) in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let w = rows(ty, nb, 57 + 13 * i as u64);
             let wr: [&[u8]; ROWS8] = std::array::from_fn(|r| w[r].as_slice());

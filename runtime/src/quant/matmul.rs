@@ -296,10 +296,11 @@ struct Span<'a, 'w> {
     out: OutRows,
 }
 
-/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0 and Q4_1
-/// weights (this check alone decides which types): activation rows four at a time
-/// ([`avx2::dot_rows8x4`], prefill: each weight block unpacked once for the four), the rest
-/// one at a time ([`avx2::dot_rows8`], decode); the same bits as one pair at a time. Returns
+/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
+/// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
+/// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
+/// once for the four), the rest one at a time ([`avx2::dot_rows8`] for the four-bit formats,
+/// decode; the tier's one-row kernel for Q5_0); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
@@ -309,7 +310,10 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx2::ROWS8;
     let (tier, w, x, out) = (span.tier, span.w, span.x, span.out);
     let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    if tier != Tier::Avx2 || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+    let four_bit = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1);
+    // Q5_0 decode keeps its one-row kernel (`dot_rows8` has none for it).
+    let five_bit = w.ty == GgmlType::Q5_0 && a1 - a0 >= 4;
+    if tier != Tier::Avx2 || !(four_bit || five_bit) {
         return r0;
     }
     let (mut r, rb) = (r0, w.row_bytes());
@@ -336,6 +340,14 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
             a += 4;
         }
         for a in a..a1 {
+            if !four_bit {
+                for (k, wr) in rows.iter().enumerate() {
+                    let v = dot_unchecked(tier, w.ty, wr, x.row(a));
+                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                    unsafe { out.put(a, r + k, v) };
+                }
+                continue;
+            }
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation row's blocks (checked by the caller).
             let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
