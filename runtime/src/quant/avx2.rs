@@ -378,6 +378,46 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
     out
 }
 
+/// The Q4_0 (`FIVE` false) or Q5_0 (`FIVE` true) part of [`dot_rows8x4`]: signed quants
+/// against four Q8_0 rows, the weights' sign moved onto the activations once per block, and
+/// lane `r` of activation row `k`'s sum taking `sumi · (d_w · d_a)` as the scalar reference
+/// does.
+///
+/// # Safety
+/// As [`dot_rows8x4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn signed_rows8x4<const FIVE: bool>(
+    w: &[&[u8]; ROWS8],
+    b: [&[BlockQ8_0]; 4],
+) -> [__m256; 4] {
+    let bytes = if FIVE { 22 } else { 18 };
+    let mut sumf = [_mm256_setzero_ps(); 4];
+    for i in 0..b[0].len() {
+        // SAFETY: the caller guarantees block i of every row.
+        let qx: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
+            let p = w[r].as_ptr().add(i * bytes);
+            if FIVE {
+                super::avx2_k::q5_0_quants(p)
+            } else {
+                _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+            }
+        });
+        let ax: [__m256i; ROWS8] = std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
+        // SAFETY: as above.
+        let dw = unsafe { halves8(w, i, bytes, 0) };
+        for (acc, bk) in sumf.iter_mut().zip(&b) {
+            let y = &bk[i];
+            // SAFETY: a Q8_0 block holds 32 quants.
+            let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
+            let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
+            let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
+        }
+    }
+    sumf
+}
+
 /// [`dot_rows8`] of the same eight weight rows against four activation rows (prefill): each
 /// weight block is unpacked and its scales widened once for the four, and every (weight row,
 /// activation row) result is [`dot`]'s, bit for bit (the same exact integer block sums, and
@@ -430,26 +470,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => {
-                let b = [b0, b1, b2, b3];
-                for i in 0..b0.len() {
-                    let qx: [__m256i; ROWS8] = std::array::from_fn(|r| {
-                        _mm256_sub_epi8(nibbles(w[r].as_ptr().add(i * 18 + 2)), _mm256_set1_epi8(8))
-                    });
-                    // dot_ss with the weights' sign moved once per block.
-                    let ax: [__m256i; ROWS8] =
-                        std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
-                    let dw = halves8(&w, i, 18, 0);
-                    for (acc, bk) in sumf.iter_mut().zip(&b) {
-                        let y = &bk[i];
-                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                        let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
-                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
-                        let d = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
-                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(sumi, d));
-                    }
-                }
-            }
+            ) => sumf = signed_rows8x4::<false>(&w, [b0, b1, b2, b3]),
             (
                 GgmlType::Q5_0,
                 [
@@ -458,26 +479,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => {
-                let b = [b0, b1, b2, b3];
-                for i in 0..b0.len() {
-                    let qx: [__m256i; ROWS8] = std::array::from_fn(|r| {
-                        super::avx2_k::q5_0_quants(w[r].as_ptr().add(i * 22))
-                    });
-                    let ax: [__m256i; ROWS8] =
-                        std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
-                    let dw = halves8(&w, i, 22, 0);
-                    for (acc, bk) in sumf.iter_mut().zip(&b) {
-                        let y = &bk[i];
-                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                        let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
-                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
-                        // The scalar reference's `(d_w · d_a) · sumi`, in its order.
-                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
-                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
-                    }
-                }
-            }
+            ) => sumf = signed_rows8x4::<true>(&w, [b0, b1, b2, b3]),
             _ => return None,
         }
     }
@@ -536,20 +538,21 @@ mod tests {
             .collect()
     }
 
-    /// Every row of the eight-row product is `dot`'s bits: the eight-row kernels (Q4_0,
-    /// Q4_1) and the row-by-row fallback (Q8_0, Q5_0) alike.
-    #[test]
-    fn dot_rows8_is_dot_row_by_row() {
+    fn assert_avx2() {
         assert!(
             is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c"),
             "the x86-64 machines this runs on have AVX2, FMA and F16C"
         );
-        let nb = 5;
-        let x: Vec<f32> = bytes(nb * QK, 99)
+    }
+
+    /// `nb` blocks of deterministic values (byte stream `seed`, spread by `1 / scale`),
+    /// quantized to Q8_0 and to Q8_1 as the tier does.
+    fn activations(nb: usize, seed: u64, scale: f32) -> (Vec<BlockQ8_0>, Vec<BlockQ8_1>) {
+        let x: Vec<f32> = bytes(nb * QK, seed)
             .into_iter()
-            .map(|b| (b as f32 - 127.5) / 40.0)
+            .map(|b| (b as f32 - 127.5) / scale)
             .collect();
         let mut a0 = vec![
             BlockQ8_0 {
@@ -568,6 +571,16 @@ mod tests {
         ];
         quantize_row_q8_0(Isa::Avx2, &x, &mut a0);
         quantize_row_q8_1(Isa::Avx2, &x, &mut a1);
+        (a0, a1)
+    }
+
+    /// Every row of the eight-row product is `dot`'s bits: the eight-row kernels (Q4_0,
+    /// Q4_1) and the row-by-row fallback (Q8_0, Q5_0) alike.
+    #[test]
+    fn dot_rows8_is_dot_row_by_row() {
+        assert_avx2();
+        let nb = 5;
+        let (a0, a1) = activations(nb, 99, 40.0);
         for (i, (ty, act)) in [
             (GgmlType::Q4_0, ActRow::Q8_0(&a0)),
             (GgmlType::Q4_1, ActRow::Q8_1(&a1)),
@@ -599,38 +612,10 @@ mod tests {
     /// covers; other formats are left to the caller.
     #[test]
     fn dot_rows8x4_is_the_scalar_reference_per_pair() {
-        assert!(
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c"),
-            "the x86-64 machines this runs on have AVX2, FMA and F16C"
-        );
+        assert_avx2();
         let nb = 7;
         let acts: Vec<(Vec<BlockQ8_0>, Vec<BlockQ8_1>)> = (0..4)
-            .map(|k| {
-                let x: Vec<f32> = bytes(nb * QK, 200 + k)
-                    .into_iter()
-                    .map(|b| (b as f32 - 127.5) / (20.0 + 10.0 * k as f32))
-                    .collect();
-                let mut a0 = vec![
-                    BlockQ8_0 {
-                        d: f16::ZERO,
-                        qs: [0; QK]
-                    };
-                    nb
-                ];
-                let mut a1 = vec![
-                    BlockQ8_1 {
-                        d: f16::ZERO,
-                        s: f16::ZERO,
-                        qs: [0; QK]
-                    };
-                    nb
-                ];
-                quantize_row_q8_0(Isa::Avx2, &x, &mut a0);
-                quantize_row_q8_1(Isa::Avx2, &x, &mut a1);
-                (a0, a1)
-            })
+            .map(|k| activations(nb, 200 + k, 20.0 + 10.0 * k as f32))
             .collect();
         for (i, ty) in [
             GgmlType::Q4_0,
