@@ -111,6 +111,39 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
 
+/// Bit `i` of the little-endian u32 at `p` → byte `i` = 0xFF if set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees four readable bytes at p.
+    let x = unsafe { std::ptr::read_unaligned(p as *const u32) };
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(x as i32),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// The 32 quants of a Q5_0 block at `wp` as signed bytes (`q - 16`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q5_0_quants(wp: *const u8) -> __m256i {
+    // SAFETY: a 22-byte block at wp (caller contract).
+    unsafe {
+        let hb = bits_to_bytes(wp.add(2));
+        _mm256_or_si256(
+            nibbles(wp.add(6)),
+            _mm256_andnot_si256(hb, _mm256_set1_epi8(0xF0u8 as i8)),
+        )
+    }
+}
+
 /// Sum of u8 × i8 products in eight i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -397,7 +430,7 @@ unsafe fn signed_rows8x4<const FIVE: bool>(
         let qx: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
             let p = w[r].as_ptr().add(i * bytes);
             if FIVE {
-                super::avx2_k::q5_0_quants(p)
+                q5_0_quants(p)
             } else {
                 _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
             }

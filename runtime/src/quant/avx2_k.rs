@@ -3,7 +3,9 @@
 //! and for the four-row prefill tile (each weight block decoded once for four rows).
 //!
 //! Q5_0/Q5_1 follow ggml-cpu/arch/x86/quants.c: the 32 high bits spread to bytes
-//! (`vpshufb` + compare), merged into the nibbles, then the block dot as for Q4_0/Q4_1;
+//! (`vpshufb` + compare, `avx2::bits_to_bytes`; Q5_0's unpacking is `avx2::q5_0_quants`,
+//! which the eight-by-four prefill tile there shares), merged into the nibbles, then the
+//! block dot as for Q4_0/Q4_1;
 //! each block's exact integer sum is then scaled and added with the scalar reference's f32
 //! operations in its order, so these kernels too return exactly the scalar result.
 //! K-quants: each block is decoded in registers to the unsigned quants of
@@ -21,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::ActRow;
-use super::avx2::f16_to_f32;
+use super::avx2::{bits_to_bytes, f16_to_f32, q5_0_quants};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
 use super::kquants::{block_value, scale_min_k4, scales_q3k};
 use crate::GgmlType;
@@ -65,25 +67,6 @@ fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-/// Bit `i` of the little-endian u32 at `p` → byte `i` = 0xFF if set, else 0.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees four readable bytes at p.
-    let x = unsafe { std::ptr::read_unaligned(p as *const u32) };
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(x as i32),
-        _mm256_setr_epi64x(
-            0,
-            0x0101_0101_0101_0101,
-            0x0202_0202_0202_0202,
-            0x0303_0303_0303_0303,
-        ),
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
-}
-
 /// 16 packed nibble bytes at `p` → 32 bytes in 0..=15 (low nibbles first).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -94,20 +77,6 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
         _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
         _mm256_set1_epi8(0x0F),
     )
-}
-
-/// The 32 quants of a Q5_0 block at `wp` as signed bytes (`q - 16`).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn q5_0_quants(wp: *const u8) -> __m256i {
-    // SAFETY: a 22-byte block at wp (caller contract).
-    unsafe {
-        let hb = bits_to_bytes(wp.add(2));
-        _mm256_or_si256(
-            nibbles(wp.add(6)),
-            _mm256_andnot_si256(hb, _mm256_set1_epi8(0xF0u8 as i8)),
-        )
-    }
 }
 
 /// The 32 quants of a Q5_1 block at `wp` (0..=31).

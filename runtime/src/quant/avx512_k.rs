@@ -23,9 +23,8 @@
 use std::arch::x86_64::*;
 
 use super::ActRow;
-use super::avx2_k::{
-    K2, K3, K4, K5, dot16, k_bytes, k_code, k_min_off, q5_0_quants, q5_1_quants, unpack_k,
-};
+use super::avx2::q5_0_quants;
+use super::avx2_k::{K2, K3, K4, K5, dot16, k_bytes, k_code, k_min_off, q5_1_quants, unpack_k};
 use super::avx512::{halves, load2x32, odd_lanes, rd16, rd32, spread_idx};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
 use super::kquants::block_value;
