@@ -366,7 +366,7 @@ unsafe fn halves8(w: &[&[u8]; ROWS8], i: usize, bytes: usize, off: usize) -> __m
 /// for bit. Q4_1 × Q8_1 and Q4_0 × Q8_0 have an eight-row kernel (the same exact integer sum
 /// per block, and lane `r` takes row `r`'s f32 operations in the scalar order): the
 /// activation block is loaded once for the eight rows and the eight integer sums share one
-/// horizontal reduction. Other pairs run [`dot`] row by row; the caller decides which types
+/// horizontal reduction. Other pairs run the tier's one-row kernel row by row; the caller decides which types
 /// are worth sending here. Q8_0 weights stay one row at a time: their 34-byte blocks
 /// make the product bound by the weight stream, which one sequential row reads faster (Gemma
 /// 3's Q8_0 output matrix under AVX2: 0.8× with eight rows, prefetched or not).
@@ -402,7 +402,12 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
                     sumf = _mm256_add_ps(sumf, _mm256_mul_ps(sumi, d));
                 }
             }
-            _ => return std::array::from_fn(|r| dot(ty, w[r], a)),
+            // The tier's one-row kernels (`avx2_k` first: Q5_0's is there).
+            _ => {
+                return std::array::from_fn(|r| {
+                    super::dot_unchecked(super::Tier::Avx2, ty, w[r], a)
+                });
+            }
         }
     }
     let mut out = [0.0f32; ROWS8];

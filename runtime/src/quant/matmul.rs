@@ -299,8 +299,8 @@ struct Span<'a, 'w> {
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
-/// once for the four), the rest one at a time ([`avx2::dot_rows8`] for the four-bit formats,
-/// decode; the tier's one-row kernel for Q5_0); the same bits as one pair at a time. Returns
+/// once for the four), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
+/// tier's one-row kernel per weight row); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
 ///
 /// # Safety
@@ -340,14 +340,6 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
             a += 4;
         }
         for a in a..a1 {
-            if !four_bit {
-                for (k, wr) in rows.iter().enumerate() {
-                    let v = dot_unchecked(tier, w.ty, wr, x.row(a));
-                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                    unsafe { out.put(a, r + k, v) };
-                }
-                continue;
-            }
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation row's blocks (checked by the caller).
             let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
