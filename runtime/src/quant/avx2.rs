@@ -195,7 +195,7 @@ unsafe fn q4_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 /// The horizontal sums of four vectors of i32, as the lanes of one (vector `k` in lane `k`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
+pub(super) fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }

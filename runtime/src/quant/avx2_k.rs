@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::ActRow;
-use super::avx2::{bits_to_bytes, f16_to_f32, q5_0_quants};
+use super::avx2::{bits_to_bytes, f16_to_f32, hsum4_epi32, q5_0_quants};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
 use super::kquants::{block_value, scale_min_k4, scales_q3k};
 use crate::GgmlType;
@@ -65,6 +65,66 @@ fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
     _mm_cvtsi128_si32(s)
+}
+
+/// ggml `quantize_row_q8_K_ref` (as [`super::kquants::quantize_q8k`]), eight values at a
+/// time: the same largest-magnitude search (the first index holding it gives the sign), the
+/// same `iscale`, the same round-half-to-even of the same f32 product and the same `d`, so
+/// the blocks are the scalar quantizer's bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; `x` holds `256 · out.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (xb, y) in x.chunks_exact(super::QK_K).zip(out.iter_mut()) {
+        let p = xb.as_ptr();
+        // SAFETY: xb holds 256 values, read 8 at a time; y.qs holds 256 bytes, written 16 at
+        // a time.
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            let abs = |c: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * c)));
+            let mut m = _mm256_setzero_ps();
+            for c in 0..32 {
+                m = _mm256_max_ps(abs(c), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+            if amax == 0.0 {
+                y.d = 0.0;
+                y.qs = [0; super::QK_K];
+                y.bsums = [0; 16];
+                continue;
+            }
+            let va = _mm256_set1_ps(amax);
+            let mut max = amax;
+            for c in 0..32 {
+                let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs(c), va));
+                if hit != 0 {
+                    max = xb[8 * c + hit.trailing_zeros() as usize];
+                    break;
+                }
+            }
+            let iscale = -127.0 / max;
+            let vs = _mm256_set1_ps(iscale);
+            let top = _mm256_set1_epi32(127);
+            let q = |c: usize| {
+                let v = _mm256_round_ps::<R>(_mm256_mul_ps(vs, _mm256_loadu_ps(p.add(8 * c))));
+                _mm256_min_epi32(_mm256_cvtps_epi32(v), top)
+            };
+            for g in 0..16 {
+                let (lo, hi) = (q(2 * g), q(2 * g + 1));
+                // i16 lanes [lo0..3 hi0..3 | lo4..7 hi4..7] → in order, then to bytes (all
+                // values lie in -127..=127, so neither pack saturates).
+                let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0b11_01_10_00);
+                let b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+                _mm_storeu_si128(y.qs.as_mut_ptr().add(16 * g) as *mut __m128i, b);
+                y.bsums[g] = hsum_epi32(_mm256_add_epi32(lo, hi)) as i16;
+            }
+            y.d = 1.0 / iscale;
+        }
+    }
 }
 
 /// 16 packed nibble bytes at `p` → 32 bytes in 0..=15 (low nibbles first).
@@ -144,6 +204,50 @@ pub(super) unsafe fn q5_0_q8_0<const R: usize>(w: &[u8], a: [&[BlockQ8_0]; R]) -
             for r in 0..R {
                 sumf[r] += (wd * a[r][i].d.to_f32()) * s[r] as f32;
             }
+        }
+    }
+    sumf
+}
+
+/// Q5_0 weights · one Q8_0 activation row, four blocks at a time: the four blocks' exact
+/// sums in one reduction and their `(d_w · d_a) · sum` products as four lanes (each lane the
+/// scalar reference's two multiplications), then added to the running sum one by one in
+/// block order, so the result is the scalar tier's bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_q8_0_row(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    let quads = a.len() / 4;
+    for j in 0..quads {
+        // SAFETY: w holds a.len() blocks of 22 bytes (caller contract).
+        unsafe {
+            let wp = w.as_ptr().add(j * 4 * 22);
+            let y = &a[j * 4..j * 4 + 4];
+            let s = std::array::from_fn(|k| {
+                let qx = q5_0_quants(wp.add(k * 22));
+                let qy = _mm256_loadu_si256(y[k].qs.as_ptr() as *const __m256i);
+                dot_us(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx))
+            });
+            let sumi = _mm_cvtepi32_ps(hsum4_epi32(&s));
+            let wd = |k: usize| std::ptr::read_unaligned(wp.add(k * 22) as *const u16) as i16;
+            let ad = |k: usize| y[k].d.to_bits() as i16;
+            let (w4, a4) = ([wd(0), wd(1), wd(2), wd(3)], [ad(0), ad(1), ad(2), ad(3)]);
+            let dw = _mm_cvtph_ps(_mm_setr_epi16(w4[0], w4[1], w4[2], w4[3], 0, 0, 0, 0));
+            let da = _mm_cvtph_ps(_mm_setr_epi16(a4[0], a4[1], a4[2], a4[3], 0, 0, 0, 0));
+            let mut t = [0.0f32; 4];
+            _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(_mm_mul_ps(dw, da), sumi));
+            for v in t {
+                sumf += v;
+            }
+        }
+    }
+    for (i, y) in a.iter().enumerate().skip(quads * 4) {
+        // SAFETY: w holds a.len() blocks of 22 bytes (caller contract).
+        unsafe {
+            let wp = w.as_ptr().add(i * 22);
+            let qx = q5_0_quants(wp);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            let sumi = hsum_epi32(dot_us(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx)));
+            sumf += (f16_to_f32(wp) * y.d.to_f32()) * sumi as f32;
         }
     }
     sumf
@@ -419,7 +523,7 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Option<f32> {
     // SAFETY: forwarded caller contract.
     unsafe {
         match (ty, a) {
-            (GgmlType::Q5_0, ActRow::Q8_0(b)) => Some(q5_0_q8_0::<1>(w, [b])[0]),
+            (GgmlType::Q5_0, ActRow::Q8_0(b)) => Some(q5_0_q8_0_row(w, b)),
             (GgmlType::Q5_1, ActRow::Q8_1(b)) => Some(q5_1_q8_1::<1>(w, [b])[0]),
             (_, ActRow::Q8K(b)) => k_dispatch::<1>(ty, w, [b]).map(|r| r[0]),
             _ => None,
@@ -464,6 +568,54 @@ pub(super) unsafe fn dot4(ty: GgmlType, w: &[u8], a: [ActRow<'_>; 4]) -> Option<
                 ],
             ) => k_dispatch::<4>(ty, w, [a0, a1, a2, a3]),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::kquants;
+
+    /// Blocks the scalar quantizer must round exactly at halves: with the largest magnitude
+    /// at -127 the scale is 1, so `k + 0.5` is a tie the reference rounds to even; a second
+    /// block holds +M first and -M later (the first occurrence gives the sign), a third is
+    /// all zeros.
+    #[test]
+    fn quantize_q8k_is_the_scalar_quantizer_bit_for_bit() {
+        assert!(
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c"),
+            "the x86-64 machines this runs on have AVX2, FMA and F16C"
+        );
+        let mut x = vec![0.0f32; 4 * 256];
+        for (i, v) in x[..256].iter_mut().enumerate() {
+            *v = ((i % 250) as f32 - 125.0) + 0.5;
+        }
+        x[200] = -127.0;
+        for (i, v) in x[256..512].iter_mut().enumerate() {
+            *v = ((i * 37 % 101) as f32 - 50.0) * 0.031;
+        }
+        x[256 + 9] = 4.0;
+        x[256 + 250] = -4.0;
+        for (i, v) in x[768..].iter_mut().enumerate() {
+            *v = ((i * 7919 % 1000) as f32 - 500.0) * 1.7e-3;
+        }
+        let mut want = vec![BlockQ8K::default(); 4];
+        kquants::quantize_q8k(&x, &mut want);
+        let mut got = vec![BlockQ8K::default(); 4];
+        // SAFETY: AVX2, FMA and F16C asserted above; x holds 256 values per output block.
+        unsafe { quantize_q8k(&x, &mut got) };
+        assert_eq!(want[0].qs[127], 2, "2.5 rounds to even");
+        assert_eq!(want[0].qs[126], 2, "1.5 rounds to even");
+        assert_eq!(want[0].qs[125], 0, "0.5 rounds to even");
+        assert_eq!(want[1].qs[9], -127, "the first of +4 and -4 maps to -127");
+        assert_eq!(want[2].d, 0.0);
+        for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.d.to_bits(), w.d.to_bits(), "block {b} d");
+            assert_eq!(g.qs, w.qs, "block {b} qs");
+            assert_eq!(g.bsums, w.bsums, "block {b} bsums");
         }
     }
 }

@@ -450,6 +450,9 @@ fn quantize_q8k_tier(tier: Tier, x: &[f32], out: &mut [BlockQ8K]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: an AVX-512 tier was resolved against this CPU; lengths as documented.
         Tier::Avx512 { .. } => unsafe { avx512_k::quantize_q8k(x, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an AVX2 tier was resolved against this CPU; lengths as documented.
+        Tier::Avx2 => unsafe { avx2_k::quantize_q8k(x, out) },
         _ => kquants::quantize_q8k(x, out),
     }
 }
