@@ -458,18 +458,83 @@ pub(super) unsafe fn dot16(a: *const i16, b: *const i16) -> i32 {
     }
 }
 
-/// K-quant weights of type `T` · Q8_K activations for `R` rows (1 or 4).
+/// The 16 group scales of a Q4_K, Q5_K or Q6_K block at `p` as i16 lanes in group order
+/// (groups 0..8 in the low 128 bits, as `bsums` loads), and for Q4_K/Q5_K the 16 group mins
+/// likewise (each six-bit scale and min of those types serves two groups of 16): the values
+/// [`unpack_k`] writes to `sc` and `mn`, decoded in registers. Q4_K/Q5_K pack eight scales and
+/// eight mins in 12 bytes; as three little-endian words `w0, w1, w2`, scales 0..4 are the low
+/// six bits of `w0`'s bytes, mins 0..4 those of `w1`, and scales (mins) 4..8 take their low
+/// nibble from `w2`'s low (high) nibbles and their top two bits from `w0`'s (`w1`'s) top bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_scales<const T: u8>(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: a whole block of type T at p (caller contract): Q6_K's 16 scales at 192, the
+    // 12 scale bytes of Q4_K/Q5_K at 4.
+    unsafe {
+        if T == K6 {
+            let s = _mm_loadu_si128(p.add(192) as *const __m128i);
+            return (_mm256_cvtepi8_epi16(s), _mm256_setzero_si256());
+        }
+        let word = |o: usize| u32::from_le(std::ptr::read_unaligned(p.add(4 + o) as *const u32));
+        let (w0, w1, w2) = (word(0), word(4), word(8));
+        let (six, four, two) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+        let sc_hi = (w2 & four) | (((w0 >> 6) & two) << 4);
+        let mn_hi = ((w2 >> 4) & four) | (((w1 >> 6) & two) << 4);
+        let sc = u64::from(w0 & six) | (u64::from(sc_hi) << 32);
+        let mn = u64::from(w1 & six) | (u64::from(mn_hi) << 32);
+        // Eight bytes → sixteen i16, each byte twice (one value per pair of groups).
+        let twice = |v: u64| {
+            let b = _mm_cvtsi64_si128(v as i64);
+            _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b))
+        };
+        (twice(sc), twice(mn))
+    }
+}
+
+/// [`chunk_scales`] from the group scales in registers (as [`k_scales`] gives them): chunk
+/// `c` takes group `2c`'s scale in its low eight lanes and group `2c + 1`'s in its high.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn chunk_scales_v(sc: __m256i) -> [__m256i; 8] {
+    let lo = _mm256_permute2x128_si256::<0x00>(sc, sc);
+    let hi = _mm256_permute2x128_si256::<0x11>(sc, sc);
+    std::array::from_fn(|c| {
+        // Byte pair of i16 lane `g % 8` in each 128-bit half.
+        let pick = |g: usize| {
+            let b = (2 * (g % 8)) as i16;
+            _mm_set1_epi16(b | ((b + 1) << 8))
+        };
+        let idx = _mm256_set_m128i(pick(2 * c + 1), pick(2 * c));
+        _mm256_shuffle_epi8(if c < 4 { lo } else { hi }, idx)
+    })
+}
+
+/// K-quant weights of type `T` · Q8_K activations for `R` rows (1 or 4). Q4_K, Q5_K and
+/// Q6_K (the types of the shipped K-quant files) take their scales, mins and offset term in
+/// registers ([`k_scales`]); Q2_K and Q3_K through [`unpack_k`]'s arrays. Every integer
+/// sum is exact, so both give the scalar reference's bits.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K]; R]) -> [f32; R] {
     let nb = a[0].len();
     let bb = k_bytes(T);
     let (has_min, off) = k_min_off(T);
+    let in_regs = matches!(T, K4 | K5 | K6);
     let mut out = [0.0f32; R];
     for i in 0..nb {
         // SAFETY: w holds nb blocks of bb bytes; each a[r] holds nb blocks (caller contract).
         unsafe {
-            let k = unpack_k::<T>(w.as_ptr().add(i * bb));
-            let sv = chunk_scales(&k.sc);
+            let p = w.as_ptr().add(i * bb);
+            let k = unpack_k::<T>(p);
+            let (sc16, mn16) = if in_regs {
+                k_scales::<T>(p)
+            } else {
+                (_mm256_setzero_si256(), _mm256_setzero_si256())
+            };
+            let sv = if in_regs {
+                chunk_scales_v(sc16)
+            } else {
+                chunk_scales(&k.sc)
+            };
             for r in 0..R {
                 let y = &a[r][i];
                 let q = y.qs.as_ptr();
@@ -479,14 +544,29 @@ pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K
                     let p = _mm256_maddubs_epi16(k.u[c], qy);
                     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv[c]));
                 }
-                let mut isum = hsum_epi32(acc);
-                if off != 0 {
-                    isum -= off * dot16(k.sc.as_ptr(), y.bsums.as_ptr());
-                }
-                let msum = if has_min {
-                    dot16(k.mn.as_ptr(), y.bsums.as_ptr())
+                let (isum, msum) = if in_regs {
+                    let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                    if off != 0 {
+                        let o = _mm256_madd_epi16(sc16, bs);
+                        acc = _mm256_sub_epi32(acc, _mm256_mullo_epi32(o, _mm256_set1_epi32(off)));
+                    }
+                    let msum = if has_min {
+                        hsum_epi32(_mm256_madd_epi16(mn16, bs))
+                    } else {
+                        0
+                    };
+                    (hsum_epi32(acc), msum)
                 } else {
-                    0
+                    let mut isum = hsum_epi32(acc);
+                    if off != 0 {
+                        isum -= off * dot16(k.sc.as_ptr(), y.bsums.as_ptr());
+                    }
+                    let msum = if has_min {
+                        dot16(k.mn.as_ptr(), y.bsums.as_ptr())
+                    } else {
+                        0
+                    };
+                    (isum, msum)
                 };
                 out[r] += block_value(k.d, k.dmin, has_min, y.d, isum, msum);
             }
