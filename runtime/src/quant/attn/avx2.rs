@@ -372,6 +372,34 @@ pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
     sum
 }
 
+/// [`super::silu_mul`] on AVX2: `g / (1 + exp(−g)) · u` with [`crate::quant::act`]'s
+/// eight-lane form of [`super::exp`] and the scalar code's division and products in its
+/// order, so each lane is the scalar tier's value (a NaN stays NaN through the division).
+///
+/// # Safety
+/// AVX2 present; `g` and `u` have equal lengths.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+    let (one, sign) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-0.0));
+    let mut it = g.chunks_exact_mut(8);
+    let mut ui = u.chunks_exact(8);
+    for (c, b) in (&mut it).zip(&mut ui) {
+        // SAFETY: eight floats in c and in b.
+        unsafe {
+            let x = _mm256_loadu_ps(c.as_ptr());
+            let e = crate::quant::act::x86::exp256(_mm256_xor_ps(x, sign));
+            let s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(
+                c.as_mut_ptr(),
+                _mm256_mul_ps(s, _mm256_loadu_ps(b.as_ptr())),
+            );
+        }
+    }
+    for (a, &b) in it.into_remainder().iter_mut().zip(ui.remainder()) {
+        *a = *a / (1.0 + super::exp(-*a)) * b;
+    }
+}
+
 /// [`super::scale_f32`] on AVX2.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn scale_f32(x: &mut [f32], f: f32) {

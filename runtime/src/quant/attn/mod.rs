@@ -193,6 +193,9 @@ pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F detected; equal lengths checked above.
         Tier::Avx512 { .. } => unsafe { x86::silu_mul(g, u) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 detected; equal lengths checked above.
+        Tier::Avx2 => unsafe { avx2::silu_mul(g, u) },
         _ => {
             for (a, &b) in g.iter_mut().zip(u) {
                 *a = *a / (1.0 + exp(-*a)) * b;

@@ -288,6 +288,21 @@ fn avx2_f16_kernels_are_the_scalar_bits() {
             scale_f32(Isa::Avx2, &mut eb, 0.3);
             assert!(ea.iter().zip(&eb).all(|(a, b)| a.to_bits() == b.to_bits()));
         }
+        // SiLU-gated products over the same values (zeros, ±0 gates among them).
+        let u: Vec<f32> = data(len, 35)
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i % 6 == 4 { -0.0 } else { v })
+            .collect();
+        let (mut ga, mut gb) = (row.to_vec(), row.to_vec());
+        silu_mul(Isa::Scalar, &mut ga, &u);
+        silu_mul(Isa::Avx2, &mut gb, &u);
+        for (i, (a, b)) in ga.iter().zip(&gb).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "silu, len {len}: {i}: {a} vs {b}"
+            );
+        }
     }
 }
 
