@@ -348,6 +348,27 @@ fn hsum8_epi32(s: &[__m256i; ROWS8]) -> __m256i {
     )
 }
 
+/// [`hsum8_epi32`] of eight rows' `vpmaddubsw` pair sums (16 i16 lanes each) whose sums of
+/// four adjacent lanes fit an i16 (eight products of quants below 32 with Q8_0's ±127:
+/// at most 31 496): two levels of i16 horizontal adds, then the widening pair add, then the
+/// halves.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum8_pairs_i16(p: &[__m256i; ROWS8]) -> __m256i {
+    let h01 = _mm256_hadd_epi16(p[0], p[1]);
+    let h23 = _mm256_hadd_epi16(p[2], p[3]);
+    let h45 = _mm256_hadd_epi16(p[4], p[5]);
+    let h67 = _mm256_hadd_epi16(p[6], p[7]);
+    // Per 128-bit half: two i16 per row (rows 0..4, then 4..8), then one i32 per row.
+    let ones = _mm256_set1_epi16(1);
+    let lo = _mm256_madd_epi16(_mm256_hadd_epi16(h01, h23), ones);
+    let hi = _mm256_madd_epi16(_mm256_hadd_epi16(h45, h67), ones);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(lo, hi),
+        _mm256_permute2x128_si256::<0x31>(lo, hi),
+    )
+}
+
 /// The f16 at byte `off` of each of eight rows' block `i` (`bytes` per block), as f32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -416,40 +437,57 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
     out
 }
 
-/// The Q4_0 (`FIVE` false) or Q5_0 (`FIVE` true) part of [`dot_rows8x4`]: signed quants
-/// against four Q8_0 rows, the weights' sign moved onto the activations once per block, and
-/// lane `r` of activation row `k`'s sum taking `sumi · (d_w · d_a)` as the scalar reference
-/// does.
+/// The f16 `h` as f32 in all eight lanes (F16C; exact, as every f16 is an f32).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn splat_f16(h: f16) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16))
+}
+
+/// The Q4_0 (`FIVE` false) or Q5_0 (`FIVE` true) part of [`dot_rows8x4`] on unsigned quants:
+/// each block's integer sum is `Σ u·q − off·Σ q` (`u` the stored quants, 0..16 or 0..32,
+/// `off` 8 or 16), the correction shared by the eight weight rows, so the weights need no
+/// sign registers; lane `r` of activation row `k`'s sum then takes `sumi · (d_w · d_a)` as
+/// the scalar reference does.
 ///
 /// # Safety
 /// As [`dot_rows8x4`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn signed_rows8x4<const FIVE: bool>(
+unsafe fn offset_rows8x4<const FIVE: bool>(
     w: &[&[u8]; ROWS8],
     b: [&[BlockQ8_0]; 4],
 ) -> [__m256; 4] {
     let bytes = if FIVE { 22 } else { 18 };
+    let off = _mm256_set1_epi8(if FIVE { 16 } else { 8 });
     let mut sumf = [_mm256_setzero_ps(); 4];
     for i in 0..b[0].len() {
         // SAFETY: the caller guarantees block i of every row.
-        let qx: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
+        let u: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
             let p = w[r].as_ptr().add(i * bytes);
             if FIVE {
-                q5_0_quants(p)
+                let hb = bits_to_bytes(p.add(2));
+                _mm256_or_si256(
+                    nibbles(p.add(6)),
+                    _mm256_and_si256(hb, _mm256_set1_epi8(0x10)),
+                )
             } else {
-                _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+                nibbles(p.add(2))
             }
         });
-        let ax: [__m256i; ROWS8] = std::array::from_fn(|r| _mm256_sign_epi8(qx[r], qx[r]));
         // SAFETY: as above.
         let dw = unsafe { halves8(w, i, bytes, 0) };
         for (acc, bk) in sumf.iter_mut().zip(&b) {
             let y = &bk[i];
             // SAFETY: a Q8_0 block holds 32 quants.
             let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
-            let s = std::array::from_fn(|r| dot_us(ax[r], _mm256_sign_epi8(qy, qx[r])));
-            let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
-            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
+            let s = std::array::from_fn(|r| _mm256_maddubs_epi16(u[r], qy));
+            // off·Σq in every lane: the per-half sums, then the two halves added.
+            let c = dot_us(off, qy);
+            let c = _mm256_hadd_epi32(c, c);
+            let c = _mm256_hadd_epi32(c, c);
+            let c = _mm256_add_epi32(c, _mm256_permute2x128_si256::<0x01>(c, c));
+            let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(hsum8_pairs_i16(&s), c));
+            let dd = _mm256_mul_ps(dw, splat_f16(y.d));
             *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
         }
     }
@@ -492,10 +530,10 @@ pub(super) unsafe fn dot_rows8x4(
                     for (acc, bk) in sumf.iter_mut().zip(&b) {
                         let y = &bk[i];
                         let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                        let s = std::array::from_fn(|r| dot_us(qx[r], qy));
-                        let sumi = _mm256_cvtepi32_ps(hsum8_epi32(&s));
-                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y.d.to_f32()));
-                        let m = _mm256_mul_ps(mw, _mm256_set1_ps(y.s.to_f32()));
+                        let s = std::array::from_fn(|r| _mm256_maddubs_epi16(qx[r], qy));
+                        let sumi = _mm256_cvtepi32_ps(hsum8_pairs_i16(&s));
+                        let dd = _mm256_mul_ps(dw, splat_f16(y.d));
+                        let m = _mm256_mul_ps(mw, splat_f16(y.s));
                         *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
                     }
                 }
@@ -508,7 +546,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => sumf = signed_rows8x4::<false>(&w, [b0, b1, b2, b3]),
+            ) => sumf = offset_rows8x4::<false>(&w, [b0, b1, b2, b3]),
             (
                 GgmlType::Q5_0,
                 [
@@ -517,7 +555,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => sumf = signed_rows8x4::<true>(&w, [b0, b1, b2, b3]),
+            ) => sumf = offset_rows8x4::<true>(&w, [b0, b1, b2, b3]),
             _ => return None,
         }
     }
@@ -583,6 +621,75 @@ mod tests {
                 && is_x86_feature_detected!("f16c"),
             "the x86-64 machines this runs on have AVX2, FMA and F16C"
         );
+    }
+
+    /// The largest integer sums the eight-by-four kernels meet: Q5_0, Q4_0 and Q4_1 weights
+    /// whose quants are all at the top (31, 15) or the bottom (0) of their range, against
+    /// activation blocks of all +127 or all −127, each pair the scalar reference's bits.
+    #[test]
+    fn dot_rows8x4_holds_the_extreme_sums() {
+        assert_avx2();
+        let nb = 3;
+        let half = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
+        let block = |ty: GgmlType, top: bool, d: f32| -> Vec<u8> {
+            let mut b = half(d).to_vec();
+            let fill = if top { 0xFF } else { 0x00 };
+            if ty == GgmlType::Q5_0 {
+                b.extend([fill; 4]);
+            }
+            if ty == GgmlType::Q4_1 {
+                b.extend(half(-0.3));
+            }
+            b.extend([fill; QK / 2]);
+            b
+        };
+        let acts: Vec<Vec<BlockQ8_0>> = [127i8, -127, 127, -127]
+            .iter()
+            .enumerate()
+            .map(|(k, &q)| {
+                let d = f16::from_f32(0.01 + 0.005 * k as f32);
+                vec![BlockQ8_0 { d, qs: [q; QK] }; nb]
+            })
+            .collect();
+        let acts1: Vec<Vec<BlockQ8_1>> = acts
+            .iter()
+            .map(|a| {
+                let sum: f32 = a[0].qs.iter().map(|&q| f32::from(q)).sum();
+                let s = f16::from_f32(a[0].d.to_f32() * sum);
+                let b = BlockQ8_1 {
+                    d: a[0].d,
+                    s,
+                    qs: a[0].qs,
+                };
+                vec![b; nb]
+            })
+            .collect();
+        for ty in [GgmlType::Q5_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+            let w: Vec<Vec<u8>> = (0..ROWS8)
+                .map(|r| {
+                    (0..nb)
+                        .flat_map(|i| block(ty, (r + i) % 2 == 0, 0.02 + 0.001 * r as f32))
+                        .collect()
+                })
+                .collect();
+            let wr: [&[u8]; ROWS8] = std::array::from_fn(|r| w[r].as_slice());
+            let act: [ActRow<'_>; 4] = std::array::from_fn(|k| match ty {
+                GgmlType::Q4_1 => ActRow::Q8_1(&acts1[k]),
+                _ => ActRow::Q8_0(&acts[k]),
+            });
+            // SAFETY: the features were asserted above; every row holds `nb` blocks.
+            let got = unsafe { dot_rows8x4(ty, wr, act) }.expect("an eight-by-four kernel");
+            for (k, gk) in got.iter().enumerate() {
+                for (r, g) in gk.iter().enumerate() {
+                    let want = crate::quant::scalar_dot(ty, wr[r], act[k]);
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "{ty} ({r}, {k}): {g} vs {want}"
+                    );
+                }
+            }
+        }
     }
 
     /// `nb` blocks of deterministic values (byte stream `seed`, spread by `1 / scale`),
