@@ -195,9 +195,42 @@ unsafe fn q4_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 /// The horizontal sums of four vectors of i32, as the lanes of one (vector `k` in lane `k`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
+fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+}
+
+/// `sumf` plus, one by one in block order, `sumi_k · (d_w,k · d_a,k)` for four consecutive
+/// blocks `k` (the scalar reference's operations and order): `s[k]`'s lanes sum to block
+/// `k`'s exact integer sum, the weight blocks (`bytes` each) start at `wp` with their f16
+/// scale first, and `y` holds the four activation blocks. The four sums share one
+/// reduction and the four products are lanes of one vector.
+///
+/// # Safety
+/// Four weight blocks of `bytes` bytes at `wp`; `y` holds four blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn add_quad(
+    mut sumf: f32,
+    s: &[__m256i; 4],
+    wp: *const u8,
+    bytes: usize,
+    y: &[BlockQ8_0],
+) -> f32 {
+    let sumi = _mm_cvtepi32_ps(hsum4_epi32(s));
+    // SAFETY: four blocks at wp (caller contract), each starting with its f16 scale.
+    let wd = |k: usize| unsafe { std::ptr::read_unaligned(wp.add(k * bytes) as *const u16) } as i16;
+    let ad = |k: usize| y[k].d.to_bits() as i16;
+    let (w4, a4) = ([wd(0), wd(1), wd(2), wd(3)], [ad(0), ad(1), ad(2), ad(3)]);
+    let dw = _mm_cvtph_ps(_mm_setr_epi16(w4[0], w4[1], w4[2], w4[3], 0, 0, 0, 0));
+    let da = _mm_cvtph_ps(_mm_setr_epi16(a4[0], a4[1], a4[2], a4[3], 0, 0, 0, 0));
+    let mut t = [0.0f32; 4];
+    // SAFETY: four floats.
+    unsafe { _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(sumi, _mm_mul_ps(dw, da))) };
+    for v in t {
+        sumf += v;
+    }
+    sumf
 }
 
 /// Q8_0 × Q8_0, four blocks at a time: their exact integer sums reduced together and their
@@ -217,17 +250,7 @@ unsafe fn q8_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
                 let qy = _mm256_loadu_si256(y[k].qs.as_ptr() as *const __m256i);
                 dot_ss(qx, qy)
             });
-            let sumi = _mm_cvtepi32_ps(hsum4_epi32(&s));
-            let wd = |k: usize| std::ptr::read_unaligned(wp.add(k * 34) as *const u16) as i16;
-            let ad = |k: usize| y[k].d.to_bits() as i16;
-            let (w4, a4) = ([wd(0), wd(1), wd(2), wd(3)], [ad(0), ad(1), ad(2), ad(3)]);
-            let dw = _mm_cvtph_ps(_mm_setr_epi16(w4[0], w4[1], w4[2], w4[3], 0, 0, 0, 0));
-            let da = _mm_cvtph_ps(_mm_setr_epi16(a4[0], a4[1], a4[2], a4[3], 0, 0, 0, 0));
-            let mut t = [0.0f32; 4];
-            _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(sumi, _mm_mul_ps(dw, da)));
-            for v in t {
-                sumf += v;
-            }
+            sumf = add_quad(sumf, &s, wp, 34, y);
         }
     }
     for (i, y) in a.iter().enumerate().skip(quads * 4) {

@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::ActRow;
-use super::avx2::{bits_to_bytes, f16_to_f32, hsum4_epi32, q5_0_quants};
+use super::avx2::{add_quad, bits_to_bytes, f16_to_f32, q5_0_quants};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
 use super::kquants::{block_value, scale_min_k4, scales_q3k};
 use crate::GgmlType;
@@ -227,17 +227,7 @@ unsafe fn q5_0_q8_0_row(w: &[u8], a: &[BlockQ8_0]) -> f32 {
                 let qy = _mm256_loadu_si256(y[k].qs.as_ptr() as *const __m256i);
                 dot_us(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx))
             });
-            let sumi = _mm_cvtepi32_ps(hsum4_epi32(&s));
-            let wd = |k: usize| std::ptr::read_unaligned(wp.add(k * 22) as *const u16) as i16;
-            let ad = |k: usize| y[k].d.to_bits() as i16;
-            let (w4, a4) = ([wd(0), wd(1), wd(2), wd(3)], [ad(0), ad(1), ad(2), ad(3)]);
-            let dw = _mm_cvtph_ps(_mm_setr_epi16(w4[0], w4[1], w4[2], w4[3], 0, 0, 0, 0));
-            let da = _mm_cvtph_ps(_mm_setr_epi16(a4[0], a4[1], a4[2], a4[3], 0, 0, 0, 0));
-            let mut t = [0.0f32; 4];
-            _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(_mm_mul_ps(dw, da), sumi));
-            for v in t {
-                sumf += v;
-            }
+            sumf = add_quad(sumf, &s, wp, 22, y);
         }
     }
     for (i, y) in a.iter().enumerate().skip(quads * 4) {
