@@ -130,6 +130,21 @@ pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
 }
 
+/// The 32 five-bit quants (0..=31) of a Q5_0 or Q5_1 block whose 32 high bits are at `qh`
+/// and 16 nibble bytes at `qs`.
+///
+/// # Safety
+/// Four readable bytes at `qh`, sixteen at `qs`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q5_unsigned(qh: *const u8, qs: *const u8) -> __m256i {
+    // SAFETY: caller contract.
+    unsafe {
+        let hb = bits_to_bytes(qh);
+        _mm256_or_si256(nibbles(qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)))
+    }
+}
+
 /// The 32 quants of a Q5_0 block at `wp` as signed bytes (`q - 16`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -365,6 +380,14 @@ fn hsum8_epi32(s: &[__m256i; ROWS8]) -> __m256i {
     // Per 128-bit half: [Σ s0, Σ s1, Σ s2, Σ s3] of that half's lanes (then s4..s7).
     let lo = _mm256_hadd_epi32(h01, h23);
     let hi = _mm256_hadd_epi32(h45, h67);
+    add_halves(lo, hi)
+}
+
+/// `[lo.low + lo.high, hi.low + hi.high]` by 128-bit halves: rows 0..4 of per-half sums in
+/// `lo` and rows 4..8 in `hi` → the eight rows' totals in order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_halves(lo: __m256i, hi: __m256i) -> __m256i {
     _mm256_add_epi32(
         _mm256_permute2x128_si256::<0x20>(lo, hi),
         _mm256_permute2x128_si256::<0x31>(lo, hi),
@@ -386,10 +409,7 @@ fn hsum8_pairs_i16(p: &[__m256i; ROWS8]) -> __m256i {
     let ones = _mm256_set1_epi16(1);
     let lo = _mm256_madd_epi16(_mm256_hadd_epi16(h01, h23), ones);
     let hi = _mm256_madd_epi16(_mm256_hadd_epi16(h45, h67), ones);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(lo, hi),
-        _mm256_permute2x128_si256::<0x31>(lo, hi),
-    )
+    add_halves(lo, hi)
 }
 
 /// The f16 at byte `off` of each of eight rows' block `i` (`bytes` per block), as f32 lanes.
@@ -488,11 +508,7 @@ unsafe fn offset_rows8x4<const FIVE: bool>(
         let u: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
             let p = w[r].as_ptr().add(i * bytes);
             if FIVE {
-                let hb = bits_to_bytes(p.add(2));
-                _mm256_or_si256(
-                    nibbles(p.add(6)),
-                    _mm256_and_si256(hb, _mm256_set1_epi8(0x10)),
-                )
+                q5_unsigned(p.add(2), p.add(6))
             } else {
                 nibbles(p.add(2))
             }

@@ -3,8 +3,8 @@
 //! and for the four-row prefill tile (each weight block decoded once for four rows).
 //!
 //! Q5_0/Q5_1 follow ggml-cpu/arch/x86/quants.c: the 32 high bits spread to bytes
-//! (`vpshufb` + compare, `avx2::bits_to_bytes`; Q5_0's unpacking is `avx2::q5_0_quants`,
-//! which the eight-by-four prefill tile there shares), merged into the nibbles, then the
+//! (`vpshufb` + compare) and merged into the nibbles (`avx2::q5_unsigned`, which the
+//! eight-by-four prefill tile there shares; Q5_0's signed form `avx2::q5_0_quants`), then the
 //! block dot as for Q4_0/Q4_1;
 //! each block's exact integer sum is then scaled and added with the scalar reference's f32
 //! operations in its order, so these kernels too return exactly the scalar result.
@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::ActRow;
-use super::avx2::{add_quad, bits_to_bytes, f16_to_f32, q5_0_quants};
+use super::avx2::{add_quad, f16_to_f32, q5_0_quants, q5_unsigned};
 use super::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K};
 use super::kquants::{block_value, scale_min_k4, scales_q3k};
 use crate::GgmlType;
@@ -127,30 +127,12 @@ pub(super) unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     }
 }
 
-/// 16 packed nibble bytes at `p` → 32 bytes in 0..=15 (low nibbles first).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn nibbles(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees 16 readable bytes at p.
-    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
-    _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
-        _mm256_set1_epi8(0x0F),
-    )
-}
-
 /// The 32 quants of a Q5_1 block at `wp` (0..=31).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn q5_1_quants(wp: *const u8) -> __m256i {
     // SAFETY: a 24-byte block at wp (caller contract).
-    unsafe {
-        let hb = bits_to_bytes(wp.add(4));
-        _mm256_or_si256(
-            nibbles(wp.add(8)),
-            _mm256_and_si256(hb, _mm256_set1_epi8(0x10)),
-        )
-    }
+    unsafe { q5_unsigned(wp.add(4), wp.add(8)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -304,10 +286,19 @@ unsafe fn ld32(p: *const u8, o: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(p.add(o) as *const __m256i) }
 }
 
-/// Decodes the K block of type `T` at `p`.
+/// Decodes the K block of type `T` at `p`, its group scales and mins into `sc` and `mn`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
+    // SAFETY: forwarded caller contract.
+    unsafe { unpack_k_with::<T, true>(p) }
+}
+
+/// [`unpack_k`], filling `sc` and `mn` only if `SCALES` (Q2_K and Q3_K always fill them;
+/// Q4_K, Q5_K and Q6_K readers that take the scales in registers, [`k_scales`], pass false).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8) -> KRegs {
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
     let z = _mm256_setzero_si256();
@@ -387,13 +378,15 @@ pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
                     k.u[2 * c] = lo;
                     k.u[2 * c + 1] = hi;
                 }
-                let s = twelve(p.add(4));
-                for j in 0..8 {
-                    let (sc, mn) = scale_min_k4(j, &s);
-                    k.sc[2 * j] = i16::from(sc);
-                    k.sc[2 * j + 1] = i16::from(sc);
-                    k.mn[2 * j] = i16::from(mn);
-                    k.mn[2 * j + 1] = i16::from(mn);
+                if SCALES {
+                    let s = twelve(p.add(4));
+                    for j in 0..8 {
+                        let (sc, mn) = scale_min_k4(j, &s);
+                        k.sc[2 * j] = i16::from(sc);
+                        k.sc[2 * j + 1] = i16::from(sc);
+                        k.mn[2 * j] = i16::from(mn);
+                        k.mn[2 * j + 1] = i16::from(mn);
+                    }
                 }
                 k.d = f16_to_f32(p);
                 k.dmin = f16_to_f32(p.add(2));
@@ -415,8 +408,10 @@ pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
                     k.u[4 * h + 2] = _mm256_or_si256(l0h, h2);
                     k.u[4 * h + 3] = _mm256_or_si256(l1h, h3);
                 }
-                for g in 0..16 {
-                    k.sc[g] = i16::from(*p.add(192 + g) as i8);
+                if SCALES {
+                    for g in 0..16 {
+                        k.sc[g] = i16::from(*p.add(192 + g) as i8);
+                    }
                 }
                 k.d = f16_to_f32(p.add(208));
             }
@@ -514,7 +509,11 @@ pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K
         // SAFETY: w holds nb blocks of bb bytes; each a[r] holds nb blocks (caller contract).
         unsafe {
             let p = w.as_ptr().add(i * bb);
-            let k = unpack_k::<T>(p);
+            let k = if in_regs {
+                unpack_k_with::<T, false>(p)
+            } else {
+                unpack_k::<T>(p)
+            };
             let (sc16, mn16) = if in_regs {
                 k_scales::<T>(p)
             } else {
