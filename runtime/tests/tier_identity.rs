@@ -7,7 +7,8 @@
 //!
 //! Compared: every logit at every position of a prompt made of the shared perplexity text
 //! (BOS first, as perplexity chunks start), for each catalog model, from two engines in one
-//! process (the tier is an argument of the engine, not only the process-wide default).
+//! process (the tier is an argument of the engine, not only the process-wide default); the
+//! first positions prefilled in one batch, the last decoded token by token.
 
 mod common;
 
@@ -19,6 +20,12 @@ use pocketperf_runtime::session::Engine;
 /// Positions compared per model (all logits of each).
 const POSITIONS: usize = 12;
 
+/// Of those, the first ones prefilled in one batch; the rest are decoded one token at a time
+/// (one activation row per product: the tier's decode kernels).
+const PREFILLED: usize = 8;
+
+/// Every logit of the first [`PREFILLED`] positions (one prefill) followed by those of each
+/// later position (one decode step each).
 fn all_logits(name: &str, isa: Isa, tokens: &[u32]) -> Vec<f32> {
     let engine = Engine::load(&common::model_path_for(name), 2, isa).expect("load model");
     let mut s = engine
@@ -29,8 +36,15 @@ fn all_logits(name: &str, isa: Isa, tokens: &[u32]) -> Vec<f32> {
             ..Default::default()
         })
         .expect("session");
-    s.prefill(tokens).expect("prefill");
-    s.all_logits().to_vec()
+    let vocab = s.prefill(&tokens[..PREFILLED]).expect("prefill").len();
+    // The buffer holds rows for the session's whole batch; the prefill filled the first.
+    let mut all = s.all_logits()[..PREFILLED * vocab].to_vec();
+    for &t in &tokens[PREFILLED..] {
+        let logits = s.decode(t).expect("decode");
+        assert_eq!(logits.len(), vocab, "{name}: logits per decode step");
+        all.extend_from_slice(logits);
+    }
+    all
 }
 
 fn avx2_gives_scalar_bits(name: &str) {

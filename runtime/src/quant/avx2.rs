@@ -36,7 +36,7 @@ fn hsum_ps(v: __m256) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn hsum_epi32(v: __m256i) -> i32 {
+pub(super) fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -162,14 +162,14 @@ pub(super) unsafe fn q5_0_quants(wp: *const u8) -> __m256i {
 /// Sum of u8 × i8 products in eight i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_us(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn dot_us(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
 /// Sum of i8 × i8 products in eight i32 lanes (sign moved onto the second operand).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
+pub(super) fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
     dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
@@ -210,7 +210,7 @@ unsafe fn q4_0_q8_0(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 /// The horizontal sums of four vectors of i32, as the lanes of one (vector `k` in lane `k`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
+pub(super) fn hsum4_epi32(s: &[__m256i; 4]) -> __m128i {
     let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }

@@ -5,7 +5,7 @@
 
 use super::{ActLayout, Isa, QuantizedActs, WeightMatrix, dot_unchecked, dot4_unchecked, resolve};
 #[cfg(target_arch = "x86_64")]
-use super::{ActRow, BlockQ8K, QK_K, avx2, avx512_kgemm};
+use super::{ActRow, BlockQ8K, QK_K, avx2, avx2_dec, avx512_kgemm};
 #[cfg(target_arch = "x86_64")]
 use super::{QK, Tier, gemm512};
 use crate::GgmlType;
@@ -255,7 +255,9 @@ pub unsafe fn matmul_span(
         // SAFETY: forwarded contract (disjoint output elements); the checks above passed.
         let r0 = unsafe { k_tiles(&span, r0) };
         // SAFETY: as above.
-        unsafe { avx2_rows8(&span, r0) }
+        let r0 = unsafe { avx2_rows8(&span, r0) };
+        // SAFETY: as above.
+        unsafe { avx2_decode(&span, r0) }
     };
     for r in r0..r1 {
         let wr = w.row(r);
@@ -351,6 +353,45 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         r += ROWS8;
     }
     r
+}
+
+/// Weight rows `r0..` of [`matmul_span`] on the AVX2 tier for Q5_0 and Q8_0 weights and
+/// fewer than four activation rows (decode): each activation row against the whole range in
+/// one call of [`avx2_dec::rows`], which prepares what depends on the activation row once
+/// for all the weight rows; the same bits as one pair at a time. Returns the first weight row
+/// left to the caller (`r0` when nothing was done).
+///
+/// # Safety
+/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_decode(span: &Span<'_, '_>, r0: usize) -> usize {
+    let (w, x, out) = (span.w, span.x, span.out);
+    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
+    let nb = w.cols / QK;
+    if span.tier != Tier::Avx2
+        || !avx2_dec::covers(w.ty)
+        || a1 - a0 >= 4
+        || nb > avx2_dec::MAX_BLOCKS
+        || r0 == r1
+    {
+        return r0;
+    }
+    for a in a0..a1 {
+        let ActRow::Q8_0(y) = x.row(a) else {
+            return r0;
+        };
+        let put = |r: usize, v: f32| {
+            // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+            unsafe { out.put(a, r, v) }
+        };
+        // SAFETY: the AVX2 tier was resolved against this CPU; `w.data` holds the matrix's
+        // rows of `row_bytes` bytes, each `nb` blocks of the activation row's length
+        // (checked by the caller).
+        let done = unsafe { avx2_dec::rows(w.ty, w.data, w.row_bytes(), r0, r1, y, put) };
+        // Type and length were checked above, so every activation row is taken or none.
+        debug_assert!(done, "avx2_dec declined a checked {} matrix", w.ty);
+    }
+    r1
 }
 
 /// Activation rows per pass over a range of weight rows in [`k_tiles`]: their Q8_K blocks

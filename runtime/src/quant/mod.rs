@@ -31,7 +31,9 @@
 //! On x86 each tier is two files, `avx2`/`avx512` (Q4_0, Q4_1, Q8_0, F16, F32) and
 //! `avx2_k`/`avx512_k` (Q5_0, Q5_1 and the K-quants); the dispatch here asks the `_k` file
 //! first, and the `_k` files reuse the decoding helpers of the others (one direction only).
-//! `avx512_kgemm` holds the AVX-512 prefill tile of Q4_K and Q6_K (four weight rows × four
+//! `avx2_dec` holds the AVX2 decode product of Q5_0 and Q8_0 weights (one activation row
+//! against a range of weight rows, its per-block tables prepared once); it reuses helpers of
+//! `avx2`. `avx512_kgemm` holds the AVX-512 prefill tile of Q4_K and Q6_K (four weight rows × four
 //! activation rows), which [`matmul_rows`] runs for four or more activation rows; it reuses
 //! helpers of `avx512_k`.
 //!
@@ -51,6 +53,8 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_dec;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
