@@ -487,50 +487,121 @@ fn splat_f16(h: f16) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16))
 }
 
-/// The Q4_0 (`FIVE` false) or Q5_0 (`FIVE` true) part of [`dot_rows8x4`] on unsigned quants:
-/// each block's integer sum is `Σ u·q − off·Σ q` (`u` the stored quants, 0..16 or 0..32,
-/// `off` 8 or 16), the correction shared by the eight weight rows, so the weights need no
-/// sign registers; lane `r` of activation row `k`'s sum then takes `sumi · (d_w · d_a)` as
-/// the scalar reference does.
-///
-/// # Safety
-/// As [`dot_rows8x4`].
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn offset_rows8x4<const FIVE: bool>(
-    w: &[&[u8]; ROWS8],
-    b: [&[BlockQ8_0]; 4],
-) -> [__m256; 4] {
-    let bytes = if FIVE { 22 } else { 18 };
-    let off = _mm256_set1_epi8(if FIVE { 16 } else { 8 });
-    let mut sumf = [_mm256_setzero_ps(); 4];
-    for i in 0..b[0].len() {
-        // SAFETY: the caller guarantees block i of every row.
-        let u: [__m256i; ROWS8] = std::array::from_fn(|r| unsafe {
-            let p = w[r].as_ptr().add(i * bytes);
-            if FIVE {
-                q5_unsigned(p.add(2), p.add(6))
-            } else {
-                nibbles(p.add(2))
+/// Most blocks [`Unpacked8`] holds (2048 columns: 16 KiB of quants, in L1).
+pub(super) const UNPACKED_BLOCKS: usize = 64;
+
+/// Blocks of eight Q4_0 or Q5_0 weight rows unpacked once for every activation quad of a
+/// prefill: block `i0 + i`'s unsigned quants of row `r` in `u[i][r]` (0..16 or 0..32) and its
+/// eight scales widened in `dw[i]`.
+pub(super) struct Unpacked8 {
+    u: [[__m256i; ROWS8]; UNPACKED_BLOCKS],
+    dw: [__m256; UNPACKED_BLOCKS],
+    i0: usize,
+    nb: usize,
+    five: bool,
+}
+
+impl Unpacked8 {
+    pub(super) fn new() -> Self {
+        // SAFETY: all-zero bits are a valid value of every field (vectors, integers, false).
+        unsafe { std::mem::zeroed() }
+    }
+
+    /// Whether [`Self::unpack`] takes `ty` weights.
+    pub(super) fn covers(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0)
+    }
+
+    /// Unpacks blocks `i0..i0 + nb` (`nb` at most [`UNPACKED_BLOCKS`]) of the eight `ty` rows
+    /// `w` (Q4_0 or Q5_0, see [`Self::covers`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C present; every row holds blocks `i0..i0 + nb` of `ty`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn unpack(&mut self, ty: GgmlType, w: &[&[u8]; ROWS8], i0: usize, nb: usize) {
+        let five = ty == GgmlType::Q5_0;
+        let bytes = if five { 22 } else { 18 };
+        let nb = nb.min(UNPACKED_BLOCKS);
+        for i in 0..nb {
+            for (r, u) in self.u[i].iter_mut().enumerate() {
+                // SAFETY: block i0 + i of every row (caller contract).
+                *u = unsafe {
+                    let p = w[r].as_ptr().add((i0 + i) * bytes);
+                    if five {
+                        q5_unsigned(p.add(2), p.add(6))
+                    } else {
+                        nibbles(p.add(2))
+                    }
+                };
             }
-        });
-        // SAFETY: as above.
-        let dw = unsafe { halves8(w, i, bytes, 0) };
-        for (acc, bk) in sumf.iter_mut().zip(&b) {
-            let y = &bk[i];
-            // SAFETY: a Q8_0 block holds 32 quants.
-            let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
-            let s = std::array::from_fn(|r| _mm256_maddubs_epi16(u[r], qy));
-            // off·Σq in every lane: the per-half sums, then the two halves added.
-            let c = dot_us(off, qy);
-            let c = _mm256_hadd_epi32(c, c);
-            let c = _mm256_hadd_epi32(c, c);
-            let c = _mm256_add_epi32(c, _mm256_permute2x128_si256::<0x01>(c, c));
-            let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(hsum8_pairs_i16(&s), c));
-            let dd = _mm256_mul_ps(dw, splat_f16(y.d));
-            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
+            // SAFETY: as above.
+            self.dw[i] = unsafe { halves8(w, i0 + i, bytes, 0) };
+        }
+        (self.i0, self.nb, self.five) = (i0, nb, five);
+    }
+
+    /// Adds the unpacked blocks' products with four Q8_0 activation rows `b` (which hold
+    /// those blocks) to `sumf`, lane `r` of `sumf[k]` for weight row `r` and activation row
+    /// `k`: each block's integer sum is `Σ u·q − off·Σ q` (`off` 8 or 16), the correction
+    /// shared by the eight weight rows, so the weights need no sign registers; the lane then
+    /// takes `sumi · (d_w · d_a)` as the scalar reference does, in block order.
+    ///
+    /// # Panics
+    /// If an activation row is shorter than the unpacked blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn accumulate(&self, b: [&[BlockQ8_0]; 4], sumf: &mut [__m256; 4]) {
+        let off = _mm256_set1_epi8(if self.five { 16 } else { 8 });
+        let blocks = self.i0..self.i0 + self.nb;
+        for bk in &b {
+            assert!(
+                bk.len() >= blocks.end,
+                "activation row of {} blocks",
+                bk.len()
+            );
+        }
+        for ((u, &dw), i) in self.u.iter().zip(&self.dw).zip(blocks) {
+            for (acc, bk) in sumf.iter_mut().zip(&b) {
+                let y = &bk[i];
+                // SAFETY: a Q8_0 block holds 32 quants.
+                let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
+                let s = std::array::from_fn(|r| _mm256_maddubs_epi16(u[r], qy));
+                // off·Σq in every lane: the per-half sums, then the two halves added.
+                let c = dot_us(off, qy);
+                let c = _mm256_hadd_epi32(c, c);
+                let c = _mm256_hadd_epi32(c, c);
+                let c = _mm256_add_epi32(c, _mm256_permute2x128_si256::<0x01>(c, c));
+                let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(hsum8_pairs_i16(&s), c));
+                let dd = _mm256_mul_ps(dw, splat_f16(y.d));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
+            }
         }
     }
-    sumf
+}
+
+impl Unpacked8 {
+    /// [`dot_rows8x4`] of the unpacked rows (every block of them unpacked) against four Q8_0
+    /// activation rows `b`.
+    ///
+    /// # Panics
+    /// As [`Self::accumulate`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn dot4(&self, b: [&[BlockQ8_0]; 4]) -> [[f32; ROWS8]; 4] {
+        let mut sumf = [_mm256_setzero_ps(); 4];
+        self.accumulate(b, &mut sumf);
+        rows8x4(sumf)
+    }
+}
+
+/// Four accumulators as the rows of the result of [`dot_rows8x4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn rows8x4(sumf: [__m256; 4]) -> [[f32; ROWS8]; 4] {
+    let mut out = [[0.0f32; ROWS8]; 4];
+    for (o, acc) in out.iter_mut().zip(sumf) {
+        // SAFETY: eight floats.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+    out
 }
 
 /// [`dot_rows8`] of the same eight weight rows against four activation rows (prefill): each
@@ -578,32 +649,25 @@ pub(super) unsafe fn dot_rows8x4(
                 }
             }
             (
-                GgmlType::Q4_0,
+                GgmlType::Q4_0 | GgmlType::Q5_0,
                 [
                     ActRow::Q8_0(b0),
                     ActRow::Q8_0(b1),
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => sumf = offset_rows8x4::<false>(&w, [b0, b1, b2, b3]),
-            (
-                GgmlType::Q5_0,
-                [
-                    ActRow::Q8_0(b0),
-                    ActRow::Q8_0(b1),
-                    ActRow::Q8_0(b2),
-                    ActRow::Q8_0(b3),
-                ],
-            ) => sumf = offset_rows8x4::<true>(&w, [b0, b1, b2, b3]),
+            ) => {
+                // Unpacked a run of blocks at a time; the lanes add the blocks in order.
+                let mut un = Unpacked8::new();
+                for i0 in (0..b0.len()).step_by(UNPACKED_BLOCKS) {
+                    un.unpack(ty, &w, i0, b0.len() - i0);
+                    un.accumulate([b0, b1, b2, b3], &mut sumf);
+                }
+            }
             _ => return None,
         }
     }
-    let mut out = [[0.0f32; ROWS8]; 4];
-    for (o, acc) in out.iter_mut().zip(sumf) {
-        // SAFETY: eight floats.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
-    }
-    Some(out)
+    Some(rows8x4(sumf))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

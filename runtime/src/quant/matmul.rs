@@ -301,7 +301,8 @@ struct Span<'a, 'w> {
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
-/// once for the four), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
+/// once for the four; Q4_0 and Q5_0 rows of up to [`avx2::UNPACKED_BLOCKS`] blocks unpacked
+/// once per group of eight for every quad, [`avx2::Unpacked8`]), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
 /// tier's one-row kernel per weight row); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
 ///
@@ -319,6 +320,11 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         return r0;
     }
     let (mut r, rb) = (r0, w.row_bytes());
+    let nb = w.cols / QK;
+    // Q4_0 and Q5_0 prefill: each group of eight rows unpacked once for all the quads.
+    let mut unpacked =
+        (a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && nb <= avx2::UNPACKED_BLOCKS)
+            .then(avx2::Unpacked8::new);
     while r + ROWS8 <= r1 {
         let rows = std::array::from_fn(|k| w.row(r + k));
         // The eight rows are read a block of each at a time, eight short strided streams the
@@ -326,12 +332,33 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
         super::prefetch(&w.data[next]);
         let mut a = a0;
+        if let Some(un) = unpacked.as_mut() {
+            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb`
+            // blocks of its type (checked by the caller).
+            unsafe { un.unpack(w.ty, &rows, 0, nb) };
+        }
         while a + 4 <= a1 {
             let acts = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)];
-            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
-            // activation rows' blocks (checked by the caller).
-            let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts) }) else {
-                break;
+            let v = match (unpacked.as_ref(), acts) {
+                // The eight rows unpacked once above for every quad.
+                (
+                    Some(un),
+                    [
+                        ActRow::Q8_0(b0),
+                        ActRow::Q8_0(b1),
+                        ActRow::Q8_0(b2),
+                        ActRow::Q8_0(b3),
+                    ],
+                ) => {
+                    // SAFETY: the AVX2 tier was resolved against this CPU.
+                    unsafe { un.dot4([b0, b1, b2, b3]) }
+                }
+                // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
+                // activation rows' blocks (checked by the caller).
+                _ => match unsafe { avx2::dot_rows8x4(w.ty, rows, acts) } {
+                    Some(v) => v,
+                    None => break,
+                },
             };
             for (k, vk) in v.into_iter().enumerate() {
                 for (j, vj) in vk.into_iter().enumerate() {

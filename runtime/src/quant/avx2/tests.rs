@@ -168,11 +168,18 @@ fn dot_rows8_is_dot_row_by_row() {
 
 /// Each (weight row, activation row) result of the eight-by-four prefill product is the
 /// scalar reference's bits, for four different activation rows and the three formats it
-/// covers; other formats are left to the caller.
+/// covers, with rows shorter and longer than one run of unpacked blocks; other formats are
+/// left to the caller.
 #[test]
 fn dot_rows8x4_is_the_scalar_reference_per_pair() {
     assert_avx2();
-    let nb = 7;
+    for nb in [7, UNPACKED_BLOCKS + 5] {
+        rows8x4_against_scalar(nb);
+    }
+}
+
+/// The pairs of [`dot_rows8x4`] against the scalar reference for rows of `nb` blocks.
+fn rows8x4_against_scalar(nb: usize) {
     let acts: Vec<(Vec<BlockQ8_0>, Vec<BlockQ8_1>)> = (0..4)
         .map(|k| activations(nb, 200 + k, 20.0 + 10.0 * k as f32))
         .collect();
@@ -205,7 +212,7 @@ fn dot_rows8x4_is_the_scalar_reference_per_pair() {
                 assert_eq!(
                     g.to_bits(),
                     want.to_bits(),
-                    "{ty} weight row {r}, activation row {k}: {g} against {want}"
+                    "{ty} ({nb} blocks) weight row {r}, activation row {k}: {g} against {want}"
                 );
             }
         }
