@@ -490,9 +490,54 @@ fn splat_f16(h: f16) -> __m256 {
 /// Most blocks [`Unpacked8`] holds (2048 columns: 16 KiB of quants, in L1).
 pub(super) const UNPACKED_BLOCKS: usize = 64;
 
+/// The 8×8 transpose of 32-bit lanes: lane `r` of output `j` is lane `j` of input `r`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn transpose8x8_epi32(r: [__m256i; 8]) -> [__m256i; 8] {
+    // Pairs of rows interleaved, then quads, then the 128-bit halves exchanged.
+    let t: [__m256i; 8] = std::array::from_fn(|k| {
+        let (x, y) = (r[(k / 2) * 2], r[(k / 2) * 2 + 1]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi32(x, y)
+        } else {
+            _mm256_unpackhi_epi32(x, y)
+        }
+    });
+    // t[0] = lo(r0, r1), t[1] = hi(r0, r1), t[2] = lo(r2, r3), t[3] = hi(r2, r3), …
+    let q = |a: __m256i, b: __m256i, hi: bool| {
+        if hi {
+            _mm256_unpackhi_epi64(a, b)
+        } else {
+            _mm256_unpacklo_epi64(a, b)
+        }
+    };
+    // Lanes 0..4 of rows 0..4 (per 128-bit half: columns j and j + 4).
+    let s = [
+        q(t[0], t[2], false),
+        q(t[0], t[2], true),
+        q(t[1], t[3], false),
+        q(t[1], t[3], true),
+        q(t[4], t[6], false),
+        q(t[4], t[6], true),
+        q(t[5], t[7], false),
+        q(t[5], t[7], true),
+    ];
+    [
+        _mm256_permute2x128_si256::<0x20>(s[0], s[4]),
+        _mm256_permute2x128_si256::<0x20>(s[1], s[5]),
+        _mm256_permute2x128_si256::<0x20>(s[2], s[6]),
+        _mm256_permute2x128_si256::<0x20>(s[3], s[7]),
+        _mm256_permute2x128_si256::<0x31>(s[0], s[4]),
+        _mm256_permute2x128_si256::<0x31>(s[1], s[5]),
+        _mm256_permute2x128_si256::<0x31>(s[2], s[6]),
+        _mm256_permute2x128_si256::<0x31>(s[3], s[7]),
+    ]
+}
+
 /// Blocks of eight Q4_0 or Q5_0 weight rows unpacked once for every activation quad of a
-/// prefill: block `i0 + i`'s unsigned quants of row `r` in `u[i][r]` (0..16 or 0..32) and its
-/// eight scales widened in `dw[i]`.
+/// prefill: block `i0 + i`'s unsigned quants (0..16 or 0..32) in `u[i]`, transposed by
+/// groups of four (lane `r` of `u[i][j]` holds quants 4j..4j + 4 of row `r`), and its eight
+/// scales widened in `dw[i]`.
 pub(super) struct Unpacked8 {
     u: [[__m256i; ROWS8]; UNPACKED_BLOCKS],
     dw: [__m256; UNPACKED_BLOCKS],
@@ -523,17 +568,18 @@ impl Unpacked8 {
         let bytes = if five { 22 } else { 18 };
         let nb = nb.min(UNPACKED_BLOCKS);
         for i in 0..nb {
-            for (r, u) in self.u[i].iter_mut().enumerate() {
+            let rows: [__m256i; ROWS8] = std::array::from_fn(|r| {
                 // SAFETY: block i0 + i of every row (caller contract).
-                *u = unsafe {
+                unsafe {
                     let p = w[r].as_ptr().add((i0 + i) * bytes);
                     if five {
                         q5_unsigned(p.add(2), p.add(6))
                     } else {
                         nibbles(p.add(2))
                     }
-                };
-            }
+                }
+            });
+            self.u[i] = transpose8x8_epi32(rows);
             // SAFETY: as above.
             self.dw[i] = unsafe { halves8(w, i0 + i, bytes, 0) };
         }
@@ -559,18 +605,34 @@ impl Unpacked8 {
                 bk.len()
             );
         }
+        let ones = _mm256_set1_epi16(1);
         for ((u, &dw), i) in self.u.iter().zip(&self.dw).zip(blocks) {
             for (acc, bk) in sumf.iter_mut().zip(&b) {
                 let y = &bk[i];
-                // SAFETY: a Q8_0 block holds 32 quants.
+                let yp = y.qs.as_ptr() as *const i32;
+                // Column j: the eight rows' quants 4j..4j + 4 against the activation's, four
+                // i8 products per row in two i16 lanes.
+                let m: [__m256i; 8] = std::array::from_fn(|j| {
+                    // SAFETY: a Q8_0 block holds 32 quants (eight 4-byte groups).
+                    let q = unsafe { std::ptr::read_unaligned(yp.add(j)) };
+                    _mm256_maddubs_epi16(u[j], _mm256_set1_epi32(q))
+                });
+                // Four columns' i16 lanes added exactly (each lane at most 2 · 31 · 127, so
+                // four at most 31 496), then widened: lane r is row r's block sum.
+                let lo =
+                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+                let hi =
+                    _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+                let sum =
+                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+                // SAFETY: as above.
                 let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
-                let s = std::array::from_fn(|r| _mm256_maddubs_epi16(u[r], qy));
                 // off·Σq in every lane: the per-half sums, then the two halves added.
                 let c = dot_us(off, qy);
                 let c = _mm256_hadd_epi32(c, c);
                 let c = _mm256_hadd_epi32(c, c);
                 let c = _mm256_add_epi32(c, _mm256_permute2x128_si256::<0x01>(c, c));
-                let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(hsum8_pairs_i16(&s), c));
+                let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c));
                 let dd = _mm256_mul_ps(dw, splat_f16(y.d));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
             }
