@@ -654,6 +654,56 @@ impl Unpacked8 {
     }
 }
 
+/// The Q4_1 part of [`dot_rows8x4`]: per block, the eight rows' nibbles unpacked and their
+/// scales and mins widened once for the four activation rows; lane `r` of `sumf[k]` takes
+/// `(d_w · d_a) · sumi + m_w · s_a` in block order, as the scalar reference does.
+///
+/// # Safety
+/// As [`dot_rows8x4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_1_rows8x4(w: &[&[u8]; ROWS8], b: [&[BlockQ8_1]; 4]) -> [__m256; 4] {
+    let mut sumf = [_mm256_setzero_ps(); 4];
+    for i in 0..b[0].len() {
+        // SAFETY: block i of every row (caller contract).
+        let qx: [__m256i; ROWS8] =
+            std::array::from_fn(|r| unsafe { nibbles(w[r].as_ptr().add(i * 20 + 4)) });
+        // SAFETY: as above.
+        let (dw, mw) = unsafe { (halves8(w, i, 20, 0), halves8(w, i, 20, 2)) };
+        for (acc, bk) in sumf.iter_mut().zip(&b) {
+            let y = &bk[i];
+            // SAFETY: a Q8_1 block holds 32 quants.
+            let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
+            let s = std::array::from_fn(|r| _mm256_maddubs_epi16(qx[r], qy));
+            let sumi = _mm256_cvtepi32_ps(hsum8_pairs_i16(&s));
+            let dd = _mm256_mul_ps(dw, splat_f16(y.d));
+            let m = _mm256_mul_ps(mw, splat_f16(y.s));
+            *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
+        }
+    }
+    sumf
+}
+
+/// The Q4_0 and Q5_0 part of [`dot_rows8x4`]: the rows unpacked a run of blocks at a time
+/// ([`Unpacked8`]; the lanes add the blocks in order). Not inlined, so that the other arms'
+/// callers do not carry its 18 KiB frame.
+///
+/// # Safety
+/// As [`dot_rows8x4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)]
+unsafe fn offset_rows8x4(ty: GgmlType, w: &[&[u8]; ROWS8], b: [&[BlockQ8_0]; 4]) -> [__m256; 4] {
+    let mut sumf = [_mm256_setzero_ps(); 4];
+    let mut un = Unpacked8::new();
+    let nb = b[0].len();
+    for i0 in (0..nb).step_by(UNPACKED_BLOCKS) {
+        // SAFETY: every row holds nb blocks (caller contract).
+        unsafe { un.unpack(ty, w, i0, nb - i0) };
+        un.accumulate(b, &mut sumf);
+    }
+    sumf
+}
+
 /// Four accumulators as the rows of the result of [`dot_rows8x4`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -681,9 +731,8 @@ pub(super) unsafe fn dot_rows8x4(
     w: [&[u8]; ROWS8],
     a: [ActRow<'_>; 4],
 ) -> Option<[[f32; ROWS8]; 4]> {
-    let mut sumf = [_mm256_setzero_ps(); 4];
     // SAFETY: the caller guarantees the rows' blocks.
-    unsafe {
+    let sumf = unsafe {
         match (ty, a) {
             (
                 GgmlType::Q4_1,
@@ -693,23 +742,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_1(b2),
                     ActRow::Q8_1(b3),
                 ],
-            ) => {
-                let b = [b0, b1, b2, b3];
-                for i in 0..b0.len() {
-                    let qx: [__m256i; ROWS8] =
-                        std::array::from_fn(|r| nibbles(w[r].as_ptr().add(i * 20 + 4)));
-                    let (dw, mw) = (halves8(&w, i, 20, 0), halves8(&w, i, 20, 2));
-                    for (acc, bk) in sumf.iter_mut().zip(&b) {
-                        let y = &bk[i];
-                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                        let s = std::array::from_fn(|r| _mm256_maddubs_epi16(qx[r], qy));
-                        let sumi = _mm256_cvtepi32_ps(hsum8_pairs_i16(&s));
-                        let dd = _mm256_mul_ps(dw, splat_f16(y.d));
-                        let m = _mm256_mul_ps(mw, splat_f16(y.s));
-                        *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
-                    }
-                }
-            }
+            ) => q4_1_rows8x4(&w, [b0, b1, b2, b3]),
             (
                 GgmlType::Q4_0 | GgmlType::Q5_0,
                 [
@@ -718,17 +751,10 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => {
-                // Unpacked a run of blocks at a time; the lanes add the blocks in order.
-                let mut un = Unpacked8::new();
-                for i0 in (0..b0.len()).step_by(UNPACKED_BLOCKS) {
-                    un.unpack(ty, &w, i0, b0.len() - i0);
-                    un.accumulate([b0, b1, b2, b3], &mut sumf);
-                }
-            }
+            ) => offset_rows8x4(ty, &w, [b0, b1, b2, b3]),
             _ => return None,
         }
-    }
+    };
     Some(rows8x4(sumf))
 }
 
@@ -750,4 +776,4 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(in crate::quant) mod tests;

@@ -161,6 +161,7 @@ unsafe fn row<const FIVE: bool>(wp: *const u8, a: &[BlockQ8_0], t: &ActTables) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::avx2::tests::assert_avx2;
     use crate::quant::blocks::QK;
     use crate::quant::{Isa, quantize_row_q8_0, scalar};
     use half::f16;
@@ -179,15 +180,6 @@ mod tests {
             w[b * bb..b * bb + 2].copy_from_slice(&d.to_le_bytes());
         }
         w
-    }
-
-    fn assert_avx2() {
-        assert!(
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c"),
-            "the x86-64 machines this runs on have AVX2, FMA and F16C"
-        );
     }
 
     /// Each row of `w` against `a` through [`rows`] (rows `1..n`), against the scalar

@@ -652,12 +652,7 @@ mod tests {
     /// all zeros.
     #[test]
     fn quantize_q8k_is_the_scalar_quantizer_bit_for_bit() {
-        assert!(
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c"),
-            "the x86-64 machines this runs on have AVX2, FMA and F16C"
-        );
+        crate::quant::avx2::tests::assert_avx2();
         let mut x = vec![0.0f32; 4 * 256];
         for (i, v) in x[..256].iter_mut().enumerate() {
             *v = ((i % 250) as f32 - 125.0) + 0.5;

@@ -319,12 +319,11 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     if tier != Tier::Avx2 || !(four_bit || five_bit) {
         return r0;
     }
+    if a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
+        // SAFETY: forwarded contract.
+        return unsafe { avx2_unpacked8(span, r0) };
+    }
     let (mut r, rb) = (r0, w.row_bytes());
-    let nb = w.cols / QK;
-    // Q4_0 and Q5_0 prefill: each group of eight rows unpacked once for all the quads.
-    let mut unpacked =
-        (a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && nb <= avx2::UNPACKED_BLOCKS)
-            .then(avx2::Unpacked8::new);
     while r + ROWS8 <= r1 {
         let rows = std::array::from_fn(|k| w.row(r + k));
         // The eight rows are read a block of each at a time, eight short strided streams the
@@ -332,33 +331,12 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
         super::prefetch(&w.data[next]);
         let mut a = a0;
-        if let Some(un) = unpacked.as_mut() {
-            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb`
-            // blocks of its type (checked by the caller).
-            unsafe { un.unpack(w.ty, &rows, 0, nb) };
-        }
         while a + 4 <= a1 {
             let acts = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)];
-            let v = match (unpacked.as_ref(), acts) {
-                // The eight rows unpacked once above for every quad.
-                (
-                    Some(un),
-                    [
-                        ActRow::Q8_0(b0),
-                        ActRow::Q8_0(b1),
-                        ActRow::Q8_0(b2),
-                        ActRow::Q8_0(b3),
-                    ],
-                ) => {
-                    // SAFETY: the AVX2 tier was resolved against this CPU.
-                    unsafe { un.dot4([b0, b1, b2, b3]) }
-                }
-                // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
-                // activation rows' blocks (checked by the caller).
-                _ => match unsafe { avx2::dot_rows8x4(w.ty, rows, acts) } {
-                    Some(v) => v,
-                    None => break,
-                },
+            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
+            // activation rows' blocks (checked by the caller).
+            let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts) }) else {
+                break;
             };
             for (k, vk) in v.into_iter().enumerate() {
                 for (j, vj) in vk.into_iter().enumerate() {
@@ -371,6 +349,67 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         for a in a..a1 {
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation row's blocks (checked by the caller).
+            let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
+            for (k, vk) in v.into_iter().enumerate() {
+                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                unsafe { out.put(a, r + k, vk) };
+            }
+        }
+        r += ROWS8;
+    }
+    r
+}
+
+/// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
+/// [`avx2::UNPACKED_BLOCKS`] blocks): each group of eight weight rows unpacked once
+/// ([`avx2::Unpacked8`]) for every quad of activation rows, the last activation rows (fewer
+/// than four) one at a time with [`avx2::dot_rows8`]. Not inlined: its 18 KiB of unpacked
+/// blocks stay off the frames of the other paths. Returns the first weight row left to the
+/// caller.
+///
+/// # Safety
+/// As [`avx2_rows8`], whose checks have passed (the tier is AVX2, the type Q4_0 or Q5_0).
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
+    use avx2::ROWS8;
+    let (w, x, out) = (span.w, span.x, span.out);
+    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
+    let (mut r, rb, nb) = (r0, w.row_bytes(), w.cols / QK);
+    let mut un = avx2::Unpacked8::new();
+    while r + ROWS8 <= r1 {
+        let rows = std::array::from_fn(|k| w.row(r + k));
+        // As in `avx2_rows8`: the next group's bytes asked for now.
+        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
+        super::prefetch(&w.data[next]);
+        // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb` blocks of
+        // its type (checked by the caller).
+        unsafe { un.unpack(w.ty, &rows, 0, nb) };
+        let mut a = a0;
+        while a + 4 <= a1 {
+            let [
+                ActRow::Q8_0(b0),
+                ActRow::Q8_0(b1),
+                ActRow::Q8_0(b2),
+                ActRow::Q8_0(b3),
+            ] = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)]
+            else {
+                // The layout was checked against the type; anything else is left to the
+                // caller's kernels.
+                return r;
+            };
+            // SAFETY: the AVX2 tier was resolved against this CPU.
+            let v = unsafe { un.dot4([b0, b1, b2, b3]) };
+            for (k, vk) in v.into_iter().enumerate() {
+                for (j, vj) in vk.into_iter().enumerate() {
+                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                    unsafe { out.put(a + k, r + j, vj) };
+                }
+            }
+            a += 4;
+        }
+        for a in a..a1 {
+            // SAFETY: as above; every row holds the activation row's blocks.
             let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
             for (k, vk) in v.into_iter().enumerate() {
                 // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.

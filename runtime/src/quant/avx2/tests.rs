@@ -28,7 +28,8 @@ fn rows(ty: GgmlType, nb: usize, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn assert_avx2() {
+/// Fails unless the CPU has what the AVX2 tier needs (every x86-64 machine the tests run on).
+pub(in crate::quant) fn assert_avx2() {
     assert!(
         is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
