@@ -21,7 +21,7 @@ use crate::GgmlType;
 pub(super) const MAX_BLOCKS: usize = 512;
 
 /// Whether [`rows`] has a kernel for `ty` weights.
-pub(super) fn covers(ty: GgmlType) -> bool {
+fn covers(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q5_0 | GgmlType::Q8_0)
 }
 

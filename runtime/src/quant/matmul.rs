@@ -338,26 +338,47 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
             let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts) }) else {
                 break;
             };
-            for (k, vk) in v.into_iter().enumerate() {
-                for (j, vj) in vk.into_iter().enumerate() {
-                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                    unsafe { out.put(a + k, r + j, vj) };
-                }
-            }
+            // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+            unsafe { put_rows8x4(out, a, r, v) };
             a += 4;
         }
-        for a in a..a1 {
-            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
-            // activation row's blocks (checked by the caller).
-            let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
-            for (k, vk) in v.into_iter().enumerate() {
-                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                unsafe { out.put(a, r + k, vk) };
-            }
-        }
+        // SAFETY: as above.
+        unsafe { rows8_one_by_one(span, rows, r, a) };
         r += ROWS8;
     }
     r
+}
+
+/// Writes an eight-by-four result (`v[k][j]`: activation row `a + k`, weight row `r + j`).
+///
+/// # Safety
+/// The elements lie inside `out` and are this caller's alone.
+#[cfg(target_arch = "x86_64")]
+unsafe fn put_rows8x4(out: OutRows, a: usize, r: usize, v: [[f32; avx2::ROWS8]; 4]) {
+    for (k, vk) in v.into_iter().enumerate() {
+        for (j, vj) in vk.into_iter().enumerate() {
+            // SAFETY: caller contract.
+            unsafe { out.put(a + k, r + j, vj) };
+        }
+    }
+}
+
+/// Activation rows `a..a1` against the eight weight rows `rows` (from weight row `r`) one at a
+/// time ([`avx2::dot_rows8`]): the rows a quad does not fill.
+///
+/// # Safety
+/// As [`avx2_rows8`]; every row holds the activation rows' blocks.
+#[cfg(target_arch = "x86_64")]
+unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: usize, a: usize) {
+    for a in a..span.a1 {
+        // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the activation
+        // row's blocks (caller contract).
+        let v = unsafe { avx2::dot_rows8(span.w.ty, rows, span.x.row(a)) };
+        for (k, vk) in v.into_iter().enumerate() {
+            // SAFETY: in bounds (checked by `matmul_span`); exclusivity is its caller's.
+            unsafe { span.out.put(a, r + k, vk) };
+        }
+    }
 }
 
 /// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
@@ -400,22 +421,12 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
             };
             // SAFETY: the AVX2 tier was resolved against this CPU.
             let v = unsafe { un.dot4([b0, b1, b2, b3]) };
-            for (k, vk) in v.into_iter().enumerate() {
-                for (j, vj) in vk.into_iter().enumerate() {
-                    // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                    unsafe { out.put(a + k, r + j, vj) };
-                }
-            }
+            // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+            unsafe { put_rows8x4(out, a, r, v) };
             a += 4;
         }
-        for a in a..a1 {
-            // SAFETY: as above; every row holds the activation row's blocks.
-            let v = unsafe { avx2::dot_rows8(w.ty, rows, x.row(a)) };
-            for (k, vk) in v.into_iter().enumerate() {
-                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                unsafe { out.put(a, r + k, vk) };
-            }
-        }
+        // SAFETY: as above.
+        unsafe { rows8_one_by_one(span, rows, r, a) };
         r += ROWS8;
     }
     r
@@ -433,13 +444,7 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
 unsafe fn avx2_decode(span: &Span<'_, '_>, r0: usize) -> usize {
     let (w, x, out) = (span.w, span.x, span.out);
     let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    let nb = w.cols / QK;
-    if span.tier != Tier::Avx2
-        || !avx2_dec::covers(w.ty)
-        || a1 - a0 >= 4
-        || nb > avx2_dec::MAX_BLOCKS
-        || r0 == r1
-    {
+    if span.tier != Tier::Avx2 || a1 - a0 >= 4 || r0 == r1 {
         return r0;
     }
     for a in a0..a1 {
@@ -451,11 +456,14 @@ unsafe fn avx2_decode(span: &Span<'_, '_>, r0: usize) -> usize {
             unsafe { out.put(a, r, v) }
         };
         // SAFETY: the AVX2 tier was resolved against this CPU; `w.data` holds the matrix's
-        // rows of `row_bytes` bytes, each `nb` blocks of the activation row's length
-        // (checked by the caller).
+        // rows of `row_bytes` bytes, each as many blocks as the activation row (checked by
+        // the caller).
         let done = unsafe { avx2_dec::rows(w.ty, w.data, w.row_bytes(), r0, r1, y, put) };
-        // Type and length were checked above, so every activation row is taken or none.
-        debug_assert!(done, "avx2_dec declined a checked {} matrix", w.ty);
+        // The kernel declines by type and row length alone, the same for every activation
+        // row: the first decides for all.
+        if !done {
+            return r0;
+        }
     }
     r1
 }
