@@ -138,6 +138,19 @@ fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -
     y
 }
 
+/// [`matmul`] as one worker's single span of every weight row (no pool): the pool's chunks
+/// of small matrices are shorter than the AVX2 tier's groups of eight weight rows, which a
+/// whole span reaches.
+fn matmul_one_span(isa: Isa, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
+    let mut acts = QuantizedActs::new(n, w.cols);
+    acts.quantize_for(isa, w.ty, x, n, w.cols);
+    let mut y = vec![f32::NAN; n * w.rows];
+    let out = quant::OutRows::new(&mut y, n, w.rows, w.rows, false);
+    // SAFETY: one caller writes `y`, which outlives the call.
+    unsafe { quant::matmul_rows(isa, w, &acts, n, 0, w.rows, out) };
+    y
+}
+
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -197,6 +210,9 @@ proptest! {
                     );
                 }
             }
+            // One span of every weight row (the eight-row groups) gives the same bits.
+            let whole = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            prop_assert_eq!(bits(&whole), bits(&y), "{} ({} rows) in one span", isa, rows);
             // One row at a time gives the same bits as the batch (tile shape invariance).
             for a in 0..n {
                 let one = with_flavor(vnni_off, || matmul(isa, 1, &w, &x[a * cols..(a + 1) * cols], 1));
@@ -229,6 +245,50 @@ proptest! {
                 },
             };
             prop_assert_eq!(&got, &want, "{}", isa);
+        }
+    }
+
+    /// The per-block entries a Q8_0 row stores after its blocks (read by the AVX2 prefill of
+    /// Q4_0 and Q5_0 weights) are each block's widened scale and quant sum, also when the row
+    /// is written a column range at a time, as the pooled quantizer of the forward pass does.
+    #[test]
+    fn q8_0_entries_are_the_blocks_scales_and_sums(
+        nb in 1usize..=20,
+        split in 0usize..=20,
+        exp in -6i32..=3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let cols = nb * 32;
+        let mut rng = Rng(seed);
+        let x = random_acts(2, cols, exp, &mut rng);
+        let c = split.min(nb) * 32;
+        for (isa, _) in tiers() {
+            let mut acts = QuantizedActs::new(2, cols);
+            let w = acts.prepare(isa, GgmlType::Q5_0, 2, cols);
+            for r in 0..2 {
+                let xr = &x[r * cols..(r + 1) * cols];
+                // SAFETY: one thread; the two ranges of a row are disjoint.
+                unsafe {
+                    if c > 0 {
+                        w.write_cols(r, 0, &xr[..c], None);
+                    }
+                    if c < cols {
+                        w.write_cols(r, c, &xr[c..], None);
+                    }
+                }
+            }
+            for r in 0..2 {
+                let ActRow::Q8_0(blocks) = acts.row(r) else {
+                    panic!("{isa}: Q5_0 weights take Q8_0 activation rows");
+                };
+                let aux = acts.q8_0_aux(r);
+                prop_assert_eq!(aux.len(), nb);
+                for (i, (e, b)) in aux.iter().zip(blocks).enumerate() {
+                    let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+                    prop_assert_eq!(e.sum, sum, "{} row {} block {}", isa, r, i);
+                    prop_assert_eq!(e.d.to_bits(), b.d.to_f32().to_bits(), "{} row {} block {}", isa, r, i);
+                }
+            }
         }
     }
 

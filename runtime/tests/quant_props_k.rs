@@ -141,6 +141,19 @@ fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -
     y
 }
 
+/// [`matmul`] as one worker's single span of every weight row (no pool): the pool's chunks
+/// of small matrices are shorter than the AVX2 tier's groups of eight weight rows, which a
+/// whole span reaches.
+fn matmul_one_span(isa: Isa, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
+    let mut acts = QuantizedActs::new(n, w.cols);
+    acts.quantize_for(isa, w.ty, x, n, w.cols);
+    let mut y = vec![f32::NAN; n * w.rows];
+    let out = quant::OutRows::new(&mut y, n, w.rows, w.rows, false);
+    // SAFETY: one caller writes `y`, which outlives the call.
+    unsafe { quant::matmul_rows(isa, w, &acts, n, 0, w.rows, out) };
+    y
+}
+
 /// Q5_0 rows too wide for the AVX-512 tile's table of activation sums (more than 32 groups of
 /// 128 values with 16 activation rows) take the in-tile sums: the same values as the scalar
 /// reference within the lane-sum bound, and each activation row alone gives the same bits.
@@ -282,7 +295,8 @@ proptest! {
     fn matmul_tiers_match_scalar(
         ti in 0usize..TYPES.len(),
         nb_i in 1usize..=20,
-        rows in 1usize..=9,
+        // Up to 19 weight rows: the AVX2 tier's groups of eight (in one span, below).
+        rows in 1usize..=19,
         // Up to 37 activation rows: the AVX-512 Q5_0 one-by-16 tiles, then every smaller one.
         n in 1usize..=37,
         exp in -6i32..=3,
@@ -323,6 +337,10 @@ proptest! {
                     }
                 }
             }
+            // One span of every weight row (the eight-row groups) gives the same bits.
+            let whole = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&whole), bits(&y), "{} {} ({} rows) in one span", isa, ty, rows);
             for a in 0..n {
                 let one = with_flavor(vnni_off, || matmul(isa, 1, &w, &x[a * cols..(a + 1) * cols], 1));
                 prop_assert_eq!(&one[..], &y[a * rows..(a + 1) * rows], "{} row {} alone", isa, a);

@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::ActRow;
+use super::Q8Aux;
 use super::blocks::{BlockQ8_0, BlockQ8_1, QK};
 use crate::GgmlType;
 
@@ -587,29 +588,37 @@ impl Unpacked8 {
     }
 
     /// Adds the unpacked blocks' products with four Q8_0 activation rows `b` (which hold
-    /// those blocks) to `sumf`, lane `r` of `sumf[k]` for weight row `r` and activation row
-    /// `k`: each block's integer sum is `Σ u·q − off·Σ q` (`off` 8 or 16), the correction
-    /// shared by the eight weight rows, so the weights need no sign registers; the lane then
-    /// takes `sumi · (d_w · d_a)` as the scalar reference does, in block order.
+    /// those blocks; `aux[k][j]` the [`Q8Aux`] entry of row `k`'s block `i0 + j`, the first
+    /// unpacked block being `i0`) to `sumf`, lane `r` of `sumf[k]` for
+    /// weight row `r` and activation row `k`: each block's integer sum is `Σ u·q − off·Σ q`
+    /// (`off` 8 or 16), the correction taken from the activation's stored quant sum, so the
+    /// weights need no sign registers; the lane then takes `sumi · (d_w · d_a)` as the
+    /// scalar reference does, in block order.
     ///
     /// # Panics
-    /// If an activation row is shorter than the unpacked blocks.
+    /// If an activation row (or its entries) is shorter than the unpacked blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn accumulate(&self, b: [&[BlockQ8_0]; 4], sumf: &mut [__m256; 4]) {
-        let off = _mm256_set1_epi8(if self.five { 16 } else { 8 });
+    pub(super) fn accumulate(
+        &self,
+        b: [&[BlockQ8_0]; 4],
+        aux: [&[Q8Aux]; 4],
+        sumf: &mut [__m256; 4],
+    ) {
+        let shift = if self.five { 4 } else { 3 };
         let blocks = self.i0..self.i0 + self.nb;
-        for bk in &b {
+        for (bk, ak) in b.iter().zip(&aux) {
             assert!(
-                bk.len() >= blocks.end,
-                "activation row of {} blocks",
-                bk.len()
+                bk.len() >= blocks.end && ak.len() >= self.nb,
+                "activation row of {} blocks, {} entries",
+                bk.len(),
+                ak.len()
             );
         }
         let ones = _mm256_set1_epi16(1);
-        for ((u, &dw), i) in self.u.iter().zip(&self.dw).zip(blocks) {
-            for (acc, bk) in sumf.iter_mut().zip(&b) {
-                let y = &bk[i];
-                let yp = y.qs.as_ptr() as *const i32;
+        for (e, ((u, &dw), i)) in self.u.iter().zip(&self.dw).zip(blocks).enumerate() {
+            for ((acc, bk), ak) in sumf.iter_mut().zip(&b).zip(&aux) {
+                let yp = bk[i].qs.as_ptr() as *const i32;
+                let ya = ak[e];
                 // Column j: the eight rows' quants 4j..4j + 4 against the activation's, four
                 // i8 products per row in two i16 lanes.
                 let m: [__m256i; 8] = std::array::from_fn(|j| {
@@ -625,15 +634,10 @@ impl Unpacked8 {
                     _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
                 let sum =
                     _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
-                // SAFETY: as above.
-                let qy = unsafe { _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i) };
-                // off·Σq in every lane: the per-half sums, then the two halves added.
-                let c = dot_us(off, qy);
-                let c = _mm256_hadd_epi32(c, c);
-                let c = _mm256_hadd_epi32(c, c);
-                let c = _mm256_add_epi32(c, _mm256_permute2x128_si256::<0x01>(c, c));
+                // off · Σq (at most 16 · 32 · 127: no overflow).
+                let c = _mm256_set1_epi32(ya.sum << shift);
                 let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c));
-                let dd = _mm256_mul_ps(dw, splat_f16(y.d));
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(ya.d));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
             }
         }
@@ -641,15 +645,15 @@ impl Unpacked8 {
 }
 
 impl Unpacked8 {
-    /// [`dot_rows8x4`] of the unpacked rows (every block of them unpacked) against four Q8_0
-    /// activation rows `b`.
+    /// [`dot_rows8x4`] of the unpacked rows (every block of them unpacked, from block 0)
+    /// against four Q8_0 activation rows `b` with their [`Q8Aux`] entries `aux`.
     ///
     /// # Panics
     /// As [`Self::accumulate`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot4(&self, b: [&[BlockQ8_0]; 4]) -> [[f32; ROWS8]; 4] {
+    pub(super) fn dot4(&self, b: [&[BlockQ8_0]; 4], aux: [&[Q8Aux]; 4]) -> [[f32; ROWS8]; 4] {
         let mut sumf = [_mm256_setzero_ps(); 4];
-        self.accumulate(b, &mut sumf);
+        self.accumulate(b, aux, &mut sumf);
         rows8x4(sumf)
     }
 }
@@ -696,10 +700,20 @@ unsafe fn offset_rows8x4(ty: GgmlType, w: &[&[u8]; ROWS8], b: [&[BlockQ8_0]; 4])
     let mut sumf = [_mm256_setzero_ps(); 4];
     let mut un = Unpacked8::new();
     let nb = b[0].len();
+    // The activations' entries, made here for want of stored ones (`QuantizedActs` stores
+    // them: the matrix product reads those through `Unpacked8::dot4`).
+    let mut aux = [[Q8Aux { d: 0.0, sum: 0 }; UNPACKED_BLOCKS]; 4];
     for i0 in (0..nb).step_by(UNPACKED_BLOCKS) {
+        let n = (nb - i0).min(UNPACKED_BLOCKS);
+        for (ak, bk) in aux.iter_mut().zip(&b) {
+            for (e, blk) in ak.iter_mut().zip(&bk[i0..i0 + n]) {
+                *e = Q8Aux::of(blk);
+            }
+        }
         // SAFETY: every row holds nb blocks (caller contract).
-        unsafe { un.unpack(ty, w, i0, nb - i0) };
-        un.accumulate(b, &mut sumf);
+        unsafe { un.unpack(ty, w, i0, n) };
+        let [a0, a1, a2, a3] = &aux;
+        un.accumulate(b, [&a0[..n], &a1[..n], &a2[..n], &a3[..n]], &mut sumf);
     }
     sumf
 }

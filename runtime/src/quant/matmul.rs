@@ -419,8 +419,9 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
                 // caller's kernels.
                 return r;
             };
+            let aux = std::array::from_fn(|k| x.q8_0_aux(a + k));
             // SAFETY: the AVX2 tier was resolved against this CPU.
-            let v = unsafe { un.dot4([b0, b1, b2, b3]) };
+            let v = unsafe { un.dot4([b0, b1, b2, b3], aux) };
             // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
             unsafe { put_rows8x4(out, a, r, v) };
             a += 4;

@@ -359,9 +359,13 @@ impl ActLayout {
         })
     }
 
-    /// Bytes of one row of `cols` elements, rounded up to a multiple of 64.
+    /// Bytes of one row of `cols` elements, rounded up to a multiple of 64: a Q8_0 row's
+    /// blocks are followed by their [`Q8Aux`] entries.
     fn row_bytes(self, cols: usize) -> usize {
         match self {
+            ActLayout::Blocks(ActKind::Q8_0) => {
+                (q8_0_aux_offset(cols) + cols / QK * size_of::<Q8Aux>()).next_multiple_of(64)
+            }
             ActLayout::Blocks(k) => k.row_bytes(cols).next_multiple_of(64),
             ActLayout::Packed => packed::row_bytes(cols),
         }
@@ -381,6 +385,35 @@ impl ActLayout {
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
+
+/// What the quantizer knows of each Q8_0 activation block and stores after the row's blocks
+/// so that the kernels need not recompute it per weight row: the block's scale as f32 (the
+/// f16 `d` widened, exact) and the sum of its 32 quants. The kernels of unsigned weight
+/// quants (Q4_0 and Q5_0 prefill on AVX2) take their offset term `off · sum` from here.
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct Q8Aux {
+    /// The block's `d`, widened.
+    pub d: f32,
+    /// `Σ qs`.
+    pub sum: i32,
+}
+
+impl Q8Aux {
+    /// The entry of block `b`.
+    pub fn of(b: &BlockQ8_0) -> Self {
+        Q8Aux {
+            d: b.d.to_f32(),
+            sum: b.qs.iter().map(|&q| i32::from(q)).sum(),
+        }
+    }
+}
+
+/// Where a Q8_0 row of `cols` elements keeps its [`Q8Aux`] entries: after the blocks, on an
+/// 8-byte boundary.
+fn q8_0_aux_offset(cols: usize) -> usize {
+    ActKind::Q8_0.row_bytes(cols).next_multiple_of(8)
+}
 
 /// Preallocated quantized activations: up to `max_rows` rows of up to `max_cols` elements in
 /// whichever layout the next weight matrix needs on the chosen tier. Quantizing allocates
@@ -547,6 +580,22 @@ impl QuantizedActs {
         }
     }
 
+    /// The [`Q8Aux`] entries of Q8_0 row `r` of the last quantization, one per block.
+    ///
+    /// # Panics
+    /// If `r >= n_rows()` or the layout is not Q8_0 blocks.
+    pub fn q8_0_aux(&self, r: usize) -> &[Q8Aux] {
+        assert_eq!(
+            self.layout,
+            ActLayout::Blocks(ActKind::Q8_0),
+            "activation row {r}: not Q8_0 blocks"
+        );
+        let at = q8_0_aux_offset(self.cols);
+        let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<Q8Aux>()];
+        // Rows start on 64-byte boundaries and `at` is a multiple of 8: aligned.
+        bytemuck::cast_slice(b)
+    }
+
     /// Row `r` of the last quantization in the packed layout.
     ///
     /// # Panics
@@ -663,6 +712,13 @@ impl ActsWriter<'_> {
                                 let out: &mut [BlockQ8_0] =
                                     bytemuck::cast_slice_mut(&mut dst[b * 34..(b + 1) * 34]);
                                 quantize_row_q8_0(isa, src, out);
+                                let aux = Q8Aux::of(&out[0]);
+                                let at =
+                                    q8_0_aux_offset(self.cols) + (c0 / QK + b) * size_of::<Q8Aux>();
+                                // SAFETY: entry c0/32 + b of the row's aux entries lies inside
+                                // the row (`ActLayout::row_bytes`) and belongs to the blocks
+                                // this call writes (caller contract); 8-byte aligned.
+                                unsafe { (row.add(at) as *mut Q8Aux).write(aux) };
                             } else {
                                 let out: &mut [BlockQ8_1] =
                                     bytemuck::cast_slice_mut(&mut dst[b * 36..(b + 1) * 36]);
