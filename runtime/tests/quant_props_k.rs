@@ -225,6 +225,36 @@ fn q5_0_row_blocks_match_the_reference_and_single_rows() {
     }
 }
 
+/// K-quant prefill on AVX2 decodes runs of eight super-blocks of eight weight rows once for
+/// windows of 64 activation rows. Rows of three runs (the last short), two groups of eight
+/// weight rows and one left over, two windows (the second short, with two activation rows
+/// beyond its last quad), as one span: every tier gives the scalar reference's bits.
+#[test]
+fn k_quant_runs_and_windows_give_the_scalar_bits() {
+    let mut rng = Rng(0x5EED_0C8B);
+    let (rows, nb, n) = (17, 19, 70);
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let cols = nb * 256;
+        let wb = random_weights(ty, rows, nb, -2, &mut rng);
+        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+        let x = random_acts(n, cols, 0, &mut rng);
+        for (isa, vnni_off) in tiers() {
+            let y = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            for a in 0..n {
+                for r in 0..rows {
+                    let want = reference_dot(ty, w.row(r), &x[a * cols..(a + 1) * cols]);
+                    let got = y[a * rows + r];
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{isa} {ty} act {a} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `matmul_span` over blocks of activation rows (with a remainder, and a block shorter than a
 /// prefill tile) writes exactly the bits of one `matmul_rows` call over all the rows, only in
 /// its own rows, for the packed formats and the K-quants with their prefill tiles, on every

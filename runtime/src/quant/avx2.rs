@@ -494,7 +494,7 @@ pub(super) const UNPACKED_BLOCKS: usize = 64;
 /// The 8×8 transpose of 32-bit lanes: lane `r` of output `j` is lane `j` of input `r`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn transpose8x8_epi32(r: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) fn transpose8x8_epi32(r: [__m256i; 8]) -> [__m256i; 8] {
     // Pairs of rows interleaved, then quads, then the 128-bit halves exchanged.
     let t: [__m256i; 8] = std::array::from_fn(|k| {
         let (x, y) = (r[(k / 2) * 2], r[(k / 2) * 2 + 1]);

@@ -298,7 +298,7 @@ pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
 /// Q4_K, Q5_K and Q6_K readers that take the scales in registers, [`k_scales`], pass false).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8) -> KRegs {
+pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8) -> KRegs {
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
     let z = _mm256_setzero_si256();
@@ -452,7 +452,7 @@ pub(super) unsafe fn dot16(a: *const i16, b: *const i16) -> i32 {
 /// nibble from `w2`'s low (high) nibbles and their top two bits from `w0`'s (`w1`'s) top bits.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k_scales<const T: u8>(p: *const u8) -> (__m256i, __m256i) {
+pub(super) unsafe fn k_scales<const T: u8>(p: *const u8) -> (__m256i, __m256i) {
     // SAFETY: a whole block of type T at p (caller contract): Q6_K's 16 scales at 192, the
     // 12 scale bytes of Q4_K/Q5_K at 4.
     unsafe {

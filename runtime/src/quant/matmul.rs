@@ -5,7 +5,7 @@
 
 use super::{ActLayout, Isa, QuantizedActs, WeightMatrix, dot_unchecked, dot4_unchecked, resolve};
 #[cfg(target_arch = "x86_64")]
-use super::{ActRow, BlockQ8K, QK_K, avx2, avx2_dec, avx512_kgemm};
+use super::{ActRow, BlockQ8K, QK_K, avx2, avx2_dec, avx2_k, avx2_kt, avx512_kgemm};
 #[cfg(target_arch = "x86_64")]
 use super::{QK, Tier, gemm512};
 use crate::GgmlType;
@@ -257,6 +257,8 @@ pub unsafe fn matmul_span(
         // SAFETY: as above.
         let r0 = unsafe { avx2_rows8(&span, r0) };
         // SAFETY: as above.
+        let r0 = unsafe { avx2_k_rows8(&span, r0) };
+        // SAFETY: as above.
         unsafe { avx2_decode(&span, r0) }
     };
     for r in r0..r1 {
@@ -425,6 +427,95 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
             // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
             unsafe { put_rows8x4(out, a, r, v) };
             a += 4;
+        }
+        // SAFETY: as above.
+        unsafe { rows8_one_by_one(span, rows, r, a) };
+        r += ROWS8;
+    }
+    r
+}
+
+/// Activation rows per window of [`avx2_k_rows8`]: the decoded runs are reused by this many
+/// rows' quads, whose sums wait in a 2 KiB array.
+#[cfg(target_arch = "x86_64")]
+const K_WINDOW: usize = 64;
+
+/// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_K, Q5_K and
+/// Q6_K weights and four or more activation rows (prefill): for each window of
+/// [`K_WINDOW`] activation rows, each run of super-blocks of the eight rows is decoded once
+/// ([`avx2_kt::UnpackedK8`]) for all the window's quads; the last activation rows (fewer
+/// than four) one at a time. The same bits as one pair at a time. Returns the first weight
+/// row left to the caller (`r0` when nothing was done).
+///
+/// # Safety
+/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_k_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
+    use avx2_k::{K4, K5, K6};
+    if span.tier != Tier::Avx2 || span.a1 - span.a0 < 4 {
+        return r0;
+    }
+    // SAFETY: forwarded contract; the tier is AVX2 and the type decides `T`.
+    unsafe {
+        match avx2_k::k_code(span.w.ty) {
+            Some(K4) => avx2_k_rows8_t::<K4>(span, r0),
+            Some(K5) => avx2_k_rows8_t::<K5>(span, r0),
+            Some(K6) => avx2_k_rows8_t::<K6>(span, r0),
+            _ => r0,
+        }
+    }
+}
+
+/// [`avx2_k_rows8`] for K type `T`. Not inlined: its 23 KiB of decoded blocks stay off the
+/// frames of the other paths.
+///
+/// # Safety
+/// As [`avx2_k_rows8`]; the weights are of type `T`.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+unsafe fn avx2_k_rows8_t<const T: u8>(span: &Span<'_, '_>, r0: usize) -> usize {
+    use avx2::ROWS8;
+    use avx2_kt::{KRUN, UnpackedK8};
+    let (w, x, out) = (span.w, span.x, span.out);
+    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
+    let (mut r, rb, nb) = (r0, w.row_bytes(), w.cols / QK_K);
+    let mut un = UnpackedK8::<T>::new();
+    while r + ROWS8 <= r1 {
+        let rows = std::array::from_fn(|k| w.row(r + k));
+        // As in `avx2_rows8`: the next group's bytes asked for now.
+        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
+        super::prefetch(&w.data[next]);
+        let mut a = a0;
+        while a + 4 <= a1 {
+            let quads = ((a1 - a) / 4).min(K_WINDOW / 4);
+            let mut acts = [[&[] as &[BlockQ8K]; 4]; K_WINDOW / 4];
+            for (q, aq) in acts[..quads].iter_mut().enumerate() {
+                for (k, ak) in aq.iter_mut().enumerate() {
+                    let ActRow::Q8K(b) = x.row(a + 4 * q + k) else {
+                        // The layout was checked against the type; anything else is left
+                        // to the caller's kernels.
+                        return r;
+                    };
+                    *ak = b;
+                }
+            }
+            // SAFETY: the AVX2 tier was resolved against this CPU.
+            let mut sums = [[unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]; K_WINDOW / 4];
+            for i0 in (0..nb).step_by(KRUN) {
+                // SAFETY: every row holds `nb` blocks of type `T` (checked by the caller).
+                unsafe { un.unpack(&rows, i0, nb - i0) };
+                for (aq, sq) in acts[..quads].iter().zip(sums.iter_mut()) {
+                    // SAFETY: as above.
+                    unsafe { un.accumulate(*aq, sq) };
+                }
+            }
+            for (q, sq) in sums[..quads].iter().enumerate() {
+                // SAFETY: as above.
+                let v = unsafe { avx2::rows8x4(*sq) };
+                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                unsafe { put_rows8x4(out, a + 4 * q, r, v) };
+            }
+            a += 4 * quads;
         }
         // SAFETY: as above.
         unsafe { rows8_one_by_one(span, rows, r, a) };

@@ -58,6 +58,8 @@ mod avx2_dec;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
+mod avx2_kt;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
