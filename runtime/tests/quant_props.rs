@@ -138,19 +138,6 @@ fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -
     y
 }
 
-/// [`matmul`] as one worker's single span of every weight row (no pool): the pool's chunks
-/// of small matrices are shorter than the AVX2 tier's groups of eight weight rows, which a
-/// whole span reaches.
-fn matmul_one_span(isa: Isa, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
-    let mut acts = QuantizedActs::new(n, w.cols);
-    acts.quantize_for(isa, w.ty, x, n, w.cols);
-    let mut y = vec![f32::NAN; n * w.rows];
-    let out = quant::OutRows::new(&mut y, n, w.rows, w.rows, false);
-    // SAFETY: one caller writes `y`, which outlives the call.
-    unsafe { quant::matmul_rows(isa, w, &acts, n, 0, w.rows, out) };
-    y
-}
-
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -211,7 +198,7 @@ proptest! {
                 }
             }
             // One span of every weight row (the eight-row groups) gives the same bits.
-            let whole = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            let whole = with_flavor(vnni_off, || common::matmul_one_span(isa, &w, &x, n));
             prop_assert_eq!(bits(&whole), bits(&y), "{} ({} rows) in one span", isa, rows);
             // One row at a time gives the same bits as the batch (tile shape invariance).
             for a in 0..n {

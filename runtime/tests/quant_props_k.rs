@@ -141,19 +141,6 @@ fn matmul(isa: Isa, threads: usize, w: &WeightMatrix<'_>, x: &[f32], n: usize) -
     y
 }
 
-/// [`matmul`] as one worker's single span of every weight row (no pool): the pool's chunks
-/// of small matrices are shorter than the AVX2 tier's groups of eight weight rows, which a
-/// whole span reaches.
-fn matmul_one_span(isa: Isa, w: &WeightMatrix<'_>, x: &[f32], n: usize) -> Vec<f32> {
-    let mut acts = QuantizedActs::new(n, w.cols);
-    acts.quantize_for(isa, w.ty, x, n, w.cols);
-    let mut y = vec![f32::NAN; n * w.rows];
-    let out = quant::OutRows::new(&mut y, n, w.rows, w.rows, false);
-    // SAFETY: one caller writes `y`, which outlives the call.
-    unsafe { quant::matmul_rows(isa, w, &acts, n, 0, w.rows, out) };
-    y
-}
-
 /// Q5_0 rows too wide for the AVX-512 tile's table of activation sums (more than 32 groups of
 /// 128 values with 16 activation rows) take the in-tile sums: the same values as the scalar
 /// reference within the lane-sum bound, and each activation row alone gives the same bits.
@@ -239,7 +226,7 @@ fn k_quant_runs_and_windows_give_the_scalar_bits() {
         let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
         let x = random_acts(n, cols, 0, &mut rng);
         for (isa, vnni_off) in tiers() {
-            let y = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            let y = with_flavor(vnni_off, || common::matmul_one_span(isa, &w, &x, n));
             for a in 0..n {
                 for r in 0..rows {
                     let want = reference_dot(ty, w.row(r), &x[a * cols..(a + 1) * cols]);
@@ -368,7 +355,7 @@ proptest! {
                 }
             }
             // One span of every weight row (the eight-row groups) gives the same bits.
-            let whole = with_flavor(vnni_off, || matmul_one_span(isa, &w, &x, n));
+            let whole = with_flavor(vnni_off, || common::matmul_one_span(isa, &w, &x, n));
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&whole), bits(&y), "{} {} ({} rows) in one span", isa, ty, rows);
             for a in 0..n {

@@ -325,13 +325,9 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         // SAFETY: forwarded contract.
         return unsafe { avx2_unpacked8(span, r0) };
     }
-    let (mut r, rb) = (r0, w.row_bytes());
+    let mut r = r0;
     while r + ROWS8 <= r1 {
-        let rows = std::array::from_fn(|k| w.row(r + k));
-        // The eight rows are read a block of each at a time, eight short strided streams the
-        // hardware prefetchers do not follow: the next group's bytes are asked for now.
-        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
-        super::prefetch(&w.data[next]);
+        let rows = rows8_prefetching(w, r, r1);
         let mut a = a0;
         while a + 4 <= a1 {
             let acts = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)];
@@ -349,6 +345,17 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         r += ROWS8;
     }
     r
+}
+
+/// Weight rows `r..r + 8` of `w`, the next group's bytes (up to row `r1`) asked for now: the
+/// eight rows are read a block of each at a time, eight short strided streams the hardware
+/// prefetchers do not follow.
+#[cfg(target_arch = "x86_64")]
+fn rows8_prefetching<'w>(w: &WeightMatrix<'w>, r: usize, r1: usize) -> [&'w [u8]; avx2::ROWS8] {
+    let rb = w.row_bytes();
+    let next = (r + avx2::ROWS8) * rb..((r + 2 * avx2::ROWS8).min(r1)) * rb;
+    super::prefetch(&w.data[next]);
+    std::array::from_fn(|k| w.row(r + k))
 }
 
 /// Writes an eight-by-four result (`v[k][j]`: activation row `a + k`, weight row `r + j`).
@@ -398,13 +405,10 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx2::ROWS8;
     let (w, x, out) = (span.w, span.x, span.out);
     let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    let (mut r, rb, nb) = (r0, w.row_bytes(), w.cols / QK);
+    let (mut r, nb) = (r0, w.cols / QK);
     let mut un = avx2::Unpacked8::new();
     while r + ROWS8 <= r1 {
-        let rows = std::array::from_fn(|k| w.row(r + k));
-        // As in `avx2_rows8`: the next group's bytes asked for now.
-        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
-        super::prefetch(&w.data[next]);
+        let rows = rows8_prefetching(w, r, r1);
         // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb` blocks of
         // its type (checked by the caller).
         unsafe { un.unpack(w.ty, &rows, 0, nb) };
@@ -478,13 +482,10 @@ unsafe fn avx2_k_rows8_t<const T: u8>(span: &Span<'_, '_>, r0: usize) -> usize {
     use avx2_kt::{KRUN, UnpackedK8};
     let (w, x, out) = (span.w, span.x, span.out);
     let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    let (mut r, rb, nb) = (r0, w.row_bytes(), w.cols / QK_K);
+    let (mut r, nb) = (r0, w.cols / QK_K);
     let mut un = UnpackedK8::<T>::new();
     while r + ROWS8 <= r1 {
-        let rows = std::array::from_fn(|k| w.row(r + k));
-        // As in `avx2_rows8`: the next group's bytes asked for now.
-        let next = (r + ROWS8) * rb..((r + 2 * ROWS8).min(r1)) * rb;
-        super::prefetch(&w.data[next]);
+        let rows = rows8_prefetching(w, r, r1);
         let mut a = a0;
         while a + 4 <= a1 {
             let quads = ((a1 - a) / 4).min(K_WINDOW / 4);

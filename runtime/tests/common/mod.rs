@@ -166,3 +166,22 @@ impl Rng {
         (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
     }
 }
+
+/// The product `w · xᵀ` of `n` activation rows `x` (row-major) on `isa`, as one worker's single
+/// span of every weight row (no pool): the pool's chunks of small matrices are shorter than
+/// the AVX2 tier's groups of eight weight rows, which a whole span reaches.
+pub fn matmul_one_span(
+    isa: pocketperf_runtime::quant::Isa,
+    w: &pocketperf_runtime::quant::WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+) -> Vec<f32> {
+    use pocketperf_runtime::quant::{self, QuantizedActs};
+    let mut acts = QuantizedActs::new(n, w.cols);
+    acts.quantize_for(isa, w.ty, x, n, w.cols);
+    let mut y = vec![f32::NAN; n * w.rows];
+    let out = quant::OutRows::new(&mut y, n, w.rows, w.rows, false);
+    // SAFETY: one caller writes `y`, which outlives the call.
+    unsafe { quant::matmul_rows(isa, w, &acts, n, 0, w.rows, out) };
+    y
+}
