@@ -352,10 +352,11 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
 /// prefetchers do not follow.
 #[cfg(target_arch = "x86_64")]
 fn rows8_prefetching<'w>(w: &WeightMatrix<'w>, r: usize, r1: usize) -> [&'w [u8]; avx2::ROWS8] {
+    let rows = std::array::from_fn(|k| w.row(r + k));
     let rb = w.row_bytes();
     let next = (r + avx2::ROWS8) * rb..((r + 2 * avx2::ROWS8).min(r1)) * rb;
     super::prefetch(&w.data[next]);
-    std::array::from_fn(|k| w.row(r + k))
+    rows
 }
 
 /// Writes an eight-by-four result (`v[k][j]`: activation row `a + k`, weight row `r + j`).
