@@ -246,12 +246,13 @@ pub(super) unsafe fn scores_f16(
 }
 
 /// `out_h += p_h[s] · v_s` over the slots in order for `H` heads and `C` chunks of 8
-/// columns from `col`, skipping a slot whose weight is 0 (as the scalar code does), the
-/// outputs in registers.
+/// columns from `col`, skipping a slot whose weight is 0 (as the scalar code does; with
+/// `DENSE` the caller found no such weight, and no weight is tested), the outputs in
+/// registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accum_pass<const H: usize, const C: usize>(
+unsafe fn accum_pass<const H: usize, const C: usize, const DENSE: bool>(
     pp: *const f32,
     ld: usize,
     hd: usize,
@@ -277,7 +278,7 @@ unsafe fn accum_pass<const H: usize, const C: usize>(
             }
             for (h, row) in acc.iter_mut().enumerate() {
                 let w = *pp.add(h * ld + s);
-                if w != 0.0 {
+                if DENSE || w != 0.0 {
                     let w = _mm256_set1_ps(w);
                     for (a, vc) in row.iter_mut().zip(&v) {
                         *a = _mm256_add_ps(*a, _mm256_mul_ps(w, *vc));
@@ -294,7 +295,8 @@ unsafe fn accum_pass<const H: usize, const C: usize>(
 }
 
 /// [`super::accum_f16`] on AVX2 (`hd` a multiple of 8): passes of up to two heads and 32
-/// columns.
+/// columns; a pass whose heads have no zero weight among the `n` slots (the bulk of a long
+/// context) runs without the test per (slot, head).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn accum_f16(
@@ -311,22 +313,44 @@ pub(super) unsafe fn accum_f16(
     unsafe {
         for h0 in (0..nq).step_by(2) {
             let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
+            let hn = (nq - h0).min(2);
+            // No zero weight among the pass's heads: nothing to skip, no test per slot.
+            // SAFETY (slices): the caller's rows of n probabilities, ld apart.
+            let dense = (0..hn).all(|h| no_zero(std::slice::from_raw_parts(ph.add(h * ld), n)));
             for c0 in (0..hd / 8).step_by(4) {
                 let col = 8 * c0;
                 macro_rules! go {
-                    ($h:literal) => {
+                    ($h:literal, $d:literal) => {
                         match (hd / 8 - c0).min(4) {
-                            1 => accum_pass::<$h, 1>(ph, ld, hd, vals, n, col, oh),
-                            2 => accum_pass::<$h, 2>(ph, ld, hd, vals, n, col, oh),
-                            3 => accum_pass::<$h, 3>(ph, ld, hd, vals, n, col, oh),
-                            _ => accum_pass::<$h, 4>(ph, ld, hd, vals, n, col, oh),
+                            1 => accum_pass::<$h, 1, $d>(ph, ld, hd, vals, n, col, oh),
+                            2 => accum_pass::<$h, 2, $d>(ph, ld, hd, vals, n, col, oh),
+                            3 => accum_pass::<$h, 3, $d>(ph, ld, hd, vals, n, col, oh),
+                            _ => accum_pass::<$h, 4, $d>(ph, ld, hd, vals, n, col, oh),
                         }
                     };
                 }
-                if nq - h0 == 1 { go!(1) } else { go!(2) }
+                match (hn, dense) {
+                    (1, false) => go!(1, false),
+                    (1, true) => go!(1, true),
+                    (_, false) => go!(2, false),
+                    (_, true) => go!(2, true),
+                }
             }
         }
     }
+}
+
+/// Whether no value of `x` is ±0.
+#[target_feature(enable = "avx2")]
+fn no_zero(x: &[f32]) -> bool {
+    let mut z = _mm256_setzero_ps();
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        // SAFETY: eight floats in c.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        z = _mm256_or_ps(z, _mm256_cmp_ps::<_CMP_EQ_OQ>(v, _mm256_setzero_ps()));
+    }
+    _mm256_movemask_ps(z) == 0 && it.remainder().iter().all(|&v| v != 0.0)
 }
 
 /// [`super::max_f32`] on AVX2: eight running maxima, then theirs (the maximum is exact; NaN

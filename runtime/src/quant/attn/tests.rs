@@ -243,11 +243,23 @@ fn avx2_f16_kernels_are_the_scalar_bits() {
                 let init: Vec<f32> = (0..nq * hd)
                     .map(|i| [-0.0, 0.0, 0.75, -1.5][i % 4])
                     .collect();
-                let (mut oa, mut ob) = (init.clone(), init);
+                let (mut oa, mut ob) = (init.clone(), init.clone());
                 accum_f16(Isa::Scalar, &p, ld, nq, hd, &vh, n, &mut oa);
                 accum_f16(Isa::Avx2, &p, ld, nq, hd, &vh, n, &mut ob);
                 for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
                     assert_eq!(x.to_bits(), y.to_bits(), "hd {hd} {nq}×{n}: out {i}");
+                }
+                // No zero weight (the AVX2 passes without a test per slot), one head with a
+                // zero in its last slot (a pass with the test beside passes without).
+                let mut p: Vec<f32> = (0..nq * ld).map(|i| (i % 11 + 1) as f32 / 16.0).collect();
+                if nq > 2 && n > 0 {
+                    p[2 * ld + n - 1] = 0.0;
+                }
+                let (mut oa, mut ob) = (init.clone(), init);
+                accum_f16(Isa::Scalar, &p, ld, nq, hd, &vh, n, &mut oa);
+                accum_f16(Isa::Avx2, &p, ld, nq, hd, &vh, n, &mut ob);
+                for (i, (x, y)) in oa.iter().zip(&ob).enumerate() {
+                    assert_eq!(x.to_bits(), y.to_bits(), "hd {hd} {nq}×{n}, dense: out {i}");
                 }
             }
         }
