@@ -689,31 +689,30 @@ unsafe fn q4_1_rows8x4(w: &[&[u8]; ROWS8], b: [&[BlockQ8_1]; 4]) -> [__m256; 4] 
 }
 
 /// The Q4_0 and Q5_0 part of [`dot_rows8x4`]: the rows unpacked a run of blocks at a time
-/// ([`Unpacked8`]; the lanes add the blocks in order). Not inlined, so that the other arms'
-/// callers do not carry its 18 KiB frame.
+/// ([`Unpacked8`]; the lanes add the blocks in order), the offsets from the stored entries
+/// `aux`. Not inlined, so that the other arms' callers do not carry its 18 KiB frame.
 ///
 /// # Safety
-/// As [`dot_rows8x4`].
+/// As [`dot_rows8x4`] (whose panics are this function's).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
-unsafe fn offset_rows8x4(ty: GgmlType, w: &[&[u8]; ROWS8], b: [&[BlockQ8_0]; 4]) -> [__m256; 4] {
+unsafe fn offset_rows8x4(
+    ty: GgmlType,
+    w: &[&[u8]; ROWS8],
+    b: [&[BlockQ8_0]; 4],
+    aux: [&[Q8Aux]; 4],
+) -> [__m256; 4] {
     let mut sumf = [_mm256_setzero_ps(); 4];
     let mut un = Unpacked8::new();
     let nb = b[0].len();
-    // The activations' entries, made here for want of stored ones (`QuantizedActs` stores
-    // them: the matrix product reads those through `Unpacked8::dot4`).
-    let mut aux = [[Q8Aux { d: 0.0, sum: 0 }; UNPACKED_BLOCKS]; 4];
+    let short = aux.iter().position(|ak| ak.len() < nb);
+    assert!(short.is_none(), "activation row {short:?}: few entries");
     for i0 in (0..nb).step_by(UNPACKED_BLOCKS) {
         let n = (nb - i0).min(UNPACKED_BLOCKS);
-        for (ak, bk) in aux.iter_mut().zip(&b) {
-            for (e, blk) in ak.iter_mut().zip(&bk[i0..i0 + n]) {
-                *e = Q8Aux::of(blk);
-            }
-        }
         // SAFETY: every row holds nb blocks (caller contract).
         unsafe { un.unpack(ty, w, i0, n) };
-        let [a0, a1, a2, a3] = &aux;
-        un.accumulate(b, [&a0[..n], &a1[..n], &a2[..n], &a3[..n]], &mut sumf);
+        let window = aux.map(|ak| &ak[i0..i0 + n]);
+        un.accumulate(b, window, &mut sumf);
     }
     sumf
 }
@@ -735,15 +734,21 @@ pub(super) fn rows8x4(sumf: [__m256; 4]) -> [[f32; ROWS8]; 4] {
 /// activation row) result is [`dot`]'s, bit for bit (the same exact integer block sums, and
 /// lane `r` of activation row `k`'s accumulator takes the scalar reference's f32 operations
 /// in its order). Q4_1 × Q8_1, Q4_0 × Q8_0 and Q5_0 × Q8_0 (whose row-at-a-time kernel is
-/// `avx2_k`'s); `None` for other pairs.
+/// `avx2_k`'s); `None` for other pairs. `aux` are the activation rows' [`Q8Aux`] entries as
+/// [`super::QuantizedActs`] stores them, read for Q4_0 and Q5_0 weights (any slices, empty
+/// ones too, for Q4_1).
 ///
 /// # Safety
 /// As [`dot_rows8`]; the four activation rows have equal lengths.
+///
+/// # Panics
+/// If Q4_0 or Q5_0 activation rows have fewer `aux` entries than blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_rows8x4(
     ty: GgmlType,
     w: [&[u8]; ROWS8],
     a: [ActRow<'_>; 4],
+    aux: [&[Q8Aux]; 4],
 ) -> Option<[[f32; ROWS8]; 4]> {
     // SAFETY: the caller guarantees the rows' blocks.
     let sumf = unsafe {
@@ -765,7 +770,7 @@ pub(super) unsafe fn dot_rows8x4(
                     ActRow::Q8_0(b2),
                     ActRow::Q8_0(b3),
                 ],
-            ) => offset_rows8x4(ty, &w, [b0, b1, b2, b3]),
+            ) => offset_rows8x4(ty, &w, [b0, b1, b2, b3], aux),
             _ => return None,
         }
     };

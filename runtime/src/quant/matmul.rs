@@ -331,9 +331,16 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         let mut a = a0;
         while a + 4 <= a1 {
             let acts = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)];
+            // Q4_0 and Q5_0 weights meet Q8_0 rows (checked against the layout by the
+            // caller), whose stored entries give the offsets.
+            let aux = if avx2::Unpacked8::covers(w.ty) {
+                std::array::from_fn(|k| x.q8_0_aux(a + k))
+            } else {
+                [&[][..]; 4]
+            };
             // SAFETY: the AVX2 tier was resolved against this CPU; every row holds the
             // activation rows' blocks (checked by the caller).
-            let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts) }) else {
+            let Some(v) = (unsafe { avx2::dot_rows8x4(w.ty, rows, acts, aux) }) else {
                 break;
             };
             // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.

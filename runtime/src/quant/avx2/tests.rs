@@ -92,8 +92,10 @@ fn dot_rows8x4_holds_the_extreme_sums() {
             GgmlType::Q4_1 => ActRow::Q8_1(&acts1[k]),
             _ => ActRow::Q8_0(&acts[k]),
         });
+        let aux = aux_of(&act);
         // SAFETY: the features were asserted above; every row holds `nb` blocks.
-        let got = unsafe { dot_rows8x4(ty, wr, act) }.expect("an eight-by-four kernel");
+        let got = unsafe { dot_rows8x4(ty, wr, act, aux.each_ref().map(Vec::as_slice)) }
+            .expect("an eight-by-four kernel");
         for (k, gk) in got.iter().enumerate() {
             for (r, g) in gk.iter().enumerate() {
                 let want = crate::quant::scalar_dot(ty, wr[r], act[k]);
@@ -199,8 +201,9 @@ fn rows8x4_against_scalar(nb: usize) {
             GgmlType::Q4_1 => ActRow::Q8_1(&acts[k].1),
             _ => ActRow::Q8_0(&acts[k].0),
         });
+        let aux = aux_of(&act);
         // SAFETY: the features were asserted above; every row holds `nb` blocks.
-        let got = unsafe { dot_rows8x4(ty, wr, act) };
+        let got = unsafe { dot_rows8x4(ty, wr, act, aux.each_ref().map(Vec::as_slice)) };
         let Some(got) = got else {
             assert_eq!(ty, GgmlType::Q8_0, "{ty} has an eight-by-four kernel");
             continue;
@@ -218,4 +221,13 @@ fn rows8x4_against_scalar(nb: usize) {
             }
         }
     }
+}
+
+/// The [`Q8Aux`] entries of Q8_0 activation rows (none for others), as
+/// [`crate::quant::QuantizedActs`] stores them.
+fn aux_of(act: &[ActRow<'_>; 4]) -> [Vec<Q8Aux>; 4] {
+    std::array::from_fn(|k| match act[k] {
+        ActRow::Q8_0(b) => b.iter().map(Q8Aux::of).collect(),
+        _ => Vec::new(),
+    })
 }
