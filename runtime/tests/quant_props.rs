@@ -673,40 +673,48 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     }
 }
 
-/// Q4_0 and Q5_0 rows longer than one run of unpacked blocks (69 blocks: a run of 64 and one
-/// of 5) reach the AVX2 eight-by-four kernel that unpacks them a run at a time and takes each
-/// block's offset from the activations' stored entries: every product is the scalar
-/// reference's bits, in the pool's chunks and in one span (17 weight rows: two groups of
-/// eight and one left over; 9 activation rows: two quads and one left over).
+/// The AVX2 Q4_0/Q5_0 prefill beyond one run and one window, every product the scalar
+/// reference's bits, pooled and in one span (17 weight rows: two groups of eight and one left
+/// over): rows of 69 blocks (a run of 64 unpacked blocks, then one of 5, each block's offset
+/// from the activations' stored entries) against 9 activation rows (two quads and one left
+/// over); rows of 20 blocks against 133 activation rows (a window of 128 through every group,
+/// then a quad and one row left over).
 #[test]
-fn long_offset_rows_give_the_scalar_bits() {
+fn offset_rows_over_runs_and_windows_give_the_scalar_bits() {
     assert!(quant::supported(Isa::Avx2), "every CI machine has AVX2");
-    let (nb, rows, n) = (69, 17, 9);
-    let cols = nb * 32;
-    for (i, ty) in [GgmlType::Q4_0, GgmlType::Q5_0].into_iter().enumerate() {
-        let mut rng = Rng(0x5eed + i as u32);
-        let wb = random_weights(ty, rows, cols, &mut rng);
-        let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-        let x = random_acts(n, cols, 0, &mut rng);
-        let want: Vec<f32> = (0..n * rows)
-            .map(|i| {
-                reference_dot(
-                    ty,
-                    w.row(i % rows),
-                    &x[(i / rows) * cols..(i / rows + 1) * cols],
-                )
-            })
-            .collect();
-        assert!(
-            want.iter().all(|v| v.is_finite() && *v != 0.0),
-            "{ty}: degenerate case"
-        );
-        assert_eq!(
-            bits(&matmul(Isa::Avx2, 2, &w, &x, n)),
-            bits(&want),
-            "{ty}: pooled"
-        );
-        let whole = common::matmul_one_span(Isa::Avx2, &w, &x, n);
-        assert_eq!(bits(&whole), bits(&want), "{ty}: one span");
+    let rows = 17;
+    for (nb, n) in [(69, 9), (20, 133)] {
+        let cols = nb * 32;
+        for (i, ty) in [GgmlType::Q4_0, GgmlType::Q5_0].into_iter().enumerate() {
+            let mut rng = Rng(0x5eed + (nb + i) as u32);
+            let wb = random_weights(ty, rows, cols, &mut rng);
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+            let x = random_acts(n, cols, 0, &mut rng);
+            let want: Vec<f32> = (0..n * rows)
+                .map(|i| {
+                    reference_dot(
+                        ty,
+                        w.row(i % rows),
+                        &x[(i / rows) * cols..(i / rows + 1) * cols],
+                    )
+                })
+                .collect();
+            assert!(
+                want.iter().all(|v| v.is_finite() && *v != 0.0),
+                "{ty} {nb}×{n}: degenerate"
+            );
+            let pooled = matmul(Isa::Avx2, 2, &w, &x, n);
+            assert_eq!(
+                bits(&pooled),
+                bits(&want),
+                "{ty} {nb} blocks × {n} rows: pooled"
+            );
+            let whole = common::matmul_one_span(Isa::Avx2, &w, &x, n);
+            assert_eq!(
+                bits(&whole),
+                bits(&want),
+                "{ty} {nb} blocks × {n} rows: one span"
+            );
+        }
     }
 }

@@ -289,7 +289,15 @@ pub unsafe fn matmul_span(
 /// What the tile paths of [`matmul_span`] work on: activation rows `a0..a1` and weight rows
 /// up to `r1` of `w · xᵀ` into `out`, on `tier`; each path takes the weight rows from a first
 /// one it is given and returns the first it leaves to the next.
+/// Activation rows per pass of [`avx2_unpacked8`]: every group of eight weight rows is
+/// unpacked once per window, and the window's Q8_0 rows and entries (at most 128 · 2,176 bytes
+/// for 64-block rows) stay in a core's L2 while the groups go by, where the whole span's rows
+/// (512 prompt rows of 896 columns: 608 KiB) would be read again from L3 for every group.
 #[cfg(target_arch = "x86_64")]
+const UNPACKED_WINDOW: usize = 128;
+
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
 struct Span<'a, 'w> {
     tier: Tier,
     w: &'a WeightMatrix<'w>,
@@ -304,7 +312,8 @@ struct Span<'a, 'w> {
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
 /// once for the four; Q4_0 and Q5_0 rows of up to [`avx2::UNPACKED_BLOCKS`] blocks unpacked
-/// once per group of eight for every quad, [`avx2::Unpacked8`]), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
+/// once per group of eight for every quad of a window of [`UNPACKED_WINDOW`] activation rows,
+/// [`avx2::Unpacked8`]), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
 /// tier's one-row kernel per weight row); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
 ///
@@ -322,8 +331,19 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         return r0;
     }
     if a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
-        // SAFETY: forwarded contract.
-        return unsafe { avx2_unpacked8(span, r0) };
+        // Windows of activation rows (multiples of four but the last), each through every
+        // group: each product is computed as in one pass, so the bits are the same.
+        let mut r = r0;
+        for w0 in (a0..a1).step_by(UNPACKED_WINDOW) {
+            let sub = Span {
+                a0: w0,
+                a1: (w0 + UNPACKED_WINDOW).min(a1),
+                ..*span
+            };
+            // SAFETY: forwarded contract, for a sub-range of the activation rows.
+            r = unsafe { avx2_unpacked8(&sub, r0) };
+        }
+        return r;
     }
     let mut r = r0;
     while r + ROWS8 <= r1 {
@@ -399,9 +419,9 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
 }
 
 /// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
-/// [`avx2::UNPACKED_BLOCKS`] blocks): each group of eight weight rows unpacked once
-/// ([`avx2::Unpacked8`]) for every quad of activation rows, the last activation rows (fewer
-/// than four) one at a time with [`avx2::dot_rows8`]. Not inlined: its 18 KiB of unpacked
+/// [`avx2::UNPACKED_BLOCKS`] blocks) over the span's activation rows (one window): each group
+/// of eight weight rows unpacked once ([`avx2::Unpacked8`]) for every quad of activation rows,
+/// the last activation rows (fewer than four) one at a time with [`avx2::dot_rows8`]. Not inlined: its 18 KiB of unpacked
 /// blocks stay off the frames of the other paths. Returns the first weight row left to the
 /// caller.
 ///
