@@ -673,19 +673,21 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     }
 }
 
-/// The AVX2 Q4_0/Q5_0 prefill beyond one run and one window, every product the scalar
+/// The AVX2 eight-row prefill beyond one run and one window, every product the scalar
 /// reference's bits, pooled and in one span (17 weight rows: two groups of eight and one left
-/// over): rows of 69 blocks (a run of 64 unpacked blocks, then one of 5, each block's offset
-/// from the activations' stored entries) against 9 activation rows (two quads and one left
-/// over); rows of 20 blocks against 133 activation rows (a window of 128 through every group,
-/// then a quad and one row left over).
+/// over): rows of 69 blocks (Q4_0/Q5_0: a run of 64 unpacked blocks, then one of 5, each
+/// block's offset from the activations' stored entries) against 9 activation rows (two quads
+/// and one left over); rows of 20 blocks against 133 activation rows (a window of 128 through
+/// every group, then a quad and one row left over). Q4_1 (eight-by-four without unpacking or
+/// windows) on the same shapes.
 #[test]
 fn offset_rows_over_runs_and_windows_give_the_scalar_bits() {
     assert!(quant::supported(Isa::Avx2), "every CI machine has AVX2");
     let rows = 17;
     for (nb, n) in [(69, 9), (20, 133)] {
         let cols = nb * 32;
-        for (i, ty) in [GgmlType::Q4_0, GgmlType::Q5_0].into_iter().enumerate() {
+        let types = [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_1];
+        for (i, ty) in types.into_iter().enumerate() {
             let mut rng = Rng(0x5eed + (nb + i) as u32);
             let wb = random_weights(ty, rows, cols, &mut rng);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
