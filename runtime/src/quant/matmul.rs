@@ -286,16 +286,17 @@ pub unsafe fn matmul_span(
     }
 }
 
-/// What the tile paths of [`matmul_span`] work on: activation rows `a0..a1` and weight rows
-/// up to `r1` of `w · xᵀ` into `out`, on `tier`; each path takes the weight rows from a first
-/// one it is given and returns the first it leaves to the next.
 /// Activation rows per pass of [`avx2_unpacked8`]: every group of eight weight rows is
-/// unpacked once per window, and the window's Q8_0 rows and entries (at most 128 · 2,176 bytes
-/// for 64-block rows) stay in a core's L2 while the groups go by, where the whole span's rows
-/// (512 prompt rows of 896 columns: 608 KiB) would be read again from L3 for every group.
+/// unpacked once per window, and the window's Q8_0 rows with their entries (at most 128 ·
+/// 2,688 bytes, 336 KiB, for 64-block rows) stay in a core's L2 while the groups go by, where
+/// the whole span's rows (512 prompt rows of 896 columns: 608 KiB) would be read again from L3
+/// for every group.
 #[cfg(target_arch = "x86_64")]
 const UNPACKED_WINDOW: usize = 128;
 
+/// What the tile paths of [`matmul_span`] work on: activation rows `a0..a1` and weight rows
+/// up to `r1` of `w · xᵀ` into `out`, on `tier`; each path takes the weight rows from a first
+/// one it is given and returns the first it leaves to the next.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Span<'a, 'w> {
