@@ -680,9 +680,15 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
 /// and one left over); rows of 20 blocks against 133 activation rows (a window of 128 through
 /// every group, then a quad and one row left over). Q4_1 (eight-by-four without unpacking or
 /// windows) on the same shapes.
+///
+/// x86_64 only (the AVX2 tier's paths); every x86_64 CI machine has AVX2.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn offset_rows_over_runs_and_windows_give_the_scalar_bits() {
-    assert!(quant::supported(Isa::Avx2), "every CI machine has AVX2");
+    assert!(
+        quant::supported(Isa::Avx2),
+        "every x86_64 CI machine has AVX2"
+    );
     let rows = 17;
     for (nb, n) in [(69, 9), (20, 133)] {
         let cols = nb * 32;
