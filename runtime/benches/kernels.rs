@@ -15,7 +15,8 @@
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
 //!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
 //!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
-//!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape);
+//!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape),
+//!   and prompts of 512 rows at the first shape for Q4_K, Q6_K and Q5_0;
 //!   `Q5_0r` rows run the same Q5_0 matrices repacked as the model does at load on a tier
 //!   that repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
@@ -292,17 +293,18 @@ fn matvec_head(c: &mut Criterion) {
 fn gemm_k(c: &mut Criterion) {
     let isa = isa();
     let pool = ThreadPool::new(1);
-    let n = 64;
     let mut g = c.benchmark_group("gemm_k");
     for (ty, shapes) in new_formats() {
         // The Q4_K_M FFN down types at both models' shapes, Q5_0 at Qwen2.5's FFN shape and
-        // Gemma 3's (FFN gate/up, 640 wide), the others at the first.
-        let pick: &[usize] = match ty {
-            GgmlType::Q4K | GgmlType::Q6K => &[0, 1],
-            GgmlType::Q5_0 => &[0, 2],
-            _ => &[0],
+        // Gemma 3's (FFN gate/up, 640 wide), the others at the first; a 512-row prompt too at
+        // Qwen2.5's shape for Q4_K, Q6_K and Q5_0 (activations larger than a core's L2).
+        let pick: &[(usize, usize)] = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => &[(0, 64), (0, 512), (1, 64)],
+            GgmlType::Q5_0 => &[(0, 64), (0, 512), (2, 64)],
+            _ => &[(0, 64)],
         };
-        for &(rows, cols) in pick.iter().map(|&i| &shapes[i]) {
+        for &(i, n) in pick {
+            let (rows, cols) = shapes[i];
             let wb = weights(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
             let x = acts(n, cols);

@@ -332,19 +332,8 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
         return r0;
     }
     if a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
-        // Windows of activation rows (multiples of four but the last), each through every
-        // group: each product is computed as in one pass, so the bits are the same.
-        let mut r = r0;
-        for w0 in (a0..a1).step_by(UNPACKED_WINDOW) {
-            let sub = Span {
-                a0: w0,
-                a1: (w0 + UNPACKED_WINDOW).min(a1),
-                ..*span
-            };
-            // SAFETY: forwarded contract, for a sub-range of the activation rows.
-            r = unsafe { avx2_unpacked8(&sub, r0) };
-        }
-        return r;
+        // SAFETY: forwarded contract.
+        return unsafe { avx2_unpacked8(span, r0) };
     }
     let mut r = r0;
     while r + ROWS8 <= r1 {
@@ -420,50 +409,68 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
 }
 
 /// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
-/// [`avx2::UNPACKED_BLOCKS`] blocks) over the span's activation rows (one window): each group
-/// of eight weight rows unpacked once ([`avx2::Unpacked8`]) for every quad of activation rows,
-/// the last activation rows (fewer than four) one at a time with [`avx2::dot_rows8`]. Not inlined: its 18 KiB of unpacked
-/// blocks stay off the frames of the other paths. Returns the first weight row left to the
-/// caller.
+/// [`avx2::UNPACKED_BLOCKS`] blocks): the span's activation rows in windows of
+/// [`UNPACKED_WINDOW`] (multiples of four but the last), each window through every group of
+/// eight weight rows, each group unpacked once per window ([`avx2::Unpacked8`]) for every
+/// quad of the window's rows; the window's last rows (fewer than four) one at a time with
+/// [`avx2::dot_rows8`]. Each product is computed as in one pass over all rows, so the bits are
+/// the same. The window's rows and entries are looked up once, not once per group. Not
+/// inlined: its 18 KiB of unpacked blocks stay off the frames of the other paths. Returns the
+/// first weight row left to the caller (`r0` when the activations are not Q8_0 blocks).
 ///
 /// # Safety
 /// As [`avx2_rows8`], whose checks have passed (the tier is AVX2, the type Q4_0 or Q5_0).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
+    use super::{ActKind, BlockQ8_0, Q8Aux};
     use avx2::ROWS8;
     let (w, x, out) = (span.w, span.x, span.out);
-    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    let (mut r, nb) = (r0, w.cols / QK);
+    if x.layout() != ActLayout::Blocks(ActKind::Q8_0) {
+        // The layout was checked against the type; anything else is left to the caller's
+        // kernels.
+        return r0;
+    }
+    let nb = w.cols / QK;
     let mut un = avx2::Unpacked8::new();
-    while r + ROWS8 <= r1 {
-        let rows = rows8_prefetching(w, r, r1);
-        // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb` blocks of
-        // its type (checked by the caller).
-        unsafe { un.unpack(w.ty, &rows, 0, nb) };
-        let mut a = a0;
-        while a + 4 <= a1 {
-            let [
-                ActRow::Q8_0(b0),
-                ActRow::Q8_0(b1),
-                ActRow::Q8_0(b2),
-                ActRow::Q8_0(b3),
-            ] = [x.row(a), x.row(a + 1), x.row(a + 2), x.row(a + 3)]
-            else {
-                // The layout was checked against the type; anything else is left to the
-                // caller's kernels.
-                return r;
-            };
-            let aux = std::array::from_fn(|k| x.q8_0_aux(a + k));
-            // SAFETY: the AVX2 tier was resolved against this CPU.
-            let v = unsafe { un.dot4([b0, b1, b2, b3], aux) };
-            // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-            unsafe { put_rows8x4(out, a, r, v) };
-            a += 4;
+    let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
+    let mut entries: [&[Q8Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
+    let mut r = r0;
+    for w0 in (span.a0..span.a1).step_by(UNPACKED_WINDOW) {
+        let window = Span {
+            a0: w0,
+            a1: (w0 + UNPACKED_WINDOW).min(span.a1),
+            ..*span
+        };
+        let quads = (window.a1 - w0) / 4;
+        for (k, a) in (w0..w0 + 4 * quads).enumerate() {
+            if let ActRow::Q8_0(b) = x.row(a) {
+                blocks[k] = b;
+            }
+            entries[k] = x.q8_0_aux(a);
         }
-        // SAFETY: as above.
-        unsafe { rows8_one_by_one(span, rows, r, a) };
-        r += ROWS8;
+        r = r0;
+        while r + ROWS8 <= span.r1 {
+            let rows = rows8_prefetching(w, r, span.r1);
+            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb` blocks
+            // of its type (checked by the caller).
+            unsafe { un.unpack(w.ty, &rows, 0, nb) };
+            for (q, (b, aux)) in blocks[..4 * quads]
+                .chunks_exact(4)
+                .zip(entries[..4 * quads].chunks_exact(4))
+                .enumerate()
+            {
+                let b = [b[0], b[1], b[2], b[3]];
+                let aux = [aux[0], aux[1], aux[2], aux[3]];
+                // SAFETY: the AVX2 tier was resolved against this CPU.
+                let v = unsafe { un.dot4(b, aux) };
+                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
+                unsafe { put_rows8x4(out, w0 + 4 * q, r, v) };
+            }
+            // SAFETY: as above.
+            unsafe { rows8_one_by_one(&window, rows, r, w0 + 4 * quads) };
+            r += ROWS8;
+        }
     }
     r
 }
@@ -499,36 +506,48 @@ unsafe fn avx2_k_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     }
 }
 
-/// [`avx2_k_rows8`] for K type `T`. Not inlined: its 23 KiB of decoded blocks stay off the
-/// frames of the other paths.
+/// [`avx2_k_rows8`] for K type `T`: the span's activation rows in windows of [`K_WINDOW`]
+/// (looked up once per window), each window through every group of eight weight rows, so a
+/// window's Q8_K rows stay in L2 while the groups go by (FFN down rows of 4,864 columns: 5.5
+/// KiB each, 2.8 MiB for 512 rows) and the weights are read again once per window instead.
+/// Not inlined: its 23 KiB of decoded blocks stay off the frames of the other paths. Returns
+/// the first weight row left to the caller (`r0` when the activations are not Q8_K blocks).
 ///
 /// # Safety
 /// As [`avx2_k_rows8`]; the weights are of type `T`.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn avx2_k_rows8_t<const T: u8>(span: &Span<'_, '_>, r0: usize) -> usize {
+    use super::ActKind;
     use avx2::ROWS8;
     use avx2_kt::{KRUN, UnpackedK8};
     let (w, x, out) = (span.w, span.x, span.out);
-    let (a0, a1, r1) = (span.a0, span.a1, span.r1);
-    let (mut r, nb) = (r0, w.cols / QK_K);
+    if x.layout() != ActLayout::Blocks(ActKind::Q8K) {
+        // The layout was checked against the type; anything else is left to the caller's
+        // kernels.
+        return r0;
+    }
+    let nb = w.cols / QK_K;
     let mut un = UnpackedK8::<T>::new();
-    while r + ROWS8 <= r1 {
-        let rows = rows8_prefetching(w, r, r1);
-        let mut a = a0;
-        while a + 4 <= a1 {
-            let quads = ((a1 - a) / 4).min(K_WINDOW / 4);
-            let mut acts = [[&[] as &[BlockQ8K]; 4]; K_WINDOW / 4];
-            for (q, aq) in acts[..quads].iter_mut().enumerate() {
-                for (k, ak) in aq.iter_mut().enumerate() {
-                    let ActRow::Q8K(b) = x.row(a + 4 * q + k) else {
-                        // The layout was checked against the type; anything else is left
-                        // to the caller's kernels.
-                        return r;
-                    };
+    let mut r = r0;
+    for w0 in (span.a0..span.a1).step_by(K_WINDOW) {
+        let window = Span {
+            a0: w0,
+            a1: (w0 + K_WINDOW).min(span.a1),
+            ..*span
+        };
+        let quads = (window.a1 - w0) / 4;
+        let mut acts = [[&[] as &[BlockQ8K]; 4]; K_WINDOW / 4];
+        for (q, aq) in acts[..quads].iter_mut().enumerate() {
+            for (k, ak) in aq.iter_mut().enumerate() {
+                if let ActRow::Q8K(b) = x.row(w0 + 4 * q + k) {
                     *ak = b;
                 }
             }
+        }
+        r = r0;
+        while r + ROWS8 <= span.r1 {
+            let rows = rows8_prefetching(w, r, span.r1);
             // SAFETY: the AVX2 tier was resolved against this CPU.
             let mut sums = [[unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]; K_WINDOW / 4];
             for i0 in (0..nb).step_by(KRUN) {
@@ -543,13 +562,12 @@ unsafe fn avx2_k_rows8_t<const T: u8>(span: &Span<'_, '_>, r0: usize) -> usize {
                 // SAFETY: as above.
                 let v = unsafe { avx2::rows8x4(*sq) };
                 // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                unsafe { put_rows8x4(out, a + 4 * q, r, v) };
+                unsafe { put_rows8x4(out, w0 + 4 * q, r, v) };
             }
-            a += 4 * quads;
+            // SAFETY: as above.
+            unsafe { rows8_one_by_one(&window, rows, r, w0 + 4 * quads) };
+            r += ROWS8;
         }
-        // SAFETY: as above.
-        unsafe { rows8_one_by_one(span, rows, r, a) };
-        r += ROWS8;
     }
     r
 }
