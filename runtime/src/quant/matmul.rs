@@ -309,6 +309,18 @@ struct Span<'a, 'w> {
     out: OutRows,
 }
 
+#[cfg(target_arch = "x86_64")]
+impl Span<'_, '_> {
+    /// The span cut into windows of `n` activation rows (the last one shorter).
+    fn windows(&self, n: usize) -> impl Iterator<Item = Self> + '_ {
+        (self.a0..self.a1).step_by(n).map(move |a0| Span {
+            a0,
+            a1: (a0 + n).min(self.a1),
+            ..*self
+        })
+    }
+}
+
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
@@ -436,13 +448,8 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut entries: [&[Q8Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut r = r0;
-    for w0 in (span.a0..span.a1).step_by(UNPACKED_WINDOW) {
-        let window = Span {
-            a0: w0,
-            a1: (w0 + UNPACKED_WINDOW).min(span.a1),
-            ..*span
-        };
-        let quads = (window.a1 - w0) / 4;
+    for window in span.windows(UNPACKED_WINDOW) {
+        let (w0, quads) = (window.a0, (window.a1 - window.a0) / 4);
         for (k, a) in (w0..w0 + 4 * quads).enumerate() {
             if let ActRow::Q8_0(b) = x.row(a) {
                 blocks[k] = b;
@@ -530,13 +537,8 @@ unsafe fn avx2_k_rows8_t<const T: u8>(span: &Span<'_, '_>, r0: usize) -> usize {
     let nb = w.cols / QK_K;
     let mut un = UnpackedK8::<T>::new();
     let mut r = r0;
-    for w0 in (span.a0..span.a1).step_by(K_WINDOW) {
-        let window = Span {
-            a0: w0,
-            a1: (w0 + K_WINDOW).min(span.a1),
-            ..*span
-        };
-        let quads = (window.a1 - w0) / 4;
+    for window in span.windows(K_WINDOW) {
+        let (w0, quads) = (window.a0, (window.a1 - window.a0) / 4);
         let mut acts = [[&[] as &[BlockQ8K]; 4]; K_WINDOW / 4];
         for (q, aq) in acts[..quads].iter_mut().enumerate() {
             for (k, ak) in aq.iter_mut().enumerate() {
