@@ -608,18 +608,19 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
     }
 }
 
-/// Q5_0 and Q4_1 matrices repacked at load for the AVX-512 VBMI kernels (`quant::repack`, what
-/// the engine does to a model's Q5_0 and Q4_1 matrices) give the bits the ggml rows give on the
-/// same tier, and both agree with the scalar reference: every tail of a four-block group
-/// (1..=7 blocks), the reference models' widths (18, 20, 28, 48 blocks) and wide rows (152;
-/// for Q4_1 also 1,040 blocks, past the rows whose mins the wide tiles collect), 1..=39
-/// activation rows (the decode tile, the 16-row tiles of Q5_0 with their row blocks, the
-/// 2 × 8 tiles, every remainder), 1 and 2 threads, quants, fifth bits, scales and mins of
-/// every pattern.
+/// Q5_0 and Q4_1 matrices repacked at load for the AVX-512 VBMI kernels, and Q5_0 for the AVX2
+/// kernels (`quant::repack`, what the engine does to a model's matrices) give the bits the
+/// ggml rows give on the same tier, and both agree with the scalar reference: every tail of a
+/// four-block group (1..=7 blocks), the reference models' widths (18, 20, 28, 48 blocks) and
+/// wide rows (152: AVX2 prefill in runs of 64 blocks; for Q4_1 also 1,040 blocks, past the
+/// rows whose mins the wide tiles collect), 1..=39 activation rows (the decode tile, the 16-row
+/// tiles of Q5_0 with their row blocks, the 2 × 8 tiles, every remainder) and 133 (AVX2: a
+/// window of 128, a quad and a row), 11 weight rows (a group of eight and three), 1 and 2
+/// threads, quants, fifth bits, scales and mins of every pattern.
 #[test]
 fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     let mut rng = Rng(0x05A0);
-    let mut compared = 0;
+    let (mut compared, mut compared_avx2) = (0, 0);
     let widths: [&[usize]; 2] = [
         &[1, 2, 3, 4, 5, 6, 7, 20, 28, 152],
         &[1, 2, 3, 4, 5, 6, 7, 18, 48, 152, 1040],
@@ -634,7 +635,7 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
                     continue;
                 };
                 let wr = w.with_repacked(&r);
-                for n in [1, 2, 3, 5, 8, 9, 16, 17, 39] {
+                for n in [1, 2, 3, 5, 8, 9, 16, 17, 39, 133] {
                     let x = random_acts(n, cols, 0, &mut rng);
                     for threads in [1, 2] {
                         let want = with_flavor(vnni_off, || matmul(isa, threads, &w, &x, n));
@@ -657,19 +658,33 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
                             }
                         }
                     }
-                    compared += 1;
+                    if isa == Isa::Avx2 {
+                        compared_avx2 += 1;
+                    } else {
+                        compared += 1;
+                    }
                 }
             }
         }
     }
+    // Every Q5_0 width, 10 row counts each, on every x86_64 machine (all have AVX2).
+    let want_avx2 = if cfg!(target_arch = "x86_64") {
+        10 * 10
+    } else {
+        0
+    };
+    assert_eq!(
+        compared_avx2, want_avx2,
+        "Q5_0 cases repacked for the AVX2 tier"
+    );
     if quant::has_vbmi() {
-        // At least one VBMI tier: both types, every width, 9 row counts each.
+        // At least one VBMI tier: both types, every width, 10 row counts each.
         assert!(
-            compared >= 2 * 9 * 10,
+            compared >= 2 * 10 * 10,
             "the AVX-512 VBMI tier repacked {compared} cases"
         );
     } else {
-        eprintln!("repacked Q5_0 and Q4_1: no AVX-512 VBMI tier on this CPU; nothing is repacked");
+        eprintln!("repacked Q4_1: no AVX-512 VBMI tier on this CPU; nothing is repacked");
     }
 }
 

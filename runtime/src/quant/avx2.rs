@@ -644,20 +644,6 @@ impl Unpacked8 {
     }
 }
 
-impl Unpacked8 {
-    /// [`dot_rows8x4`] of the unpacked rows (every block of them unpacked, from block 0)
-    /// against four Q8_0 activation rows `b` with their [`Q8Aux`] entries `aux`.
-    ///
-    /// # Panics
-    /// As [`Self::accumulate`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot4(&self, b: [&[BlockQ8_0]; 4], aux: [&[Q8Aux]; 4]) -> [[f32; ROWS8]; 4] {
-        let mut sumf = [_mm256_setzero_ps(); 4];
-        self.accumulate(b, aux, &mut sumf);
-        rows8x4(sumf)
-    }
-}
-
 /// The Q4_1 part of [`dot_rows8x4`]: per block, the eight rows' nibbles unpacked and their
 /// scales and mins widened once for the four activation rows; lane `r` of `sumf[k]` takes
 /// `(d_w · d_a) · sumi + m_w · s_a` in block order, as the scalar reference does.
@@ -794,5 +780,6 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     }
 }
 
+pub(in crate::quant) mod q5r;
 #[cfg(test)]
 pub(in crate::quant) mod tests;

@@ -253,6 +253,8 @@ pub unsafe fn matmul_span(
             out,
         };
         // SAFETY: forwarded contract (disjoint output elements); the checks above passed.
+        let r0 = unsafe { avx2_q5r(&span, r0) };
+        // SAFETY: as above.
         let r0 = unsafe { k_tiles(&span, r0) };
         // SAFETY: as above.
         let r0 = unsafe { avx2_rows8(&span, r0) };
@@ -319,6 +321,49 @@ impl Span<'_, '_> {
             ..*self
         })
     }
+}
+
+/// Every weight row from `r0` of [`matmul_span`] on the AVX2 tier for a Q5_0 matrix repacked
+/// at load ([`avx2::q5r`], read by no other path): four or more activation rows through
+/// [`avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation rows its
+/// quads leave (all of them in decode), one activation row at a time against the whole range
+/// ([`avx2::q5r::rows`]). The scalar reference's bits either way. Returns `r0` when the
+/// matrix is not such a copy.
+///
+/// # Safety
+/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
+    let (w, x, r1) = (span.w, span.x, span.r1);
+    let Some((rp, rb)) = w.repacked() else {
+        return r0;
+    };
+    if span.tier != Tier::Avx2
+        || w.ty != GgmlType::Q5_0
+        || x.layout() != ActLayout::Blocks(super::ActKind::Q8_0)
+    {
+        return r0;
+    }
+    let quads_end = span.a0 + (span.a1 - span.a0) / 4 * 4;
+    // SAFETY: forwarded contract.
+    let r8 = if quads_end > span.a0 {
+        unsafe { avx2_unpacked8(span, r0) }
+    } else {
+        r0
+    };
+    for a in span.a0..span.a1 {
+        let rs = if a < quads_end { r8 } else { r0 };
+        if let (true, ActRow::Q8_0(y)) = (rs < r1, x.row(a)) {
+            // SAFETY: the AVX2 tier was resolved against this CPU; `rp` holds the matrix's
+            // repacked rows of `rb` bytes; the outputs are in bounds and the caller's alone.
+            unsafe {
+                avx2::q5r::rows(rp, rb, rs, r1, y, x.q8_0_aux(a), |r, v| {
+                    span.out.put(a, r, v)
+                })
+            };
+        }
+    }
+    r1
 }
 
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
@@ -421,28 +466,33 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
 }
 
 /// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
-/// [`avx2::UNPACKED_BLOCKS`] blocks): the span's activation rows in windows of
-/// [`UNPACKED_WINDOW`] (multiples of four but the last), each window through every group of
-/// eight weight rows, each group unpacked once per window ([`avx2::Unpacked8`]) for every
-/// quad of the window's rows; the window's last rows (fewer than four) one at a time with
-/// [`avx2::dot_rows8`]. Each product is computed as in one pass over all rows, so the bits are
-/// the same. The window's rows and entries are looked up once, not once per group. Not
-/// inlined: its 18 KiB of unpacked blocks stay off the frames of the other paths. Returns the
-/// first weight row left to the caller (`r0` when the activations are not Q8_0 blocks).
+/// [`avx2::UNPACKED_BLOCKS`] blocks) and of [`avx2_q5r`] (Q5_0 rows repacked for this tier,
+/// any length): the span's activation rows in windows of [`UNPACKED_WINDOW`] (multiples of
+/// four but the last), each window through every group of eight weight rows, each group
+/// unpacked a run of blocks at a time ([`avx2::Unpacked8`]: once per window for rows of one
+/// run) for every quad of the window's rows; for the ggml rows, the window's last rows (fewer
+/// than four) one at a time with [`avx2::dot_rows8`] (for the repacked rows the caller does
+/// them). Each product is computed as in one pass over all rows, so the bits are the same.
+/// The window's rows and entries are looked up once, not once per group. Not inlined: its 22
+/// KiB of unpacked blocks and sums stay off the frames of the other paths. Returns the first
+/// weight row left to the caller (`r0` when the activations are not Q8_0 blocks).
 ///
 /// # Safety
-/// As [`avx2_rows8`], whose checks have passed (the tier is AVX2, the type Q4_0 or Q5_0).
+/// As [`avx2_rows8`] or [`avx2_q5r`], whose checks have passed (the tier is AVX2, the type
+/// Q4_0 or Q5_0).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     use super::{ActKind, BlockQ8_0, Q8Aux};
-    use avx2::ROWS8;
+    use avx2::{ROWS8, UNPACKED_BLOCKS};
     let (w, x, out) = (span.w, span.x, span.out);
     if x.layout() != ActLayout::Blocks(ActKind::Q8_0) {
         // The layout was checked against the type; anything else is left to the caller's
         // kernels.
         return r0;
     }
+    // A Q5_0 copy is in this tier's layout (the AVX2 tier repacks no other type).
+    let repacked = w.repacked().filter(|_| w.ty == GgmlType::Q5_0);
     let nb = w.cols / QK;
     let mut un = avx2::Unpacked8::new();
     let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
@@ -458,24 +508,43 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
         }
         r = r0;
         while r + ROWS8 <= span.r1 {
-            let rows = rows8_prefetching(w, r, span.r1);
-            // SAFETY: the AVX2 tier was resolved against this CPU; every row holds `nb` blocks
-            // of its type (checked by the caller).
-            unsafe { un.unpack(w.ty, &rows, 0, nb) };
-            for (q, (b, aux)) in blocks[..4 * quads]
-                .chunks_exact(4)
-                .zip(entries[..4 * quads].chunks_exact(4))
-                .enumerate()
-            {
-                let b = [b[0], b[1], b[2], b[3]];
-                let aux = [aux[0], aux[1], aux[2], aux[3]];
-                // SAFETY: the AVX2 tier was resolved against this CPU.
-                let v = unsafe { un.dot4(b, aux) };
-                // SAFETY: in bounds (checked by the caller); exclusivity is the caller's.
-                unsafe { put_rows8x4(out, w0 + 4 * q, r, v) };
+            let rows = match repacked {
+                Some((rp, rb)) => {
+                    super::prefetch(&rp[(r + ROWS8) * rb..(r + 2 * ROWS8).min(span.r1) * rb]);
+                    std::array::from_fn(|k| &rp[(r + k) * rb..(r + k + 1) * rb])
+                }
+                None => rows8_prefetching(w, r, span.r1),
+            };
+            // SAFETY: the AVX2 tier was resolved against this CPU.
+            let mut sums =
+                [[unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]; UNPACKED_WINDOW / 4];
+            for i0 in (0..nb).step_by(UNPACKED_BLOCKS) {
+                let n = (nb - i0).min(UNPACKED_BLOCKS);
+                // SAFETY: as above; every row holds `nb` blocks of its type, or their groups
+                // (checked by the caller).
+                unsafe {
+                    if repacked.is_some() {
+                        un.unpack_q5r(&rows, i0, n)
+                    } else {
+                        un.unpack(w.ty, &rows, i0, n)
+                    }
+                };
+                for (q, sq) in sums[..quads].iter_mut().enumerate() {
+                    let b = std::array::from_fn(|k| blocks[4 * q + k]);
+                    let e = std::array::from_fn(|k| &entries[4 * q + k][i0..i0 + n]);
+                    // SAFETY: as above.
+                    unsafe { un.accumulate(b, e, sq) };
+                }
             }
-            // SAFETY: as above.
-            unsafe { rows8_one_by_one(&window, rows, r, w0 + 4 * quads) };
+            for (q, sq) in sums[..quads].iter().enumerate() {
+                // SAFETY: as above; in bounds (checked by the caller), exclusivity is the
+                // caller's.
+                unsafe { put_rows8x4(out, w0 + 4 * q, r, avx2::rows8x4(*sq)) };
+            }
+            if repacked.is_none() {
+                // SAFETY: as above.
+                unsafe { rows8_one_by_one(&window, rows, r, w0 + 4 * quads) };
+            }
             r += ROWS8;
         }
     }

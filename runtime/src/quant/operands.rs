@@ -89,6 +89,13 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
             _ => {}
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if resolve(isa) == Tier::Avx2
+        && w.ty == GgmlType::Q5_0
+        && w.cols / QK <= super::avx2::q5r::MAX_BLOCKS
+    {
+        return Some(super::avx2::q5r::row_bytes(w.cols / QK));
+    }
     let _ = (isa, w);
     None
 }
@@ -176,12 +183,15 @@ pub fn repack_all(
                     // The same row bytes (`rb` is the ggml row size).
                     out.copy_from_slice(&w.data[r0 * src_rb..r1 * src_rb]);
                 } else {
+                    let avx2 = resolve(isa) == Tier::Avx2;
                     for (k, row) in out.chunks_exact_mut(rb).enumerate() {
                         // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512
-                        // VBMI tier, which `resolve` picks only where the CPU has its
-                        // features.
+                        // VBMI tier and (Q5_0) the AVX2 tier, which `resolve` picks only
+                        // where the CPU has their features.
                         unsafe {
-                            if w.ty == GgmlType::Q4_1 {
+                            if avx2 {
+                                super::avx2::q5r::repack_row_simd(w.row(r0 + k), w.cols / QK, row)
+                            } else if w.ty == GgmlType::Q4_1 {
                                 super::gemm512::repack_q4_1_row_simd(
                                     w.row(r0 + k),
                                     w.cols / QK,
