@@ -221,7 +221,7 @@ impl Model {
 
     /// Asks for the layer matrices and the output matrix that tier `isa`'s kernels read
     /// faster in another layout or place ([`quant::repack`]: Q5_0 and Q4_1 rewritten, Q8_0
-    /// copied, on the AVX-512 VBMI tier) to be rewritten when the first CPU executor
+    /// copied, on the AVX-512 VBMI tier; Q5_0 rewritten on the AVX2 tier) to be rewritten when the first CPU executor
     /// ([`super::Forward`], [`super::BatchForward`]) is built for this model
     /// ([`Model::ensure_repacked`]). The results are bit-identical with
     /// and without.

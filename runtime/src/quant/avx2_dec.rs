@@ -1,6 +1,8 @@
 //! The AVX2 tier's decode product for Q5_0 and Q8_0 weights: one Q8_0 activation row against
 //! a range of weight rows (the one-row kernels of `avx2`/`avx2_k` take one weight row per
-//! call).
+//! call). Q5_0 matrices the engine repacked for this tier take [`super::avx2::q5r`] instead;
+//! this kernel reads the file's Q5_0 rows where no copy is made (`POCKETPERF_REPACK=0`,
+//! `--mlock`, a cold-start run) and Q8_0 rows always.
 //!
 //! What depends on the activation row alone is computed once per call instead of once per
 //! weight row: its block scales widened to f32 and, for Q5_0, sixteen times each block's

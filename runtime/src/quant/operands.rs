@@ -33,7 +33,8 @@ pub struct WeightMatrix<'a> {
 /// and Q4_1 on the AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88
 /// and 80: quants already in the packed lane order, Q5_0's fifth bits as lane masks, then the
 /// four scales and Q4_1's four mins; a Q4_1 row's last partial group stays as in the file; the
-/// kernel module documents the layout). The kernels compute the same integers, scales and mins
+/// kernel module documents the layout), and Q5_0 on the AVX2 tier (88 bytes per group of four
+/// blocks, a partial last group padded with zero blocks; `avx2::q5r` documents it). The kernels compute the same integers, scales and mins
 /// from it, so the results are bit-identical to those from the ggml rows. Q8_0 on the same
 /// tier is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
 /// which the decode streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices
@@ -107,8 +108,8 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
 }
 
 /// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that
-/// tier reads the ggml rows from the file (every other type, and tiers without the AVX-512
-/// VBMI matrix kernels).
+/// tier reads the ggml rows from the file (every other type; on the AVX2 tier every type but
+/// Q5_0, and Q5_0 rows of more than 512 blocks; the scalar and NEON tiers).
 ///
 /// # Errors
 /// As [`repack_all`].

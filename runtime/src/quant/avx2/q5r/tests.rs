@@ -160,17 +160,19 @@ fn unpacked_repacked_rows_match_the_ggml_rows() {
         assert_eq!((got.i0, got.nb, got.five), (want.i0, want.nb, want.five));
         for i in 0..n {
             // SAFETY: vectors of 32 bytes and 8 floats, read as such.
-            let (gu, wu): ([[u8; 32]; ROWS8], [[u8; 32]; ROWS8]) = unsafe {
+            type Q = [[u8; 32]; ROWS8];
+            let (gu, wu) = unsafe {
                 (
-                    std::mem::transmute(got.u[i]),
-                    std::mem::transmute(want.u[i]),
+                    std::mem::transmute::<[__m256i; ROWS8], Q>(got.u[i]),
+                    std::mem::transmute::<[__m256i; ROWS8], Q>(want.u[i]),
                 )
             };
             assert_eq!(gu, wu, "block {} quants", i0 + i);
-            let (gd, wd): ([u32; 8], [u32; 8]) = unsafe {
+            // SAFETY: as above.
+            let (gd, wd) = unsafe {
                 (
-                    std::mem::transmute(got.dw[i]),
-                    std::mem::transmute(want.dw[i]),
+                    std::mem::transmute::<__m256, [u32; 8]>(got.dw[i]),
+                    std::mem::transmute::<__m256, [u32; 8]>(want.dw[i]),
                 )
             };
             assert_eq!(gd, wd, "block {} scales", i0 + i);
