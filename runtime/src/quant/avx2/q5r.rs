@@ -122,31 +122,28 @@ pub(in crate::quant) unsafe fn repack_row_simd(src: &[u8], nb: usize, dst: &mut 
     }
 }
 
-/// Block `k`'s 32 unsigned quants (0..=31, element order) of the repacked group at `gp`.
+/// Block `K`'s 32 unsigned quants (0..=31, element order) of the repacked group at `gp`.
 ///
 /// # Safety
-/// AVX2 present; a whole group at `gp`; `k < 4`.
+/// AVX2 present; a whole group at `gp`; `K < 4`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn unsigned(gp: *const u8, k: usize) -> __m256i {
-    let sixteen = _mm_set1_epi8(0x10);
-    // The bit at `bit` of each byte moved to bit 4 and kept alone.
-    let at4 = |h: __m128i, bit: usize| {
-        let v = if bit <= 4 {
-            _mm_sll_epi16(h, _mm_cvtsi32_si128(4 - bit as i32))
-        } else {
-            _mm_srl_epi16(h, _mm_cvtsi32_si128(bit as i32 - 4))
-        };
-        _mm_and_si128(v, sixteen)
-    };
-    // SAFETY: caller contract (the block's nibbles at 32 (k / 2) + 16 (k % 2), bits at 64).
+unsafe fn unsigned<const K: usize>(gp: *const u8) -> __m256i {
+    // SAFETY: caller contract (the block's nibbles at 32 (K / 2) + 16 (K % 2), bits at 64).
     unsafe {
         let h = _mm_loadu_si128(gp.add(64) as *const __m128i);
-        let q = nibbles(gp.add(32 * (k / 2) + 16 * (k % 2)));
-        _mm256_or_si256(
-            q,
-            _mm256_setr_m128i(at4(h, h_bit(k, 0)), at4(h, h_bit(k, 1))),
-        )
+        // Blocks 1 and 3 keep their bits in the high half of each byte (h_bit).
+        let h = if K % 2 == 1 { _mm_srli_epi16(h, 4) } else { h };
+        // Bits 0 and 1 (blocks 0, 1) or 2 and 3 (blocks 2, 3) moved to bit 4.
+        let (lo, hi) = if K < 2 {
+            (_mm_slli_epi16(h, 4), _mm_slli_epi16(h, 3))
+        } else {
+            (_mm_slli_epi16(h, 2), _mm_slli_epi16(h, 1))
+        };
+        let sixteen = _mm_set1_epi8(0x10);
+        let q = nibbles(gp.add(32 * (K / 2) + 16 * (K % 2)));
+        let bits = _mm256_setr_m128i(_mm_and_si128(lo, sixteen), _mm_and_si128(hi, sixteen));
+        _mm256_or_si256(q, bits)
     }
 }
 
@@ -160,13 +157,22 @@ impl Unpacked8 {
         let nb = nb.min(UNPACKED_BLOCKS);
         for i in 0..nb {
             let (g, k) = ((i0 + i) / 4, (i0 + i) % 4);
+            let gp = |r: usize| w[r][g * GROUP..].as_ptr();
             // SAFETY: group g of every row (caller contract).
-            let rows: [__m256i; ROWS8] =
-                std::array::from_fn(|r| unsafe { unsigned(w[r].as_ptr().add(g * GROUP), k) });
+            let rows: [__m256i; ROWS8] = unsafe {
+                match k {
+                    0 => std::array::from_fn(|r| unsigned::<0>(gp(r))),
+                    1 => std::array::from_fn(|r| unsigned::<1>(gp(r))),
+                    2 => std::array::from_fn(|r| unsigned::<2>(gp(r))),
+                    _ => std::array::from_fn(|r| unsigned::<3>(gp(r))),
+                }
+            };
             self.u[i] = transpose8x8_epi32(rows);
             let h = |r: usize| {
-                let at = g * GROUP + 80 + 2 * SLOT[k];
-                i16::from_le_bytes([w[r][at], w[r][at + 1]])
+                // SAFETY: as above (the group's scales at 80..88).
+                let at = unsafe { w[r].as_ptr().add(g * GROUP + 80 + 2 * SLOT[k]) };
+                // SAFETY: two readable bytes at `at`.
+                u16::from_le(unsafe { std::ptr::read_unaligned(at as *const u16) }) as i16
             };
             let v = _mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7));
             self.dw[i] = _mm256_cvtph_ps(v);
