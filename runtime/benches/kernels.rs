@@ -13,7 +13,7 @@
 //!   `gemm/q4_1r/...` the same repacked;
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
-//!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640; K-quants: FFN down 896x4864 and 640x2048,
+//!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640, and Qwen2.5's keys 128x896; K-quants: FFN down 896x4864 and 640x2048,
 //!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
 //!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape),
 //!   and prompts of 512 rows at the first shape for Q4_K, Q6_K and Q5_0;
@@ -228,8 +228,10 @@ fn gemm(c: &mut Criterion) {
 fn new_formats() -> Vec<(GgmlType, Vec<(usize, usize)>)> {
     let q5 = vec![(4864, 896), (896, 896), (2048, 640), (1024, 640)];
     let k = vec![(896, 4864), (640, 2048), (640, 1024)];
+    // Qwen2.5's attention keys too: a small matrix, where a kernel's per-call work shows.
+    let q5_0 = [q5.clone(), vec![(128, 896)]].concat();
     vec![
-        (GgmlType::Q5_0, q5.clone()),
+        (GgmlType::Q5_0, q5_0),
         (GgmlType::Q5_1, q5),
         (GgmlType::Q4K, k.clone()),
         (GgmlType::Q6K, k.clone()),

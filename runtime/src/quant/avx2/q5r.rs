@@ -23,6 +23,7 @@
 //! `quant_props` through [`super::super::matmul`]).
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 use super::{ROWS8, UNPACKED_BLOCKS, Unpacked8, bits_to_bytes, nibbles, transpose8x8_epi32};
 use crate::quant::Q8Aux;
@@ -183,11 +184,50 @@ impl Unpacked8 {
 
 /// The activation row rearranged for [`rows`]: each pair of blocks' low halves, then their
 /// high halves (`y`), and per pair of groups the blocks' scales and sixteen times their quant
-/// sums in the lanes of [`LANE`].
+/// sums in the lanes of [`LANE`]. Only the entries a row of `nb` blocks reads are written
+/// ([`Acts::fill`]): `4 · ceil(nb / 4)` of `y`, `8 · ceil(nb / 8)` of `d` and `off`, padding
+/// included, so a call's cost follows its row, not [`MAX_BLOCKS`].
 struct Acts {
-    y: [[i8; 32]; MAX_BLOCKS + 4],
-    d: [f32; MAX_BLOCKS + 8],
-    off: [i32; MAX_BLOCKS + 8],
+    y: [MaybeUninit<[i8; 32]>; MAX_BLOCKS + 4],
+    d: [MaybeUninit<f32>; MAX_BLOCKS + 8],
+    off: [MaybeUninit<i32>; MAX_BLOCKS + 8],
+}
+
+impl Acts {
+    /// Tables with nothing written yet.
+    const fn new() -> Self {
+        Acts {
+            y: [const { MaybeUninit::uninit() }; MAX_BLOCKS + 4],
+            d: [const { MaybeUninit::uninit() }; MAX_BLOCKS + 8],
+            off: [const { MaybeUninit::uninit() }; MAX_BLOCKS + 8],
+        }
+    }
+
+    /// Writes the tables of the activation row `a` (≤ [`MAX_BLOCKS`] blocks, `aux` one entry
+    /// each): blocks past the row's end, up to the end of its last pair of groups, are zero.
+    /// In place: the tables are larger than what a row writes of them.
+    fn fill(&mut self, a: &[BlockQ8_0], aux: &[Q8Aux]) {
+        let nb = a.len();
+        // Pair p = entries 2p (the low halves of blocks 2p, 2p + 1) and 2p + 1 (their high
+        // halves), for every block of the row's groups.
+        for p in 0..2 * nb.div_ceil(4) {
+            for h in 0..2 {
+                let mut e = [0i8; 32];
+                for l in 0..2 {
+                    if let Some(blk) = a.get(2 * p + l) {
+                        e[16 * l..16 * l + 16].copy_from_slice(&blk.qs[16 * h..16 * h + 16]);
+                    }
+                }
+                self.y[2 * p + h].write(e);
+            }
+        }
+        for b in 0..8 * nb.div_ceil(8) {
+            let (d, off) = aux.get(b).map_or((0.0, 0), |e| (e.d, 16 * e.sum));
+            let at = 8 * (b / 8) + LANE[b % 8];
+            self.d[at].write(d);
+            self.off[at].write(off);
+        }
+    }
 }
 
 /// The integer sums of the repacked group at `gp` against its rearranged activation blocks at
@@ -257,25 +297,17 @@ pub(in crate::quant) unsafe fn rows(
     );
     assert_eq!(rb, row_bytes(nb), "repacked Q5_0 row of {nb} blocks");
     let ng = nb.div_ceil(4);
-    let mut t = Acts {
-        y: [[0; 32]; MAX_BLOCKS + 4],
-        d: [0.0; MAX_BLOCKS + 8],
-        off: [0; MAX_BLOCKS + 8],
-    };
-    for (b, (blk, e)) in a.iter().zip(aux).enumerate() {
-        // Block b's halves in the order of its chunk: pair p = b / 2 holds the low halves of
-        // blocks 2p, 2p + 1, then their high halves.
-        let (p, l) = (b / 2, b % 2);
-        t.y[2 * p][16 * l..16 * l + 16].copy_from_slice(&blk.qs[..16]);
-        t.y[2 * p + 1][16 * l..16 * l + 16].copy_from_slice(&blk.qs[16..]);
-        let at = 8 * (b / 8) + LANE[b % 8];
-        t.d[at] = e.d;
-        t.off[at] = 16 * e.sum;
-    }
+    let mut t = Acts::new();
+    t.fill(a, &aux[..nb]);
     // Each row's products wait in a buffer, and four rows' are added up together: a row's
     // adds are a chain of `nb` dependent f32 additions (block order, as the scalar reference
     // adds them), which four rows' chains side by side keep from bounding the loop.
-    let mut prods = [[0.0f32; MAX_BLOCKS + 8]; ROWS_IN_FLIGHT];
+    let entries = 8 * nb.div_ceil(8);
+    let mut prods = [[const { MaybeUninit::<f32>::uninit() }; MAX_BLOCKS + 8]; ROWS_IN_FLIGHT];
+    for buf in &mut prods {
+        // Rows past the range's end read these (and drop their sums).
+        buf[..entries].fill(MaybeUninit::new(0.0));
+    }
     for r in (r0..r1).step_by(ROWS_IN_FLIGHT) {
         let n = (r1 - r).min(ROWS_IN_FLIGHT);
         for (k, buf) in prods.iter_mut().enumerate().take(n) {
@@ -284,11 +316,13 @@ pub(in crate::quant) unsafe fn rows(
             unsafe { products(w.as_ptr().add((r + k) * rb), ng, &t, buf) };
         }
         // Rows past n add stale products; their sums are dropped.
+        let bufs: [*const f32; ROWS_IN_FLIGHT] = prods.each_ref().map(|b| b.as_ptr().cast());
         let mut sums = [0.0f32; ROWS_IN_FLIGHT];
         for b in 0..nb {
             let i = 8 * (b / 8) + LANE[b % 8];
-            for (s, buf) in sums.iter_mut().zip(&prods) {
-                *s += buf[i];
+            for (s, buf) in sums.iter_mut().zip(bufs) {
+                // SAFETY: i < entries, written above and again by `products`.
+                *s += unsafe { *buf.add(i) };
             }
         }
         for (k, &v) in sums.iter().enumerate().take(n) {
@@ -303,23 +337,29 @@ pub(in crate::quant) unsafe fn rows(
 /// # Safety
 /// As [`rows`], for the row at `wp`; `out` holds `8 · ceil(ng / 2)` entries.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn products(wp: *const u8, ng: usize, t: &Acts, out: &mut [f32; MAX_BLOCKS + 8]) {
+unsafe fn products(
+    wp: *const u8,
+    ng: usize,
+    t: &Acts,
+    out: &mut [MaybeUninit<f32>; MAX_BLOCKS + 8],
+) {
     for g in (0..ng).step_by(2) {
         // The second group of the pair, or the first again when the row ends (its lanes
         // then go unused).
         let g1 = if g + 1 < ng { g + 1 } else { g };
         // SAFETY: groups g and g1 of the row exist; the tables and `out` hold 8 entries from
-        // 4g, and rearranged blocks from 4g (MAX_BLOCKS + 4 of them).
+        // 4g, and rearranged blocks from 4g (MAX_BLOCKS + 4 of them), every entry read
+        // written by `Acts::fill`.
         unsafe {
-            let s0 = group_sums(wp.add(g * GROUP), t.y.as_ptr().add(4 * g));
-            let s1 = group_sums(wp.add(g1 * GROUP), t.y.as_ptr().add(4 * g1));
-            let off = _mm256_loadu_si256(t.off.as_ptr().add(4 * g) as *const __m256i);
+            let s0 = group_sums(wp.add(g * GROUP), t.y.as_ptr().add(4 * g).cast());
+            let s1 = group_sums(wp.add(g1 * GROUP), t.y.as_ptr().add(4 * g1).cast());
+            let off = _mm256_loadu_si256(t.off.as_ptr().add(4 * g).cast());
             let sumi = _mm256_sub_epi32(_mm256_hadd_epi32(s0, s1), off);
             let sc = |g: usize| _mm_loadl_epi64(wp.add(g * GROUP + 80) as *const __m128i);
             let dw = _mm256_cvtph_ps(_mm_unpacklo_epi32(sc(g), sc(g1)));
-            let da = _mm256_loadu_ps(t.d.as_ptr().add(4 * g));
+            let da = _mm256_loadu_ps(t.d.as_ptr().add(4 * g).cast());
             _mm256_storeu_ps(
-                out.as_mut_ptr().add(4 * g),
+                out.as_mut_ptr().add(4 * g).cast(),
                 _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, da)),
             );
         }
