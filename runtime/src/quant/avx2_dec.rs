@@ -73,7 +73,15 @@ pub(super) unsafe fn rows(
             t.off[i] = 16 * hsum_epi32(dot_us(_mm256_set1_epi8(1), q));
         }
     }
+    // One row's worth of lines `dist` bytes past the next row, asked for before each row:
+    // the kernel's instructions per byte keep too few loads in flight for a one-core stream
+    // from memory to reach the read rate of a plain loop (criterion `matvec_head/Q8_0`).
+    let dist = crate::quant::prefetch_distance();
     for r in r0..r1 {
+        if dist > 0 {
+            let s0 = ((r + 1) * rb + dist).min(w.len());
+            super::prefetch(&w[s0..(s0 + rb).min(w.len())]);
+        }
         // SAFETY: row r lies inside w (caller contract).
         let v = unsafe {
             let p = w.as_ptr().add(r * rb);

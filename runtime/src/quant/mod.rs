@@ -670,7 +670,8 @@ pub fn axpy_f32(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
 /// effect on results. Attention calls it on a key tile's value rows (heads wider than 64)
 /// before the tile's scores, so that the rows, read later a few columns at a time, arrive
 /// while the scores are computed; the AVX2 eight-row decode calls it on the next group of
-/// weight rows, which it reads as eight short strided streams.
+/// weight rows, which it reads as eight short strided streams, and the AVX2 one-row decode
+/// ([`prefetch_distance`]) on the rows ahead of its stream.
 pub fn prefetch<T>(x: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -686,6 +687,21 @@ pub fn prefetch<T>(x: &[T]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;
+}
+
+/// Bytes ahead of the weights being read that the streaming decode kernels prefetch: the
+/// AVX-512 VBMI tile's first pass (`gemm512`) and the AVX2 one-row kernel for Q8_0 and the
+/// file's Q5_0 rows (`avx2_dec`). `POCKETPERF_PREFETCH` overrides the default of 4096; 0
+/// turns the prefetch off.
+#[cfg(target_arch = "x86_64")]
+fn prefetch_distance() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("POCKETPERF_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4096)
+    })
 }
 
 /// Σ x² accumulated in f64 (RMSNorm; ggml sums squares in double).

@@ -55,18 +55,6 @@ pub(in crate::quant) use groups::{
 use groups::{repack_q4_1_row, repack_q5_0_row};
 use reduce::reduce_tile;
 
-/// Bytes ahead of the current tile that the streaming pass prefetches (`POCKETPERF_PREFETCH`
-/// overrides it; 0 disables).
-fn prefetch_distance() -> usize {
-    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("POCKETPERF_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4096)
-    })
-}
-
 const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
 const F_Q8_0: u8 = 2;
@@ -388,7 +376,7 @@ macro_rules! kernels {
                 let per = UNP_GROUPS / ng;
                 let mut unp = [const { std::mem::MaybeUninit::<PGroup>::uninit() }; UNP_GROUPS];
                 let mut negs = [const { std::mem::MaybeUninit::<__m512i>::uninit() }; NEG_MAX];
-                let pf = prefetch_distance();
+                let pf = crate::quant::prefetch_distance();
                 // SAFETY: forwarded caller contract: weight group g of row r spans
                 // [r·rb + g·88, + len) of the matrix, packed activation group g of row j its
                 // 128 quant bytes, and outputs (j, r) < (n16, r1) are this call's alone. Every
@@ -553,7 +541,7 @@ macro_rules! kernels {
                 neg: *const __m512i,
             ) {
                 let mut r = r0;
-                let pf = prefetch_distance();
+                let pf = crate::quant::prefetch_distance();
                 // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
                 unsafe {
                     let ap = a.add(a0 * astride);
