@@ -671,7 +671,7 @@ pub fn axpy_f32(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
 /// before the tile's scores, so that the rows, read later a few columns at a time, arrive
 /// while the scores are computed; the AVX2 eight-row decode calls it on the next group of
 /// weight rows, which it reads as eight short strided streams, and the AVX2 one-row decode
-/// ([`prefetch_distance`]) on the rows ahead of its stream.
+/// (`prefetch_distance`) on the rows ahead of its stream.
 pub fn prefetch<T>(x: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
