@@ -13,8 +13,8 @@
 //!   `gemm/q4_1r/...` the same repacked;
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
 //!   formats at the shapes of the Qwen2.5-0.5B and Gemma 3 270M matrices that carry them
-//!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640, and Qwen2.5's keys 128x896; K-quants: FFN down 896x4864 and 640x2048,
-//!   Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
+//!   (Q5_0: 4864x896, 896x896, 2048x640, 1024x640, and Qwen2.5's keys 128x896; K-quants:
+//!   FFN down 896x4864 and 640x2048, Gemma's attention output 640x1024), one row, and prefill tiles of 64 rows (Q4_K and Q6_K
 //!   at both FFN down shapes, Q5_0 at 4864x896 and 2048x640, the others at the first shape),
 //!   and prompts of 512 rows at the first shape for Q4_K, Q6_K and Q5_0;
 //!   `Q5_0r` rows run the same Q5_0 matrices repacked as the model does at load on a tier
