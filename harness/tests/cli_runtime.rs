@@ -28,11 +28,18 @@ fn model_path() -> PathBuf {
 }
 
 fn pocketperf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pocketperf"))
-        .args(args)
-        .env_remove("POCKETPERF_ISA")
-        .output()
-        .expect("run pocketperf")
+    pocketperf_env(args, &[])
+}
+
+/// `pocketperf` with the tuning variables unset, then `env` set.
+fn pocketperf_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pocketperf"));
+    cmd.args(args);
+    for var in ["POCKETPERF_ISA", "POCKETPERF_PREFETCH", "POCKETPERF_REPACK"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run pocketperf")
 }
 
 fn stdout(o: &Output) -> String {
@@ -47,7 +54,13 @@ fn stderr(o: &Output) -> String {
 /// containing every one of `needles`. Returns that line.
 #[track_caller]
 fn fails(args: &[&str], needles: &[&str]) -> String {
-    let o = pocketperf(args);
+    fails_env(args, &[], needles)
+}
+
+/// [`fails`] with `env` set.
+#[track_caller]
+fn fails_env(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String {
+    let o = pocketperf_env(args, env);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
     let lines: Vec<&str> = err.lines().collect();
@@ -205,6 +218,51 @@ fn unknown_and_unsupported_types_and_architectures() {
         &["logits", "--model", s(&mamba), "--prompt-ids", "1"],
         &[s(&mamba), "unsupported architecture `mamba`"],
     );
+}
+
+/// The tuning variables: a value the runtime does not take is refused before any work, naming
+/// the variable and the value; the values it takes give the default's tokens (the same bits
+/// with and without the prefetch or the copies).
+#[test]
+fn tuning_variables_are_checked_and_keep_the_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    // Q8_0 matrices: the ones the one-row decode prefetches, and the copies are made of.
+    let tiny = dir.path().join("tiny.gguf");
+    std::fs::write(&tiny, tiny_llama(TinyLlama::default())).unwrap();
+    let args = [
+        "generate",
+        "--model",
+        s(&tiny),
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "4",
+        "--ctx",
+        "64",
+    ];
+    for (var, value, why) in [
+        ("POCKETPERF_PREFETCH", "4k", "distance in bytes"),
+        ("POCKETPERF_PREFETCH", "-1", "distance in bytes"),
+        ("POCKETPERF_PREFETCH", "99999999", "at most 1048576 bytes"),
+        ("POCKETPERF_REPACK", "yes", "expected 0"),
+        ("POCKETPERF_REPACK", "2", "expected 0"),
+    ] {
+        fails_env(&args, &[(var, value)], &[&format!("{var}={value}: "), why]);
+    }
+    let default = pocketperf(&args);
+    assert!(default.status.success(), "{}", stderr(&default));
+    for env in [
+        [("POCKETPERF_PREFETCH", "0"), ("POCKETPERF_REPACK", "0")],
+        [
+            ("POCKETPERF_PREFETCH", " 8192 "),
+            ("POCKETPERF_REPACK", "1"),
+        ],
+        [("POCKETPERF_PREFETCH", ""), ("POCKETPERF_REPACK", "")],
+    ] {
+        let o = pocketperf_env(&args, &env);
+        assert!(o.status.success(), "{env:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&default), "{env:?}");
+    }
 }
 
 #[test]

@@ -36,6 +36,14 @@ pub enum Error {
     Kernel(String),
     #[error("POCKETPERF_ISA={requested}: {reason}")]
     Isa { requested: String, reason: String },
+    /// A tuning variable of the environment (`POCKETPERF_PREFETCH`, `POCKETPERF_REPACK`) with
+    /// a value the runtime does not take.
+    #[error("{var}={value}: {reason}")]
+    Env {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
     #[error("prompt of {tokens} tokens does not fit the context of {ctx} tokens")]
     ContextOverflow { tokens: usize, ctx: usize },
     #[error(

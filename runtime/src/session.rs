@@ -16,11 +16,27 @@ use crate::tokenizer::{Prompt, Tokenizer};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+const REPACK_ENV: &str = "POCKETPERF_REPACK";
+
 /// Whether engines repack (or copy) the matrices their CPU tier reads faster in another layout
 /// or place ([`Model::repack_for`]): yes unless `POCKETPERF_REPACK=0` (the same bits either way; the
-/// switch exists to measure the difference, docs/PERFORMANCE.md).
-fn repack_enabled() -> bool {
-    std::env::var("POCKETPERF_REPACK").map_or(true, |v| v.trim() != "0")
+/// switch exists to measure the difference, docs/PERFORMANCE.md). A value other than 0 or 1
+/// is an error naming it.
+fn repack_from_env() -> Result<bool> {
+    let value = match std::env::var(REPACK_ENV) {
+        Ok(v) => v,
+        Err(std::env::VarError::NotPresent) => return Ok(true),
+        Err(std::env::VarError::NotUnicode(v)) => v.to_string_lossy().into_owned(),
+    };
+    match value.trim() {
+        "" | "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err(Error::Env {
+            var: REPACK_ENV,
+            value,
+            reason: "expected 0 (no copies) or 1 (the default)".into(),
+        }),
+    }
 }
 
 /// A loaded model with its tokenizer and worker threads.
@@ -60,9 +76,13 @@ impl Engine {
                 reason: "not supported by this CPU".into(),
             });
         }
+        // The tuning variables are read before any work, so a mistyped value is reported
+        // instead of measured as the default.
+        quant::prefetch_from_env()?;
+        let repack = repack && repack_from_env()?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let mut model = Model::from_gguf(gguf)?;
-        if repack && repack_enabled() {
+        if repack {
             model.repack_for(isa);
         }
         let threads = if threads == 0 {

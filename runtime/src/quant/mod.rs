@@ -689,19 +689,56 @@ pub fn prefetch<T>(x: &[T]) {
     let _ = x;
 }
 
+/// The variable that sets the software prefetch distance ([`prefetch_from_env`]).
+pub const PREFETCH_ENV: &str = "POCKETPERF_PREFETCH";
+
+/// The prefetch distance when [`PREFETCH_ENV`] is unset (bytes).
+pub const DEFAULT_PREFETCH: usize = 4096;
+
 /// Bytes ahead of the weights being read that the streaming decode kernels prefetch: the
 /// AVX-512 VBMI tile's first pass (`gemm512`) and the AVX2 one-row kernel for Q8_0 and the
-/// file's Q5_0 rows (`avx2_dec`). `POCKETPERF_PREFETCH` overrides the default of 4096; 0
-/// turns the prefetch off.
+/// file's Q5_0 rows (`avx2_dec`). `POCKETPERF_PREFETCH` overrides [`DEFAULT_PREFETCH`]; 0
+/// turns the prefetch off. A value that is not a byte count is an error naming it (an engine
+/// refuses to load: [`crate::session::Engine::load`]).
+pub fn prefetch_from_env() -> Result<usize> {
+    match std::env::var(PREFETCH_ENV) {
+        Ok(v) => parse_prefetch(&v),
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_PREFETCH),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::Env {
+            var: PREFETCH_ENV,
+            value: v.to_string_lossy().into_owned(),
+            reason: "not valid UTF-8".into(),
+        }),
+    }
+}
+
+/// The largest distance taken: beyond a few pages ahead the lines are evicted before they
+/// are read (PERFORMANCE.md measured 1024–12288).
+const MAX_PREFETCH: usize = 1 << 20;
+
+fn parse_prefetch(v: &str) -> Result<usize> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(DEFAULT_PREFETCH);
+    }
+    let bad = |reason: String| Error::Env {
+        var: PREFETCH_ENV,
+        value: v.to_string(),
+        reason,
+    };
+    let d: usize = v
+        .parse()
+        .map_err(|_| bad("expected a distance in bytes (0 turns the prefetch off)".into()))?;
+    if d > MAX_PREFETCH {
+        return Err(bad(format!("at most {MAX_PREFETCH} bytes")));
+    }
+    Ok(d)
+}
+
 #[cfg(target_arch = "x86_64")]
 fn prefetch_distance() -> usize {
     static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("POCKETPERF_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4096)
-    })
+    *D.get_or_init(|| prefetch_from_env().unwrap_or(DEFAULT_PREFETCH))
 }
 
 /// Σ x² accumulated in f64 (RMSNorm; ggml sums squares in double).
