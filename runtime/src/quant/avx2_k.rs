@@ -286,6 +286,57 @@ unsafe fn ld32(p: *const u8, o: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(p.add(o) as *const __m256i) }
 }
 
+/// The eight quant vectors of the Q4_K, Q5_K or Q6_K block at `p` ([`KRegs::u`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn quants_k<const T: u8>(p: *const u8) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let z = _mm256_setzero_si256();
+    let mut u = [z; 8];
+    // SAFETY: a whole block of type T at p (caller contract); all loads lie inside it.
+    unsafe {
+        if T == K4 || T == K5 {
+            let qs = if T == K4 { 16 } else { 48 };
+            let qh = if T == K5 { ld32(p, 16) } else { z };
+            let b16 = _mm256_set1_epi8(16);
+            for c in 0..4 {
+                let v = ld32(p, qs + 32 * c);
+                let mut lo = _mm256_and_si256(v, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if T == K5 {
+                    // Bit 2c of qh[l] is bit 4 of element 64c + l, bit 2c + 1 of 64c+32+l.
+                    let bl = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
+                    let bh = _mm256_set1_epi8((2u8 << (2 * c)) as i8);
+                    let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
+                    let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+                }
+                u[2 * c] = lo;
+                u[2 * c + 1] = hi;
+            }
+        } else {
+            let m30 = _mm256_set1_epi8(0x30);
+            for h in 0..2 {
+                let l0 = ld32(p, 64 * h);
+                let l1 = ld32(p, 64 * h + 32);
+                let qh = ld32(p, 128 + 32 * h);
+                let h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);
+                let h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);
+                let h2 = _mm256_and_si256(qh, m30);
+                let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
+                u[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+                u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+                let l0h = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4);
+                let l1h = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
+                u[4 * h + 2] = _mm256_or_si256(l0h, h2);
+                u[4 * h + 3] = _mm256_or_si256(l1h, h3);
+            }
+        }
+    }
+    u
+}
+
 /// Decodes the K block of type `T` at `p`, its group scales and mins into `sc` and `mn`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -299,7 +350,6 @@ pub(super) unsafe fn unpack_k<const T: u8>(p: *const u8) -> KRegs {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8) -> KRegs {
-    let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
     let z = _mm256_setzero_si256();
     let mut k = KRegs {
@@ -359,25 +409,7 @@ pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8
                 k.d = f16_to_f32(p.add(108));
             }
             K4 | K5 => {
-                let qs = if T == K4 { 16 } else { 48 };
-                let qh = if T == K5 { ld32(p, 16) } else { z };
-                let b16 = _mm256_set1_epi8(16);
-                for c in 0..4 {
-                    let v = ld32(p, qs + 32 * c);
-                    let mut lo = _mm256_and_si256(v, m4);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if T == K5 {
-                        // Bit 2c of qh[l] is bit 4 of element 64c + l, bit 2c + 1 of 64c+32+l.
-                        let bl = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
-                        let bh = _mm256_set1_epi8((2u8 << (2 * c)) as i8);
-                        let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                        let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
-                    }
-                    k.u[2 * c] = lo;
-                    k.u[2 * c + 1] = hi;
-                }
+                k.u = quants_k::<T>(p);
                 if SCALES {
                     let s = twelve(p.add(4));
                     for j in 0..8 {
@@ -392,22 +424,7 @@ pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8
                 k.dmin = f16_to_f32(p.add(2));
             }
             _ => {
-                let m30 = _mm256_set1_epi8(0x30);
-                for h in 0..2 {
-                    let l0 = ld32(p, 64 * h);
-                    let l1 = ld32(p, 64 * h + 32);
-                    let qh = ld32(p, 128 + 32 * h);
-                    let h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);
-                    let h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);
-                    let h2 = _mm256_and_si256(qh, m30);
-                    let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
-                    k.u[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
-                    k.u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
-                    let l0h = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4);
-                    let l1h = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
-                    k.u[4 * h + 2] = _mm256_or_si256(l0h, h2);
-                    k.u[4 * h + 3] = _mm256_or_si256(l1h, h3);
-                }
+                k.u = quants_k::<T>(p);
                 if SCALES {
                     for g in 0..16 {
                         k.sc[g] = i16::from(*p.add(192 + g) as i8);
@@ -494,59 +511,85 @@ fn chunk_scales_v(sc: __m256i) -> [__m256i; 8] {
     })
 }
 
-/// K-quant weights of type `T` · Q8_K activations for `R` rows (1 or 4). Q4_K, Q5_K and
-/// Q6_K (the types of the shipped K-quant files) take their scales, mins and offset term in
-/// registers ([`k_scales`]); Q2_K and Q3_K through [`unpack_k`]'s arrays. Every integer
-/// sum is exact, so both give the scalar reference's bits.
+/// The vector whose i32 lanes sum to `Σ u·q` over a K block's 256 quants, each product
+/// weighted by its group's scale (`sv`, as [`chunk_scales`] lays them out), with the Q8_K
+/// block `y`: exact integers.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scaled_dot(u: &[__m256i; 8], sv: &[__m256i; 8], y: &BlockQ8K) -> __m256i {
+    let q = y.qs.as_ptr();
+    let mut acc = _mm256_setzero_si256();
+    for c in 0..8 {
+        // SAFETY: `y.qs` holds 256 bytes, eight loads of 32.
+        let qy = unsafe { _mm256_loadu_si256(q.add(32 * c) as *const __m256i) };
+        let p = _mm256_maddubs_epi16(u[c], qy);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv[c]));
+    }
+    acc
+}
+
+/// A Q4_K, Q5_K or Q6_K block (`u`, its group scales `sc16` and mins `mn16` in registers,
+/// [`k_scales`]) with the Q8_K block `y`: vectors whose lanes sum to the block's exact integer
+/// sum, the offset term taken off (Q6_K's 32), and to its min term `Σ mn·bsum` (zero for Q6_K).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_sums<const T: u8>(
+    u: &[__m256i; 8],
+    sc16: __m256i,
+    mn16: __m256i,
+    y: &BlockQ8K,
+) -> (__m256i, __m256i) {
+    let (has_min, off) = k_min_off(T);
+    // SAFETY: plain loads of `y`'s 256 quants and 16 group sums.
+    let (mut acc, bs) = unsafe {
+        (
+            scaled_dot(u, &chunk_scales_v(sc16), y),
+            _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i),
+        )
+    };
+    if off != 0 {
+        let o = _mm256_madd_epi16(sc16, bs);
+        acc = _mm256_sub_epi32(acc, _mm256_mullo_epi32(o, _mm256_set1_epi32(off)));
+    }
+    let msum = if has_min {
+        _mm256_madd_epi16(mn16, bs)
+    } else {
+        _mm256_setzero_si256()
+    };
+    (acc, msum)
+}
+
+/// K-quant weights of type `T` · Q8_K activations for `R` rows (1 or 4), each block decoded
+/// once for all the rows. Q4_K, Q5_K and Q6_K (the types of the shipped K-quant files) take
+/// their scales, mins and offset term in registers ([`k_scales`]); Q2_K and Q3_K through
+/// [`unpack_k`]'s arrays. Every integer sum is exact, so both give the scalar reference's
+/// bits. One row of Q4_K or Q5_K goes through [`k_row`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K]; R]) -> [f32; R] {
     let nb = a[0].len();
     let bb = k_bytes(T);
     let (has_min, off) = k_min_off(T);
-    let in_regs = matches!(T, K4 | K5 | K6);
     let mut out = [0.0f32; R];
     for i in 0..nb {
         // SAFETY: w holds nb blocks of bb bytes; each a[r] holds nb blocks (caller contract).
         unsafe {
             let p = w.as_ptr().add(i * bb);
-            let k = if in_regs {
-                unpack_k_with::<T, false>(p)
-            } else {
-                unpack_k::<T>(p)
-            };
-            let (sc16, mn16) = if in_regs {
-                k_scales::<T>(p)
-            } else {
-                (_mm256_setzero_si256(), _mm256_setzero_si256())
-            };
-            let sv = if in_regs {
-                chunk_scales_v(sc16)
-            } else {
-                chunk_scales(&k.sc)
-            };
-            for r in 0..R {
-                let y = &a[r][i];
-                let q = y.qs.as_ptr();
-                let mut acc = _mm256_setzero_si256();
-                for c in 0..8 {
-                    let qy = _mm256_loadu_si256(q.add(32 * c) as *const __m256i);
-                    let p = _mm256_maddubs_epi16(k.u[c], qy);
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv[c]));
+            if matches!(T, K4 | K5 | K6) {
+                let u = quants_k::<T>(p);
+                let (sc16, mn16) = k_scales::<T>(p);
+                let (d, dmin) = k_d::<T>(p);
+                for r in 0..R {
+                    let y = &a[r][i];
+                    let (acc, msum) = k_sums::<T>(&u, sc16, mn16, y);
+                    let (isum, msum) = (hsum_epi32(acc), hsum_epi32(msum));
+                    out[r] += block_value(d, dmin, has_min, y.d, isum, msum);
                 }
-                let (isum, msum) = if in_regs {
-                    let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
-                    if off != 0 {
-                        let o = _mm256_madd_epi16(sc16, bs);
-                        acc = _mm256_sub_epi32(acc, _mm256_mullo_epi32(o, _mm256_set1_epi32(off)));
-                    }
-                    let msum = if has_min {
-                        hsum_epi32(_mm256_madd_epi16(mn16, bs))
-                    } else {
-                        0
-                    };
-                    (hsum_epi32(acc), msum)
-                } else {
-                    let mut isum = hsum_epi32(acc);
+            } else {
+                let k = unpack_k::<T>(p);
+                let sv = chunk_scales(&k.sc);
+                for r in 0..R {
+                    let y = &a[r][i];
+                    let mut isum = hsum_epi32(scaled_dot(&k.u, &sv, y));
                     if off != 0 {
                         isum -= off * dot16(k.sc.as_ptr(), y.bsums.as_ptr());
                     }
@@ -555,13 +598,87 @@ pub(super) unsafe fn k_q8k<const T: u8, const R: usize>(w: &[u8], a: [&[BlockQ8K
                     } else {
                         0
                     };
-                    (isum, msum)
-                };
-                out[r] += block_value(k.d, k.dmin, has_min, y.d, isum, msum);
+                    out[r] += block_value(k.d, k.dmin, has_min, y.d, isum, msum);
+                }
             }
         }
     }
     out
+}
+
+/// The super-block scale and min (`d`, `dmin`; Q6_K has no min) of the Q4_K, Q5_K or Q6_K
+/// block at `p`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k_d<const T: u8>(p: *const u8) -> (f32, f32) {
+    // SAFETY: a whole block of type T at p (caller contract).
+    unsafe {
+        if T == K6 {
+            (f16_to_f32(p.add(208)), 0.0)
+        } else {
+            (f16_to_f32(p), f16_to_f32(p.add(2)))
+        }
+    }
+}
+
+/// One row of Q4_K or Q5_K · one Q8_K row (the decode's matrix-vector product): [`k_q8k`]
+/// for one row, four blocks at a time. Their integer sums and min terms are reduced
+/// together, their values `(d·d_a)·isum − (dmin·d_a)·msum` formed in four lanes with the
+/// scalar reference's f32 operations, and added to the row's sum one by one in block order,
+/// so the result is the scalar reference's bits. (Q6_K, without mins, measured no faster
+/// this way than block by block: docs/PERFORMANCE.md.)
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_row<const T: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    const { assert!(T == K4 || T == K5) };
+    let bb = k_bytes(T);
+    let mut sumf = 0.0f32;
+    let quads = a.len() / 4;
+    for j in 0..quads {
+        let y = &a[4 * j..4 * j + 4];
+        let mut accs = [_mm256_setzero_si256(); 4];
+        let mut mins = [_mm256_setzero_si256(); 4];
+        let mut ds = [0u16; 4];
+        let mut dmins = [0u16; 4];
+        for k in 0..4 {
+            // SAFETY: w holds a.len() blocks of bb bytes (caller contract); the scales lie
+            // inside block 4j + k.
+            unsafe {
+                let p = w.as_ptr().add((4 * j + k) * bb);
+                let (sc16, mn16) = k_scales::<T>(p);
+                (accs[k], mins[k]) = k_sums::<T>(&quants_k::<T>(p), sc16, mn16, &y[k]);
+                ds[k] = std::ptr::read_unaligned(p as *const u16);
+                dmins[k] = std::ptr::read_unaligned(p.add(2) as *const u16);
+            }
+        }
+        let half4 = |h: [u16; 4]| {
+            let h = h.map(|v| u16::from_le(v) as i16);
+            _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0))
+        };
+        let da = _mm_setr_ps(y[0].d, y[1].d, y[2].d, y[3].d);
+        let isum = _mm_cvtepi32_ps(super::avx2::hsum4_epi32(&accs));
+        let msum = _mm_cvtepi32_ps(super::avx2::hsum4_epi32(&mins));
+        let v = _mm_sub_ps(
+            _mm_mul_ps(_mm_mul_ps(half4(ds), da), isum),
+            _mm_mul_ps(_mm_mul_ps(half4(dmins), da), msum),
+        );
+        let mut t = [0.0f32; 4];
+        // SAFETY: four floats.
+        unsafe { _mm_storeu_ps(t.as_mut_ptr(), v) };
+        for x in t {
+            sumf += x;
+        }
+    }
+    for (i, y) in a.iter().enumerate().skip(4 * quads) {
+        // SAFETY: as above, block i.
+        unsafe {
+            let p = w.as_ptr().add(i * bb);
+            let (sc16, mn16) = k_scales::<T>(p);
+            let (acc, msum) = k_sums::<T>(&quants_k::<T>(p), sc16, mn16, y);
+            let (d, dmin) = k_d::<T>(p);
+            sumf += block_value(d, dmin, true, y.d, hsum_epi32(acc), hsum_epi32(msum));
+        }
+    }
+    sumf
 }
 
 /// Runs the K kernel of `ty` for `R` rows; `None` if `ty` is not a K-quant type.
@@ -594,7 +711,11 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Option<f32> {
         match (ty, a) {
             (GgmlType::Q5_0, ActRow::Q8_0(b)) => Some(q5_0_q8_0_row(w, b)),
             (GgmlType::Q5_1, ActRow::Q8_1(b)) => Some(q5_1_q8_1::<1>(w, [b])[0]),
-            (_, ActRow::Q8K(b)) => k_dispatch::<1>(ty, w, [b]).map(|r| r[0]),
+            (_, ActRow::Q8K(b)) => match k_code(ty)? {
+                K4 => Some(k_row::<K4>(w, b)),
+                K5 => Some(k_row::<K5>(w, b)),
+                _ => k_dispatch::<1>(ty, w, [b]).map(|r| r[0]),
+            },
             _ => None,
         }
     }
