@@ -8,7 +8,8 @@
 //!   repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_dram/q4_1`: the same kernel streaming 128 MiB of weights (larger than the LLC)
 //!   from memory, one and two threads; `matvec_dram/q5_0` the same for Q5_0 at Qwen2.5's FFN
-//!   gate/up shape; `q4_1r` and `q5_0r` both repacked (throughput in ggml bytes);
+//!   gate/up shape, `q4_k` and `q6_k` at its FFN down shape; `q4_1r` and `q5_0r` both
+//!   repacked (throughput in ggml bytes);
 //! - `gemm/q4_1/...`: batched-decode (8 activation rows) and prefill tiles (64 rows), and
 //!   `gemm/q4_1r/...` the same repacked;
 //! - `matvec_k/<type>/<rows>x<cols>` and `gemm_k/<type>/...`: the five-bit and K-quant
@@ -134,6 +135,9 @@ fn matvec_dram(c: &mut Criterion) {
     // SmolLM2's FFN gate/up shape, and Qwen2.5's: the decode streams these from memory.
     dram_rows(&mut g, isa, GgmlType::Q4_1, 1536, 576, "q4_1");
     dram_rows(&mut g, isa, GgmlType::Q5_0, 4864, 896, "q5_0");
+    // The K-quant FFN down matrices of Qwen2.5's Q4_K_M file (Q4_K and Q6_K).
+    dram_rows(&mut g, isa, GgmlType::Q4K, 896, 4864, "q4_k");
+    dram_rows(&mut g, isa, GgmlType::Q6K, 896, 4864, "q6_k");
     g.finish();
 }
 
