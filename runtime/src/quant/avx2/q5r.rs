@@ -344,15 +344,20 @@ unsafe fn products(
     out: &mut [MaybeUninit<f32>; MAX_BLOCKS + 8],
 ) {
     for g in (0..ng).step_by(2) {
-        // The second group of the pair, or the first again when the row ends (its lanes
-        // then go unused).
+        // The second group of the pair, or the first again when the row ends: its sums are
+        // then not computed and its lanes go unused (a row of 28 or 20 blocks, Qwen2.5's and
+        // Gemma 3's, ends on an odd group).
         let g1 = if g + 1 < ng { g + 1 } else { g };
         // SAFETY: groups g and g1 of the row exist; the tables and `out` hold 8 entries from
         // 4g, and rearranged blocks from 4g (MAX_BLOCKS + 4 of them), every entry read
         // written by `Acts::fill`.
         unsafe {
             let s0 = group_sums(wp.add(g * GROUP), t.y.as_ptr().add(4 * g).cast());
-            let s1 = group_sums(wp.add(g1 * GROUP), t.y.as_ptr().add(4 * g1).cast());
+            let s1 = if g1 > g {
+                group_sums(wp.add(g1 * GROUP), t.y.as_ptr().add(4 * g1).cast())
+            } else {
+                _mm256_setzero_si256()
+            };
             let off = _mm256_loadu_si256(t.off.as_ptr().add(4 * g).cast());
             let sumi = _mm256_sub_epi32(_mm256_hadd_epi32(s0, s1), off);
             let sc = |g: usize| _mm_loadl_epi64(wp.add(g * GROUP + 80) as *const __m128i);
