@@ -23,17 +23,12 @@ const REPACK_ENV: &str = "POCKETPERF_REPACK";
 /// switch exists to measure the difference, docs/PERFORMANCE.md). A value other than 0 or 1
 /// is an error naming it.
 fn repack_from_env() -> Result<bool> {
-    let value = match std::env::var(REPACK_ENV) {
-        Ok(v) => v,
-        Err(std::env::VarError::NotPresent) => return Ok(true),
-        Err(std::env::VarError::NotUnicode(v)) => v.to_string_lossy().into_owned(),
-    };
-    match value.trim() {
-        "" | "1" => Ok(true),
-        "0" => Ok(false),
-        _ => Err(Error::Env {
+    match quant::env_setting(REPACK_ENV)?.as_deref() {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(v) => Err(Error::Env {
             var: REPACK_ENV,
-            value,
+            value: v.to_string(),
             reason: "expected 0 (no copies) or 1 (the default)".into(),
         }),
     }

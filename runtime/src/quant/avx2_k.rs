@@ -420,8 +420,7 @@ pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8
                         k.mn[2 * j + 1] = i16::from(mn);
                     }
                 }
-                k.d = f16_to_f32(p);
-                k.dmin = f16_to_f32(p.add(2));
+                (k.d, k.dmin) = k_d::<T>(p);
             }
             _ => {
                 k.u = quants_k::<T>(p);
@@ -430,7 +429,7 @@ pub(super) unsafe fn unpack_k_with<const T: u8, const SCALES: bool>(p: *const u8
                         k.sc[g] = i16::from(*p.add(192 + g) as i8);
                     }
                 }
-                k.d = f16_to_f32(p.add(208));
+                (k.d, k.dmin) = k_d::<T>(p);
             }
         }
     }

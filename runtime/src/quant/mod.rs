@@ -701,29 +701,12 @@ pub const DEFAULT_PREFETCH: usize = 4096;
 /// turns the prefetch off. A value that is not a byte count is an error naming it (an engine
 /// refuses to load: [`crate::session::Engine::load`]).
 pub fn prefetch_from_env() -> Result<usize> {
-    match std::env::var(PREFETCH_ENV) {
-        Ok(v) => parse_prefetch(&v),
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_PREFETCH),
-        Err(std::env::VarError::NotUnicode(v)) => Err(Error::Env {
-            var: PREFETCH_ENV,
-            value: v.to_string_lossy().into_owned(),
-            reason: "not valid UTF-8".into(),
-        }),
-    }
-}
-
-/// The largest distance taken: beyond a few pages ahead the lines are evicted before they
-/// are read (PERFORMANCE.md measured 1024–12288).
-const MAX_PREFETCH: usize = 1 << 20;
-
-fn parse_prefetch(v: &str) -> Result<usize> {
-    let v = v.trim();
-    if v.is_empty() {
+    let Some(v) = env_setting(PREFETCH_ENV)? else {
         return Ok(DEFAULT_PREFETCH);
-    }
+    };
     let bad = |reason: String| Error::Env {
         var: PREFETCH_ENV,
-        value: v.to_string(),
+        value: v.clone(),
         reason,
     };
     let d: usize = v
@@ -733,6 +716,26 @@ fn parse_prefetch(v: &str) -> Result<usize> {
         return Err(bad(format!("at most {MAX_PREFETCH} bytes")));
     }
     Ok(d)
+}
+
+/// The largest distance taken: beyond a few pages ahead the lines are evicted before they
+/// are read (PERFORMANCE.md measured 1024–12288).
+const MAX_PREFETCH: usize = 1 << 20;
+
+/// The value of the tuning variable `var`, trimmed: `None` when it is unset or blank, an
+/// [`Error::Env`] naming it when it is not UTF-8. The readers of `POCKETPERF_PREFETCH` and
+/// `POCKETPERF_REPACK` take what it gives.
+pub(crate) fn env_setting(var: &'static str) -> Result<Option<String>> {
+    match std::env::var(var) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v.trim().to_string())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::Env {
+            var,
+            value: v.to_string_lossy().into_owned(),
+            reason: "not valid UTF-8".into(),
+        }),
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
