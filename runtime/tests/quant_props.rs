@@ -693,8 +693,9 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
 /// over): rows of 69 blocks (Q4_0/Q5_0: a run of 64 unpacked blocks, then one of 5, each
 /// block's offset from the activations' stored entries) against 9 activation rows (two quads
 /// and one left over); rows of 20 blocks against 133 activation rows (a window of 128 through
-/// every group, then a quad and one row left over). Q4_1 (eight-by-four without unpacking or
-/// windows) on the same shapes.
+/// every group, then a quad and one row left over). Q4_1 on the same shapes: its 20-block
+/// rows unpacked and windowed as the others (no offset, the mins per block), its 69-block
+/// rows (past one run) eight-by-four without unpacking.
 ///
 /// x86_64 only (the AVX2 tier's paths); every x86_64 CI machine has AVX2.
 #[cfg(target_arch = "x86_64")]

@@ -535,13 +535,14 @@ pub(super) fn transpose8x8_epi32(r: [__m256i; 8]) -> [__m256i; 8] {
     ]
 }
 
-/// Blocks of eight Q4_0 or Q5_0 weight rows unpacked once for every activation quad of a
-/// prefill: block `i0 + i`'s unsigned quants (0..16 or 0..32) in `u[i]`, transposed by
-/// groups of four (lane `r` of `u[i][j]` holds quants 4j..4j + 4 of row `r`), and its eight
-/// scales widened in `dw[i]`.
+/// Blocks of eight Q4_0, Q4_1 or Q5_0 weight rows unpacked once for every activation quad of
+/// a prefill: block `i0 + i`'s unsigned quants (0..16 or 0..32) in `u[i]`, transposed by
+/// groups of four (lane `r` of `u[i][j]` holds quants 4j..4j + 4 of row `r`), its eight
+/// scales widened in `dw[i]` and, for Q4_1, its eight mins in `mw[i]`.
 pub(super) struct Unpacked8 {
     u: [[__m256i; ROWS8]; UNPACKED_BLOCKS],
     dw: [__m256; UNPACKED_BLOCKS],
+    mw: [__m256; UNPACKED_BLOCKS],
     i0: usize,
     nb: usize,
     five: bool,
@@ -553,20 +554,32 @@ impl Unpacked8 {
         unsafe { std::mem::zeroed() }
     }
 
-    /// Whether [`Self::unpack`] takes `ty` weights.
+    /// Whether [`Self::accumulate`] takes `ty` weights (those with an offset, against Q8_0
+    /// rows and their stored entries).
     pub(super) fn covers(ty: GgmlType) -> bool {
         matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0)
     }
 
+    /// Whether [`Self::unpack`] takes `ty` weights: those of [`Self::covers`] and Q4_1
+    /// (against Q8_1 rows, [`Self::accumulate_q4_1`]).
+    pub(super) fn takes(ty: GgmlType) -> bool {
+        Self::covers(ty) || ty == GgmlType::Q4_1
+    }
+
     /// Unpacks blocks `i0..i0 + nb` (`nb` at most [`UNPACKED_BLOCKS`]) of the eight `ty` rows
-    /// `w` (Q4_0 or Q5_0, see [`Self::covers`]).
+    /// `w` (Q4_0, Q4_1 or Q5_0, see [`Self::takes`]).
     ///
     /// # Safety
     /// AVX2, FMA and F16C present; every row holds blocks `i0..i0 + nb` of `ty`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn unpack(&mut self, ty: GgmlType, w: &[&[u8]; ROWS8], i0: usize, nb: usize) {
-        let five = ty == GgmlType::Q5_0;
-        let bytes = if five { 22 } else { 18 };
+        let (five, mins) = (ty == GgmlType::Q5_0, ty == GgmlType::Q4_1);
+        // Block bytes, and where the quants start (after the scale, and Q4_1's min).
+        let (bytes, qs) = match ty {
+            GgmlType::Q5_0 => (22, 6),
+            GgmlType::Q4_1 => (20, 4),
+            _ => (18, 2),
+        };
         let nb = nb.min(UNPACKED_BLOCKS);
         for i in 0..nb {
             let rows: [__m256i; ROWS8] = std::array::from_fn(|r| {
@@ -574,15 +587,19 @@ impl Unpacked8 {
                 unsafe {
                     let p = w[r].as_ptr().add((i0 + i) * bytes);
                     if five {
-                        q5_unsigned(p.add(2), p.add(6))
+                        q5_unsigned(p.add(2), p.add(qs))
                     } else {
-                        nibbles(p.add(2))
+                        nibbles(p.add(qs))
                     }
                 }
             });
             self.u[i] = transpose8x8_epi32(rows);
             // SAFETY: as above.
             self.dw[i] = unsafe { halves8(w, i0 + i, bytes, 0) };
+            if mins {
+                // SAFETY: as above.
+                self.mw[i] = unsafe { halves8(w, i0 + i, bytes, 2) };
+            }
         }
         (self.i0, self.nb, self.five) = (i0, nb, five);
     }
@@ -614,26 +631,10 @@ impl Unpacked8 {
                 ak.len()
             );
         }
-        let ones = _mm256_set1_epi16(1);
         for (e, ((u, &dw), i)) in self.u.iter().zip(&self.dw).zip(blocks).enumerate() {
             for ((acc, bk), ak) in sumf.iter_mut().zip(&b).zip(&aux) {
-                let yp = bk[i].qs.as_ptr() as *const i32;
                 let ya = ak[e];
-                // Column j: the eight rows' quants 4j..4j + 4 against the activation's, four
-                // i8 products per row in two i16 lanes.
-                let m: [__m256i; 8] = std::array::from_fn(|j| {
-                    // SAFETY: a Q8_0 block holds 32 quants (eight 4-byte groups).
-                    let q = unsafe { std::ptr::read_unaligned(yp.add(j)) };
-                    _mm256_maddubs_epi16(u[j], _mm256_set1_epi32(q))
-                });
-                // Four columns' i16 lanes added exactly (each lane at most 2 · 31 · 127, so
-                // four at most 31 496), then widened: lane r is row r's block sum.
-                let lo =
-                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
-                let hi =
-                    _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
-                let sum =
-                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+                let sum = block_sums(u, &bk[i].qs);
                 // off · Σq (at most 16 · 32 · 127: no overflow).
                 let c = _mm256_set1_epi32(ya.sum << shift);
                 let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c));
@@ -642,6 +643,54 @@ impl Unpacked8 {
             }
         }
     }
+
+    /// [`Self::accumulate`] for unpacked Q4_1 blocks and four Q8_1 activation rows `b`: lane
+    /// `r` of `sumf[k]` takes `(d_w · d_a) · sumi + m_w · s_a` per block in block order (the
+    /// quants are the unsigned nibbles themselves: no offset), as the scalar reference does.
+    ///
+    /// # Panics
+    /// If an activation row is shorter than the unpacked blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn accumulate_q4_1(&self, b: [&[BlockQ8_1]; 4], sumf: &mut [__m256; 4]) {
+        let blocks = self.i0..self.i0 + self.nb;
+        for bk in &b {
+            assert!(
+                bk.len() >= blocks.end,
+                "activation row of {} blocks",
+                bk.len()
+            );
+        }
+        let unpacked = self.u.iter().zip(&self.dw).zip(&self.mw);
+        for (((u, &dw), &mw), i) in unpacked.zip(blocks) {
+            for (acc, bk) in sumf.iter_mut().zip(&b) {
+                let y = &bk[i];
+                let sumi = _mm256_cvtepi32_ps(block_sums(u, &y.qs));
+                let dd = _mm256_mul_ps(dw, splat_f16(y.d));
+                let m = _mm256_mul_ps(mw, splat_f16(y.s));
+                *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
+            }
+        }
+    }
+}
+
+/// Lane `r`: the exact integer sum `Σ u · q` of an unpacked block's row `r` (`u`, transposed
+/// as [`Unpacked8`] keeps it; unsigned quants below 32) against the 32 activation quants `q`.
+/// Column `j` gives the eight rows' quants 4j..4j + 4 times the activation's, four i8
+/// products per row in two i16 lanes; four columns' lanes are added exactly (each lane at
+/// most 2 · 31 · 127, so four at most 31 496), then widened.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_sums(u: &[__m256i; ROWS8], q: &[i8; QK]) -> __m256i {
+    let yp = q.as_ptr() as *const i32;
+    let m: [__m256i; 8] = std::array::from_fn(|j| {
+        // SAFETY: 32 quants: eight 4-byte groups.
+        let q = unsafe { std::ptr::read_unaligned(yp.add(j)) };
+        _mm256_maddubs_epi16(u[j], _mm256_set1_epi32(q))
+    });
+    let lo = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+    let hi = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+    let ones = _mm256_set1_epi16(1);
+    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones))
 }
 
 /// The Q4_1 part of [`dot_rows8x4`]: per block, the eight rows' nibbles unpacked and their

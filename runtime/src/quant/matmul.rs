@@ -369,8 +369,8 @@ unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
-/// once for the four; Q4_0 and Q5_0 rows of up to [`avx2::UNPACKED_BLOCKS`] blocks unpacked
-/// once per group of eight for every quad of a window of [`UNPACKED_WINDOW`] activation rows,
+/// once for the four; rows of up to [`avx2::UNPACKED_BLOCKS`] blocks unpacked once per group
+/// of eight for every quad of a window of [`UNPACKED_WINDOW`] activation rows,
 /// [`avx2::Unpacked8`]), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
 /// tier's one-row kernel per weight row); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
@@ -388,7 +388,7 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     if tier != Tier::Avx2 || !(four_bit || five_bit) {
         return r0;
     }
-    if a1 - a0 >= 4 && avx2::Unpacked8::covers(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
+    if a1 - a0 >= 4 && avx2::Unpacked8::takes(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
         // SAFETY: forwarded contract.
         return unsafe { avx2_unpacked8(span, r0) };
     }
@@ -465,7 +465,7 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
     }
 }
 
-/// The Q4_0 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
+/// The Q4_0, Q4_1 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
 /// [`avx2::UNPACKED_BLOCKS`] blocks) and of [`avx2_q5r`] (Q5_0 rows repacked for this tier,
 /// any length): the span's activation rows in windows of [`UNPACKED_WINDOW`] (multiples of
 /// four but the last), each window through every group of eight weight rows, each group
@@ -473,20 +473,24 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
 /// run) for every quad of the window's rows; for the ggml rows, the window's last rows (fewer
 /// than four) one at a time with [`avx2::dot_rows8`] (for the repacked rows the caller does
 /// them). Each product is computed as in one pass over all rows, so the bits are the same.
-/// The window's rows and entries are looked up once, not once per group. Not inlined: its 22
-/// KiB of unpacked blocks and sums stay off the frames of the other paths. Returns the first
-/// weight row left to the caller (`r0` when the activations are not Q8_0 blocks).
+/// The window's rows and entries are looked up once, not once per group. Not inlined: its 26
+/// KiB of unpacked blocks, sums and row lists stay off the frames of the other paths. Returns
+/// the first weight row left to the caller (`r0` when the activations are not the type's
+/// blocks: Q8_1 for Q4_1, Q8_0 for the others).
 ///
 /// # Safety
 /// As [`avx2_rows8`] or [`avx2_q5r`], whose checks have passed (the tier is AVX2, the type
-/// Q4_0 or Q5_0).
+/// Q4_0, Q4_1 or Q5_0).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
-    use super::{ActKind, BlockQ8_0, Q8Aux};
+    use super::{ActKind, BlockQ8_0, BlockQ8_1, Q8Aux};
     use avx2::{ROWS8, UNPACKED_BLOCKS};
     let (w, x, out) = (span.w, span.x, span.out);
-    if x.layout() != ActLayout::Blocks(ActKind::Q8_0) {
+    // Q4_1 has mins, not an offset: its rows meet Q8_1 rows and need no entries.
+    let mins = w.ty == GgmlType::Q4_1;
+    let acts = if mins { ActKind::Q8_1 } else { ActKind::Q8_0 };
+    if x.layout() != ActLayout::Blocks(acts) {
         // The layout was checked against the type; anything else is left to the caller's
         // kernels.
         return r0;
@@ -496,15 +500,20 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     let nb = w.cols / QK;
     let mut un = avx2::Unpacked8::new();
     let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
+    let mut blocks1: [&[BlockQ8_1]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut entries: [&[Q8Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut r = r0;
     for window in span.windows(UNPACKED_WINDOW) {
         let (w0, quads) = (window.a0, (window.a1 - window.a0) / 4);
         for (k, a) in (w0..w0 + 4 * quads).enumerate() {
-            if let ActRow::Q8_0(b) = x.row(a) {
-                blocks[k] = b;
+            match x.row(a) {
+                ActRow::Q8_0(b) => {
+                    blocks[k] = b;
+                    entries[k] = x.q8_0_aux(a);
+                }
+                ActRow::Q8_1(b) => blocks1[k] = b,
+                _ => {}
             }
-            entries[k] = x.q8_0_aux(a);
         }
         r = r0;
         while r + ROWS8 <= span.r1 {
@@ -530,10 +539,16 @@ unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
                     }
                 };
                 for (q, sq) in sums[..quads].iter_mut().enumerate() {
-                    let b = std::array::from_fn(|k| blocks[4 * q + k]);
-                    let e = std::array::from_fn(|k| &entries[4 * q + k][i0..i0 + n]);
-                    // SAFETY: as above.
-                    unsafe { un.accumulate(b, e, sq) };
+                    if mins {
+                        let b = std::array::from_fn(|k| blocks1[4 * q + k]);
+                        // SAFETY: as above.
+                        unsafe { un.accumulate_q4_1(b, sq) };
+                    } else {
+                        let b = std::array::from_fn(|k| blocks[4 * q + k]);
+                        let e = std::array::from_fn(|k| &entries[4 * q + k][i0..i0 + n]);
+                        // SAFETY: as above.
+                        unsafe { un.accumulate(b, e, sq) };
+                    }
                 }
             }
             for (q, sq) in sums[..quads].iter().enumerate() {
