@@ -288,14 +288,6 @@ pub unsafe fn matmul_span(
     }
 }
 
-/// Activation rows per pass of [`avx2_unpacked8`]: every group of eight weight rows is
-/// unpacked once per window, and the window's Q8_0 rows with their entries (at most 128 ·
-/// 2,688 bytes, 336 KiB, for 64-block rows) stay in a core's L2 while the groups go by, where
-/// the whole span's rows (512 prompt rows of 896 columns: 608 KiB) would be read again from L3
-/// for every group.
-#[cfg(target_arch = "x86_64")]
-const UNPACKED_WINDOW: usize = 128;
-
 /// What the tile paths of [`matmul_span`] work on: activation rows `a0..a1` and weight rows
 /// up to `r1` of `w · xᵀ` into `out`, on `tier`; each path takes the weight rows from a first
 /// one it is given and returns the first it leaves to the next.
@@ -325,7 +317,7 @@ impl Span<'_, '_> {
 
 /// Every weight row from `r0` of [`matmul_span`] on the AVX2 tier for a Q5_0 matrix repacked
 /// at load ([`avx2::q5r`], read by no other path): four or more activation rows through
-/// [`avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation rows its
+/// [`unpacked::avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation rows its
 /// quads leave (all of them in decode), one activation row at a time against the whole range
 /// ([`avx2::q5r::rows`]). The scalar reference's bits either way. Returns `r0` when the
 /// matrix is not such a copy.
@@ -347,7 +339,7 @@ unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
     let quads_end = span.a0 + (span.a1 - span.a0) / 4 * 4;
     // SAFETY: forwarded contract.
     let r8 = if quads_end > span.a0 {
-        unsafe { avx2_unpacked8(span, r0) }
+        unsafe { unpacked::avx2_unpacked8(span, r0) }
     } else {
         r0
     };
@@ -370,7 +362,7 @@ unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
 /// (with four or more activation rows) Q5_0 weights (this check alone decides which types):
 /// activation rows four at a time ([`avx2::dot_rows8x4`], prefill: each weight block unpacked
 /// once for the four; rows of up to [`avx2::UNPACKED_BLOCKS`] blocks unpacked once per group
-/// of eight for every quad of a window of [`UNPACKED_WINDOW`] activation rows,
+/// of eight for every quad of a window of [`unpacked::UNPACKED_WINDOW`] activation rows,
 /// [`avx2::Unpacked8`]), the rest one at a time ([`avx2::dot_rows8`]: decode, and for Q5_0 the
 /// tier's one-row kernel per weight row); the same bits as one pair at a time. Returns
 /// the first weight row left to the caller (`r0` when nothing was done).
@@ -390,7 +382,7 @@ unsafe fn avx2_rows8(span: &Span<'_, '_>, r0: usize) -> usize {
     }
     if a1 - a0 >= 4 && avx2::Unpacked8::takes(w.ty) && w.cols / QK <= avx2::UNPACKED_BLOCKS {
         // SAFETY: forwarded contract.
-        return unsafe { avx2_unpacked8(span, r0) };
+        return unsafe { unpacked::avx2_unpacked8(span, r0) };
     }
     let mut r = r0;
     while r + ROWS8 <= r1 {
@@ -463,107 +455,6 @@ unsafe fn rows8_one_by_one(span: &Span<'_, '_>, rows: [&[u8]; avx2::ROWS8], r: u
             unsafe { span.out.put(a, r + k, vk) };
         }
     }
-}
-
-/// The Q4_0, Q4_1 and Q5_0 prefill of [`avx2_rows8`] (four or more activation rows, rows of at most
-/// [`avx2::UNPACKED_BLOCKS`] blocks) and of [`avx2_q5r`] (Q5_0 rows repacked for this tier,
-/// any length): the span's activation rows in windows of [`UNPACKED_WINDOW`] (multiples of
-/// four but the last), each window through every group of eight weight rows, each group
-/// unpacked a run of blocks at a time ([`avx2::Unpacked8`]: once per window for rows of one
-/// run) for every quad of the window's rows; for the ggml rows, the window's last rows (fewer
-/// than four) one at a time with [`avx2::dot_rows8`] (for the repacked rows the caller does
-/// them). Each product is computed as in one pass over all rows, so the bits are the same.
-/// The window's rows and entries are looked up once, not once per group. Not inlined: its 26
-/// KiB of unpacked blocks, sums and row lists stay off the frames of the other paths. Returns
-/// the first weight row left to the caller (`r0` when the activations are not the type's
-/// blocks: Q8_1 for Q4_1, Q8_0 for the others).
-///
-/// # Safety
-/// As [`avx2_rows8`] or [`avx2_q5r`], whose checks have passed (the tier is AVX2, the type
-/// Q4_0, Q4_1 or Q5_0).
-#[cfg(target_arch = "x86_64")]
-#[inline(never)]
-unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
-    use super::{ActKind, BlockQ8_0, BlockQ8_1, Q8Aux};
-    use avx2::{ROWS8, UNPACKED_BLOCKS};
-    let (w, x, out) = (span.w, span.x, span.out);
-    // Q4_1 has mins, not an offset: its rows meet Q8_1 rows and need no entries.
-    let mins = w.ty == GgmlType::Q4_1;
-    let acts = if mins { ActKind::Q8_1 } else { ActKind::Q8_0 };
-    if x.layout() != ActLayout::Blocks(acts) {
-        // The layout was checked against the type; anything else is left to the caller's
-        // kernels.
-        return r0;
-    }
-    // A Q5_0 copy is in this tier's layout (the AVX2 tier repacks no other type).
-    let repacked = w.repacked().filter(|_| w.ty == GgmlType::Q5_0);
-    let nb = w.cols / QK;
-    let mut un = avx2::Unpacked8::new();
-    let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
-    let mut blocks1: [&[BlockQ8_1]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
-    let mut entries: [&[Q8Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
-    let mut r = r0;
-    for window in span.windows(UNPACKED_WINDOW) {
-        let (w0, quads) = (window.a0, (window.a1 - window.a0) / 4);
-        for (k, a) in (w0..w0 + 4 * quads).enumerate() {
-            match x.row(a) {
-                ActRow::Q8_0(b) => {
-                    blocks[k] = b;
-                    entries[k] = x.q8_0_aux(a);
-                }
-                ActRow::Q8_1(b) => blocks1[k] = b,
-                _ => {}
-            }
-        }
-        r = r0;
-        while r + ROWS8 <= span.r1 {
-            let rows = match repacked {
-                Some((rp, rb)) => {
-                    super::prefetch(&rp[(r + ROWS8) * rb..(r + 2 * ROWS8).min(span.r1) * rb]);
-                    std::array::from_fn(|k| &rp[(r + k) * rb..(r + k + 1) * rb])
-                }
-                None => rows8_prefetching(w, r, span.r1),
-            };
-            // SAFETY: the AVX2 tier was resolved against this CPU.
-            let mut sums =
-                [[unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]; UNPACKED_WINDOW / 4];
-            for i0 in (0..nb).step_by(UNPACKED_BLOCKS) {
-                let n = (nb - i0).min(UNPACKED_BLOCKS);
-                // SAFETY: as above; every row holds `nb` blocks of its type, or their groups
-                // (checked by the caller).
-                unsafe {
-                    if repacked.is_some() {
-                        un.unpack_q5r(&rows, i0, n)
-                    } else {
-                        un.unpack(w.ty, &rows, i0, n)
-                    }
-                };
-                for (q, sq) in sums[..quads].iter_mut().enumerate() {
-                    if mins {
-                        let b = std::array::from_fn(|k| blocks1[4 * q + k]);
-                        // SAFETY: as above.
-                        unsafe { un.accumulate_q4_1(b, sq) };
-                    } else {
-                        let b = std::array::from_fn(|k| blocks[4 * q + k]);
-                        let e = std::array::from_fn(|k| &entries[4 * q + k][i0..i0 + n]);
-                        // SAFETY: as above.
-                        unsafe { un.accumulate(b, e, sq) };
-                    }
-                }
-            }
-            for (q, sq) in sums[..quads].iter().enumerate() {
-                // SAFETY: as above; in bounds (checked by the caller), exclusivity is the
-                // caller's.
-                unsafe { put_rows8x4(out, w0 + 4 * q, r, avx2::rows8x4(*sq)) };
-            }
-            if repacked.is_none() {
-                // SAFETY: as above.
-                unsafe { rows8_one_by_one(&window, rows, r, w0 + 4 * quads) };
-            }
-            r += ROWS8;
-        }
-    }
-    r
 }
 
 /// Activation rows per window of [`avx2_k_rows8`]: the decoded runs are reused by this many
@@ -804,3 +695,6 @@ pub fn matmul(
         unsafe { matmul_rows(isa, w, x, n_rows, r0, r1, out) };
     });
 }
+
+#[cfg(target_arch = "x86_64")]
+mod unpacked;
