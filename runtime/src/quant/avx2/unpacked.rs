@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{ROWS8, halves8, nibbles, q5_unsigned, splat_f16};
+use super::{ROWS8, halves8, nibbles, q5_unsigned, scale_min8, splat_f16};
 use crate::GgmlType;
 use crate::quant::Q8Aux;
 use crate::quant::blocks::{BlockQ8_0, BlockQ8_1, QK};
@@ -121,11 +121,12 @@ impl Unpacked8 {
                 }
             });
             self.u[i] = transpose8x8_epi32(rows);
-            // SAFETY: as above.
-            self.dw[i] = unsafe { halves8(w, i0 + i, bytes, 0) };
             if mins {
                 // SAFETY: as above.
-                self.mw[i] = unsafe { halves8(w, i0 + i, bytes, 2) };
+                (self.dw[i], self.mw[i]) = unsafe { scale_min8(w, i0 + i, bytes) };
+            } else {
+                // SAFETY: as above.
+                self.dw[i] = unsafe { halves8(w, i0 + i, bytes, 0) };
             }
         }
         (self.i0, self.nb, self.five) = (i0, nb, five);
