@@ -505,6 +505,14 @@ pub(super) unsafe fn dot_rows8(ty: GgmlType, w: [&[u8]; ROWS8], a: ActRow<'_>) -
     out
 }
 
+/// Panics unless every activation row of a prefill tile holds blocks up to `end`: the tiles
+/// check their rows once, before their block loops.
+pub(super) fn assert_rows_hold<T>(b: &[&[T]], end: usize) {
+    for bk in b {
+        assert!(bk.len() >= end, "activation row of {} blocks", bk.len());
+    }
+}
+
 /// The f16 `h` as f32 in all eight lanes (F16C; exact, as every f16 is an f32).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

@@ -110,13 +110,7 @@ impl<const T: u8> UnpackedK8<T> {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn accumulate(&self, b: [&[BlockQ8K]; 4], sumf: &mut [__m256; 4]) {
         let blocks = self.i0..self.i0 + self.nb;
-        for bk in &b {
-            assert!(
-                bk.len() >= blocks.end,
-                "activation row of {} blocks",
-                bk.len()
-            );
-        }
+        super::avx2::assert_rows_hold(&b, blocks.end);
         for (e, i) in blocks.enumerate() {
             let ys: [&BlockQ8K; 4] = std::array::from_fn(|k| &b[k][i]);
             let (u, sc) = (&self.u[e], &self.sc[e]);

@@ -181,13 +181,7 @@ impl Unpacked8 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::quant) fn accumulate_q4_1(&self, b: [&[BlockQ8_1]; 4], sumf: &mut [__m256; 4]) {
         let blocks = self.i0..self.i0 + self.nb;
-        for bk in &b {
-            assert!(
-                bk.len() >= blocks.end,
-                "activation row of {} blocks",
-                bk.len()
-            );
-        }
+        super::assert_rows_hold(&b, blocks.end);
         let unpacked = self.u.iter().zip(&self.dw).zip(&self.mw);
         for (((u, &dw), &mw), i) in unpacked.zip(blocks) {
             for (acc, bk) in sumf.iter_mut().zip(&b) {
