@@ -552,7 +552,7 @@ unsafe fn q4_1_rows8x4(w: &[&[u8]; ROWS8], b: [&[BlockQ8_1]; 4]) -> [__m256; 4] 
 
 /// The Q4_0 and Q5_0 part of [`dot_rows8x4`]: the rows unpacked a run of blocks at a time
 /// ([`Unpacked8`]; the lanes add the blocks in order), the offsets from the stored entries
-/// `aux`. Not inlined, so that the other arms' callers do not carry its 18 KiB frame.
+/// `aux`. Not inlined, so that the other arms' callers do not carry its 20 KiB frame.
 ///
 /// # Safety
 /// As [`dot_rows8x4`] (whose panics are this function's).

@@ -317,9 +317,9 @@ impl Span<'_, '_> {
 
 /// Every weight row from `r0` of [`matmul_span`] on the AVX2 tier for a Q5_0 matrix repacked
 /// at load ([`avx2::q5r`], read by no other path): four or more activation rows through
-/// [`unpacked::avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation rows its
-/// quads leave (all of them in decode), one activation row at a time against the whole range
-/// ([`avx2::q5r::rows`]). The scalar reference's bits either way. Returns `r0` when the
+/// [`unpacked::avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation
+/// rows its quads leave (all of them in decode), one activation row at a time against the
+/// whole range ([`avx2::q5r::rows`]). The scalar reference's bits either way. Returns `r0` when the
 /// matrix is not such a copy.
 ///
 /// # Safety

@@ -7,10 +7,10 @@ use super::{
 };
 
 /// Activation rows per pass of [`avx2_unpacked8`]: every group of eight weight rows is
-/// unpacked once per window, and the window's Q8_0 rows with their entries (at most 128 ·
-/// 2,688 bytes, 336 KiB, for 64-block rows) stay in a core's L2 while the groups go by, where
-/// the whole span's rows (512 prompt rows of 896 columns: 608 KiB) would be read again from L3
-/// for every group.
+/// unpacked once per window, and the window's Q8_0 rows with their entries (Q8_1 rows for Q4_1
+/// weights; at most 128 · 2,688 bytes, 336 KiB, for 64-block rows) stay in a core's L2 while
+/// the groups go by, where the whole span's rows (512 prompt rows of 896 columns: 608 KiB)
+/// would be read again from L3 for every group.
 pub(super) const UNPACKED_WINDOW: usize = 128;
 
 /// The Q4_0, Q4_1 and Q5_0 prefill of [`super::avx2_rows8`] (four or more activation rows,
@@ -22,7 +22,7 @@ pub(super) const UNPACKED_WINDOW: usize = 128;
 /// window's last rows (fewer than four) one at a time with [`avx2::dot_rows8`] (for the
 /// repacked rows the caller does them). Each product is computed as in one pass over all rows,
 /// so the bits are the same. The window's rows and entries are looked up once, not once per
-/// group. Not inlined: its 26 KiB of unpacked blocks, sums and row lists stay off the frames
+/// group. Not inlined: its 30 KiB of unpacked blocks, sums and row lists stay off the frames
 /// of the other paths. Returns the first weight row left to the caller (`r0` when the
 /// activations are not the type's blocks: Q8_1 for Q4_1, Q8_0 for the others).
 ///
