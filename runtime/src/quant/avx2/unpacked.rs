@@ -101,12 +101,10 @@ impl Unpacked8 {
         nb: usize,
     ) {
         let (five, mins) = (ty == GgmlType::Q5_0, ty == GgmlType::Q4_1);
-        // Block bytes, and where the quants start (after the scale, and Q4_1's min).
-        let (bytes, qs) = match ty {
-            GgmlType::Q5_0 => (22, 6),
-            GgmlType::Q4_1 => (20, 4),
-            _ => (18, 2),
-        };
+        // Each block ends with its 16 nibble bytes (after the scale, and Q4_1's min or Q5_0's
+        // fifth bits).
+        let bytes = ty.block_bytes();
+        let qs = bytes - 16;
         let nb = nb.min(UNPACKED_BLOCKS);
         for i in 0..nb {
             let rows: [__m256i; ROWS8] = std::array::from_fn(|r| {
