@@ -608,15 +608,16 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
     }
 }
 
-/// Q5_0 and Q4_1 matrices repacked at load for the AVX-512 VBMI kernels, and Q5_0 for the AVX2
+/// Q5_0 and Q4_1 matrices repacked at load for the AVX-512 VBMI kernels and for the AVX2
 /// kernels (`quant::repack`, what the engine does to a model's matrices) give the bits the
 /// ggml rows give on the same tier, and both agree with the scalar reference: every tail of a
 /// four-block group (1..=7 blocks), the reference models' widths (18, 20, 28, 48 blocks) and
 /// wide rows (152: AVX2 prefill in runs of 64 blocks; for Q4_1 also 1,040 blocks, past the
-/// rows whose mins the wide tiles collect), 1..=39 activation rows (the decode tile, the 16-row
-/// tiles of Q5_0 with their row blocks, the 2 × 8 tiles, every remainder) and 133 (AVX2: a
-/// window of 128, a quad and a row), 11 weight rows (a group of eight and three), 1 and 2
-/// threads, quants, fifth bits, scales and mins of every pattern.
+/// rows whose mins the wide tiles collect, and which the AVX2 tier does not repack), 1..=39
+/// activation rows (the decode tile, the 16-row tiles of Q5_0 with their row blocks, the 2 × 8
+/// tiles, every remainder) and 133 (AVX2: a window of 128, a quad and a row), 11 weight rows (a
+/// group, or band, of eight and three; at 2 threads the chunks of four rows start and end inside
+/// the band), 1 and 2 threads, quants, fifth bits, scales and mins of every pattern.
 #[test]
 fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     let mut rng = Rng(0x05A0);
@@ -667,15 +668,16 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
             }
         }
     }
-    // Every Q5_0 width, 10 row counts each, on every x86_64 machine (all have AVX2).
+    // Every Q5_0 width and every Q4_1 width up to 512 blocks, 10 row counts each, on every
+    // x86_64 machine (all have AVX2).
     let want_avx2 = if cfg!(target_arch = "x86_64") {
-        10 * 10
+        2 * 10 * 10
     } else {
         0
     };
     assert_eq!(
         compared_avx2, want_avx2,
-        "Q5_0 cases repacked for the AVX2 tier"
+        "Q5_0 and Q4_1 cases repacked for the AVX2 tier"
     );
     if quant::has_vbmi() {
         // At least one VBMI tier: both types, every width, 10 row counts each.

@@ -656,6 +656,7 @@ pub(super) unsafe fn dot(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> f32 {
     }
 }
 
+pub(in crate::quant) mod q41r;
 pub(in crate::quant) mod q5r;
 mod unpacked;
 pub(super) use unpacked::{UNPACKED_BLOCKS, Unpacked8, transpose8x8_epi32};

@@ -253,7 +253,9 @@ pub unsafe fn matmul_span(
             out,
         };
         // SAFETY: forwarded contract (disjoint output elements); the checks above passed.
-        let r0 = unsafe { avx2_q5r(&span, r0) };
+        let r0 = unsafe { repacked::avx2_q5r(&span, r0) };
+        // SAFETY: as above.
+        let r0 = unsafe { repacked::avx2_q41r(&span, r0) };
         // SAFETY: as above.
         let r0 = unsafe { k_tiles(&span, r0) };
         // SAFETY: as above.
@@ -313,49 +315,6 @@ impl Span<'_, '_> {
             ..*self
         })
     }
-}
-
-/// Every weight row from `r0` of [`matmul_span`] on the AVX2 tier for a Q5_0 matrix repacked
-/// at load ([`avx2::q5r`], read by no other path): four or more activation rows through
-/// [`unpacked::avx2_unpacked8`]; the weight rows its groups of eight leave, and the activation
-/// rows its quads leave (all of them in decode), one activation row at a time against the
-/// whole range ([`avx2::q5r::rows`]). The scalar reference's bits either way. Returns `r0` when the
-/// matrix is not such a copy.
-///
-/// # Safety
-/// As [`matmul_span`] (activation rows `a0..a1`), whose checks have passed.
-#[cfg(target_arch = "x86_64")]
-unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
-    let (w, x, r1) = (span.w, span.x, span.r1);
-    let Some((rp, rb)) = w.repacked() else {
-        return r0;
-    };
-    if span.tier != Tier::Avx2
-        || w.ty != GgmlType::Q5_0
-        || x.layout() != ActLayout::Blocks(super::ActKind::Q8_0)
-    {
-        return r0;
-    }
-    let quads_end = span.a0 + (span.a1 - span.a0) / 4 * 4;
-    // SAFETY: forwarded contract.
-    let r8 = if quads_end > span.a0 {
-        unsafe { unpacked::avx2_unpacked8(span, r0) }
-    } else {
-        r0
-    };
-    for a in span.a0..span.a1 {
-        let rs = if a < quads_end { r8 } else { r0 };
-        if let (true, ActRow::Q8_0(y)) = (rs < r1, x.row(a)) {
-            // SAFETY: the AVX2 tier was resolved against this CPU; `rp` holds the matrix's
-            // repacked rows of `rb` bytes; the outputs are in bounds and the caller's alone.
-            unsafe {
-                avx2::q5r::rows(rp, rb, rs, r1, y, x.q8_0_aux(a), |r, v| {
-                    span.out.put(a, r, v)
-                })
-            };
-        }
-    }
-    r1
 }
 
 /// Weight rows `r0..` of [`matmul_span`] eight at a time on the AVX2 tier for Q4_0, Q4_1 and
@@ -696,5 +655,7 @@ pub fn matmul(
     });
 }
 
+#[cfg(target_arch = "x86_64")]
+mod repacked;
 #[cfg(target_arch = "x86_64")]
 mod unpacked;

@@ -33,9 +33,11 @@ pub struct WeightMatrix<'a> {
 /// and Q4_1 on the AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88
 /// and 80: quants already in the packed lane order, Q5_0's fifth bits as lane masks, then the
 /// four scales and Q4_1's four mins; a Q4_1 row's last partial group stays as in the file; the
-/// kernel module documents the layout), and Q5_0 on the AVX2 tier (88 bytes per group of four
-/// blocks, a partial last group padded with zero blocks; `avx2::q5r` documents it). The kernels compute the same integers, scales and mins
-/// from it, so the results are bit-identical to those from the ggml rows. Q8_0 on the same
+/// kernel module documents the layout), and on the AVX2 tier Q5_0 (88 bytes per group of four
+/// blocks, a partial last group padded with zero blocks; `avx2::q5r`) and Q4_1 (bands of eight
+/// rows, each block of a band the eight rows' blocks in 160 bytes, rows past the last band as
+/// in the file; `avx2::q41r`). The kernels compute the same integers, scales and mins from
+/// it, so the results are bit-identical to those from the ggml rows. Q8_0 on the VBMI
 /// tier is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
 /// which the decode streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices
 /// copied into huge pages").
@@ -91,11 +93,16 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if resolve(isa) == Tier::Avx2
-        && w.ty == GgmlType::Q5_0
-        && w.cols / QK <= super::avx2::q5r::MAX_BLOCKS
-    {
-        return Some(super::avx2::q5r::row_bytes(w.cols / QK));
+    if resolve(isa) == Tier::Avx2 {
+        let nb = w.cols / QK;
+        match w.ty {
+            GgmlType::Q5_0 if nb <= super::avx2::q5r::MAX_BLOCKS => {
+                return Some(super::avx2::q5r::row_bytes(nb));
+            }
+            // Bands of eight rows in as many bytes, the last `rows % 8` as in the file.
+            GgmlType::Q4_1 if nb <= super::avx2::q41r::MAX_BLOCKS => return Some(w.row_bytes()),
+            _ => {}
+        }
     }
     let _ = (isa, w);
     None
@@ -109,7 +116,7 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
 
 /// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that
 /// tier reads the ggml rows from the file (every other type; on the AVX2 tier every type but
-/// Q5_0, and Q5_0 rows of more than 512 blocks; the scalar and NEON tiers).
+/// Q5_0 and Q4_1, and their rows of more than 512 blocks; the scalar and NEON tiers).
 ///
 /// # Errors
 /// As [`repack_all`].
@@ -175,35 +182,31 @@ pub fn repack_all(
         if let Some(rb) = *rb {
             let dst = &mut map[base + off..base + off + rb * w.rows];
             let src_rb = w.row_bytes();
-            let step = (COPY_CHUNK / src_rb).max(1);
+            // Whole bands of eight rows per run (AVX2 Q4_1).
+            let step = (COPY_CHUNK / src_rb / 8 * 8).max(8);
             let mut r0 = 0;
             while r0 < w.rows {
                 let r1 = (r0 + step).min(w.rows);
                 let out = &mut dst[r0 * rb..r1 * rb];
+                let (src, nb) = (&w.data[r0 * src_rb..r1 * src_rb], w.cols / QK);
+                let avx2 = resolve(isa) == Tier::Avx2;
                 if copy_keeps_ggml_layout(w.ty) {
                     // The same row bytes (`rb` is the ggml row size).
-                    out.copy_from_slice(&w.data[r0 * src_rb..r1 * src_rb]);
+                    out.copy_from_slice(src);
+                } else if avx2 && w.ty == GgmlType::Q4_1 {
+                    super::avx2::q41r::repack_rows(src, nb, r0, w.rows, out);
                 } else {
-                    let avx2 = resolve(isa) == Tier::Avx2;
-                    for (k, row) in out.chunks_exact_mut(rb).enumerate() {
+                    for (s, row) in src.chunks_exact(src_rb).zip(out.chunks_exact_mut(rb)) {
                         // SAFETY: `repacked_row_bytes` gave a size only for the AVX-512
                         // VBMI tier and (Q5_0) the AVX2 tier, which `resolve` picks only
                         // where the CPU has their features.
                         unsafe {
                             if avx2 {
-                                super::avx2::q5r::repack_row_simd(w.row(r0 + k), w.cols / QK, row)
+                                super::avx2::q5r::repack_row_simd(s, nb, row)
                             } else if w.ty == GgmlType::Q4_1 {
-                                super::gemm512::repack_q4_1_row_simd(
-                                    w.row(r0 + k),
-                                    w.cols / QK,
-                                    row,
-                                )
+                                super::gemm512::repack_q4_1_row_simd(s, nb, row)
                             } else {
-                                super::gemm512::repack_q5_0_row_simd(
-                                    w.row(r0 + k),
-                                    w.cols / QK,
-                                    row,
-                                )
+                                super::gemm512::repack_q5_0_row_simd(s, nb, row)
                             }
                         };
                     }

@@ -63,7 +63,7 @@ pub(in crate::quant) fn transpose8x8_epi32(r: [__m256i; 8]) -> [__m256i; 8] {
 pub(in crate::quant) struct Unpacked8 {
     pub(super) u: [[__m256i; ROWS8]; UNPACKED_BLOCKS],
     pub(super) dw: [__m256; UNPACKED_BLOCKS],
-    mw: [__m256; UNPACKED_BLOCKS],
+    pub(super) mw: [__m256; UNPACKED_BLOCKS],
     pub(super) i0: usize,
     pub(super) nb: usize,
     pub(super) five: bool,

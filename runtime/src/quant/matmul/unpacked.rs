@@ -42,8 +42,11 @@ pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
         // kernels.
         return r0;
     }
-    // A Q5_0 copy is in this tier's layout (the AVX2 tier repacks no other type).
-    let repacked = w.repacked().filter(|_| w.ty == GgmlType::Q5_0);
+    // A Q5_0 or Q4_1 copy is in this tier's layout (the AVX2 tier repacks no other type); a
+    // Q4_1 copy is entered at a whole band (`super::repacked::avx2_q41r`).
+    let repacked = w
+        .repacked()
+        .filter(|_| matches!(w.ty, GgmlType::Q5_0 | GgmlType::Q4_1));
     let nb = w.cols / QK;
     let mut un = avx2::Unpacked8::new();
     let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
@@ -81,7 +84,9 @@ pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
                 // SAFETY: as above; every row holds `nb` blocks of its type, or their groups
                 // (checked by the caller).
                 unsafe {
-                    if repacked.is_some() {
+                    if let (Some((rp, rb)), true) = (repacked, mins) {
+                        un.unpack_q41r(&rp[r * rb..(r + ROWS8) * rb], i0, n)
+                    } else if repacked.is_some() {
                         un.unpack_q5r(&rows, i0, n)
                     } else {
                         un.unpack(w.ty, &rows, i0, n)
