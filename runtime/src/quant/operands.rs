@@ -101,6 +101,7 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
             }
             // Bands of eight rows in as many bytes, the last `rows % 8` as in the file.
             GgmlType::Q4_1 if nb <= super::avx2::q41r::MAX_BLOCKS => return Some(w.row_bytes()),
+            _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
             _ => {}
         }
     }
