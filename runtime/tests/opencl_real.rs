@@ -279,8 +279,8 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
             let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
             match t.ty {
                 GgmlType::Q5_0 if vbmi || cols / 32 <= 512 => rows * (cols / 32).div_ceil(4) * 88,
-                GgmlType::Q4_1 if vbmi => rows * cols / 32 * 20,
-                GgmlType::Q8_0 if vbmi => rows * cols / 32 * 34,
+                GgmlType::Q4_1 if vbmi || cols / 32 <= 512 => rows * cols / 32 * 20,
+                GgmlType::Q8_0 => rows * cols / 32 * 34,
                 _ => 0,
             }
         })

@@ -37,8 +37,8 @@ pub struct WeightMatrix<'a> {
 /// blocks, a partial last group padded with zero blocks; `avx2::q5r`) and Q4_1 (bands of eight
 /// rows, each block of a band the eight rows' blocks in 160 bytes, rows past the last band as
 /// in the file; `avx2::q41r`). The kernels compute the same integers, scales and mins from
-/// it, so the results are bit-identical to those from the ggml rows. Q8_0 on the VBMI
-/// tier is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
+/// it, so the results are bit-identical to those from the ggml rows. Q8_0 on both tiers
+/// is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
 /// which the decode streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices
 /// copied into huge pages").
 pub struct Repacked {
@@ -117,7 +117,8 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
 
 /// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that
 /// tier reads the ggml rows from the file (every other type; on the AVX2 tier every type but
-/// Q5_0 and Q4_1, and their rows of more than 512 blocks; the scalar and NEON tiers).
+/// Q5_0, Q4_1 and Q8_0, and Q5_0 and Q4_1 rows of more than 512 blocks; the scalar and NEON
+/// tiers).
 ///
 /// # Errors
 /// As [`repack_all`].
