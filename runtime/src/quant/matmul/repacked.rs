@@ -4,6 +4,14 @@
 use super::{ActLayout, ActRow, GgmlType, Span, Tier, avx2, dot_unchecked, unpacked};
 use crate::quant::ActKind;
 
+/// The copy of the span's matrix (its bytes and bytes per row) when the tier is AVX2, the
+/// matrix a `ty` one rewritten for it, and the activations `acts` blocks.
+fn copy_for<'w>(span: &Span<'_, 'w>, ty: GgmlType, acts: ActKind) -> Option<(&'w [u8], usize)> {
+    let fits =
+        span.tier == Tier::Avx2 && span.w.ty == ty && span.x.layout() == ActLayout::Blocks(acts);
+    span.w.repacked().filter(|_| fits)
+}
+
 /// Every weight row from `r0` of [`super::matmul_span`] on the AVX2 tier for a Q5_0 matrix
 /// repacked at load: four or more activation rows through [`unpacked::avx2_unpacked8`]; the
 /// weight rows its groups of eight leave, and the activation rows its quads leave (all of them
@@ -13,16 +21,10 @@ use crate::quant::ActKind;
 /// # Safety
 /// As [`super::matmul_span`] (activation rows `a0..a1`), whose checks have passed.
 pub(super) unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
-    let (w, x, r1) = (span.w, span.x, span.r1);
-    let Some((rp, rb)) = w.repacked() else {
+    let (x, r1) = (span.x, span.r1);
+    let Some((rp, rb)) = copy_for(span, GgmlType::Q5_0, ActKind::Q8_0) else {
         return r0;
     };
-    if span.tier != Tier::Avx2
-        || w.ty != GgmlType::Q5_0
-        || x.layout() != ActLayout::Blocks(ActKind::Q8_0)
-    {
-        return r0;
-    }
     let quads_end = span.a0 + (span.a1 - span.a0) / 4 * 4;
     // SAFETY: forwarded contract.
     let r8 = if quads_end > span.a0 {
@@ -57,15 +59,9 @@ pub(super) unsafe fn avx2_q5r(span: &Span<'_, '_>, r0: usize) -> usize {
 /// As [`super::matmul_span`] (activation rows `a0..a1`), whose checks have passed.
 pub(super) unsafe fn avx2_q41r(span: &Span<'_, '_>, r0: usize) -> usize {
     let (w, x, r1) = (span.w, span.x, span.r1);
-    let Some((rp, rb)) = w.repacked() else {
+    let Some((rp, rb)) = copy_for(span, GgmlType::Q4_1, ActKind::Q8_1) else {
         return r0;
     };
-    if span.tier != Tier::Avx2
-        || w.ty != GgmlType::Q4_1
-        || x.layout() != ActLayout::Blocks(ActKind::Q8_1)
-    {
-        return r0;
-    }
     let bands = avx2::q41r::band_rows(w.rows);
     // Rows r0..lead before the first whole band of the range, lead..r8 in whole bands
     // (unpacked, with four or more activation rows), then up to `end` in the bands.
