@@ -203,7 +203,7 @@ fn simd_kernels_match_scalar() {
 /// The AVX2 tier's f16 scores and value sums are the scalar tier's bits: the same chains (a
 /// multiply and an add per dimension or slot, in order; a slot of weight 0 skipped, so a
 /// −0 output stays −0), at head sizes 64, 40 (a partial pass of columns), 256 and 36 (not a
-/// multiple of 8: the scalar code), 1–13 heads (passes of four and two) and partial tiles;
+/// multiple of 8: the scalar code), 1–13 heads (key passes of four, value passes of three) and partial tiles;
 /// so are its softmax steps.
 #[test]
 fn avx2_f16_kernels_are_the_scalar_bits() {
@@ -218,7 +218,7 @@ fn avx2_f16_kernels_are_the_scalar_bits() {
             .map(|&x| f16::from_f32(x))
             .collect();
         let ld = 48;
-        for nq in [1, 2, 3, 5, 13] {
+        for nq in [1, 2, 3, 4, 5, 7, 13] {
             for n in [1, 7, 15, 16, 17, 37, 48] {
                 let mut sa = vec![f32::NAN; nq * ld];
                 let mut sb = sa.clone();

@@ -1,5 +1,5 @@
-//! The AVX2 tier's prefill of Q4_0, Q4_1 and Q5_0 matrices (ggml rows, or Q5_0 rows
-//! repacked at load): windows of activation rows through groups of eight weight rows unpacked
+//! The AVX2 tier's prefill of Q4_0, Q4_1 and Q5_0 matrices (ggml rows, or Q5_0 and Q4_1
+//! rows repacked at load): windows of activation rows through groups of eight weight rows unpacked
 //! once per run ([`avx2::Unpacked8`]).
 
 use super::{
@@ -14,8 +14,9 @@ use super::{
 pub(super) const UNPACKED_WINDOW: usize = 128;
 
 /// The Q4_0, Q4_1 and Q5_0 prefill of [`super::avx2_rows8`] (four or more activation rows,
-/// rows of at most [`avx2::UNPACKED_BLOCKS`] blocks) and of [`super::avx2_q5r`] (Q5_0 rows
-/// repacked for this tier, any length): the span's activation rows in windows of
+/// rows of at most [`avx2::UNPACKED_BLOCKS`] blocks) and of [`super::repacked::avx2_q5r`] and
+/// [`super::repacked::avx2_q41r`] (Q5_0 and Q4_1 rows repacked for this tier, any length; a
+/// Q4_1 span starting at a whole band): the span's activation rows in windows of
 /// [`UNPACKED_WINDOW`] (multiples of four but the last), each window through every group of
 /// eight weight rows, each group unpacked a run of blocks at a time ([`avx2::Unpacked8`]: once
 /// per window for rows of one run) for every quad of the window's rows; for the ggml rows, the
@@ -27,8 +28,8 @@ pub(super) const UNPACKED_WINDOW: usize = 128;
 /// activations are not the type's blocks: Q8_1 for Q4_1, Q8_0 for the others).
 ///
 /// # Safety
-/// As [`super::avx2_rows8`] or [`super::avx2_q5r`], whose checks have passed (the tier is
-/// AVX2, the type Q4_0, Q4_1 or Q5_0).
+/// As [`super::avx2_rows8`] or the routes of [`super::repacked`], whose checks have passed
+/// (the tier is AVX2, the type Q4_0, Q4_1 or Q5_0).
 #[inline(never)]
 pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     use crate::quant::{ActKind, BlockQ8_0, BlockQ8_1, Q8Aux};
