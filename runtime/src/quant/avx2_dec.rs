@@ -180,16 +180,7 @@ mod tests {
     /// finite between about 0.004 and 0.06; with `fill`, every quant byte and high-bit byte
     /// is `fill` instead.
     fn weights(ty: GgmlType, nb: usize, n: usize, seed: u64, fill: Option<u8>) -> Vec<u8> {
-        let bb = ty.block_bytes();
-        let mut rng = pocketperf_testkit::gguf::Rng::new(seed);
-        let mut w: Vec<u8> = (0..n * nb * bb)
-            .map(|_| fill.unwrap_or((rng.next_u64() >> 56) as u8))
-            .collect();
-        for b in 0..n * nb {
-            let d = f16::from_f32(0.004 + 0.002 * ((b * 7) % 29) as f32);
-            w[b * bb..b * bb + 2].copy_from_slice(&d.to_le_bytes());
-        }
-        w
+        crate::quant::avx2::tests::ggml_rows(ty, nb, n, seed, fill)
     }
 
     /// Each row of `w` against `a` through [`rows`] (rows `1..n`), against the scalar

@@ -28,6 +28,59 @@ fn rows(ty: GgmlType, nb: usize, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// `n` ggml rows of `nb` blocks of `ty` one after the other: random bytes, then each block's
+/// f16 scale (its first two bytes) set to a finite value between about 0.004 and 0.06; with
+/// `fill`, every other byte is `fill` instead (Q4_1's min bytes among them: callers set those).
+pub(in crate::quant) fn ggml_rows(
+    ty: GgmlType,
+    nb: usize,
+    n: usize,
+    seed: u64,
+    fill: Option<u8>,
+) -> Vec<u8> {
+    let bb = ty.block_bytes();
+    let mut rng = pocketperf_testkit::gguf::Rng::new(seed);
+    let mut w: Vec<u8> = (0..n * nb * bb)
+        .map(|_| fill.unwrap_or((rng.next_u64() >> 56) as u8))
+        .collect();
+    for b in 0..n * nb {
+        let d = f16::from_f32(0.004 + 0.002 * ((b * 7) % 29) as f32);
+        w[b * bb..b * bb + 2].copy_from_slice(&d.to_le_bytes());
+    }
+    w
+}
+
+/// Panics unless `got` holds what `want` holds for its first `n` unpacked blocks, bit for bit:
+/// the first block, count and type flag, the quants, the scales and, with `mins`, the mins.
+pub(in crate::quant) fn assert_same_unpacked(
+    got: &Unpacked8,
+    want: &Unpacked8,
+    n: usize,
+    mins: bool,
+) {
+    assert_eq!((got.i0, got.nb, got.five), (want.i0, want.nb, want.five));
+    type Q = [[u8; 32]; ROWS8];
+    let f = |v: &__m256| -> [u32; 8] {
+        // SAFETY: eight floats, read as their bits.
+        unsafe { std::mem::transmute::<__m256, [u32; 8]>(*v) }
+    };
+    for i in 0..n {
+        // SAFETY: eight vectors of 32 bytes, read as such.
+        let (gu, wu) = unsafe {
+            (
+                std::mem::transmute::<[__m256i; ROWS8], Q>(got.u[i]),
+                std::mem::transmute::<[__m256i; ROWS8], Q>(want.u[i]),
+            )
+        };
+        let b = want.i0 + i;
+        assert_eq!(gu, wu, "block {b} quants");
+        assert_eq!(f(&got.dw[i]), f(&want.dw[i]), "block {b} scales");
+        if mins {
+            assert_eq!(f(&got.mw[i]), f(&want.mw[i]), "block {b} mins");
+        }
+    }
+}
+
 /// Fails unless the CPU has what the AVX2 tier needs (every x86-64 machine the tests run on).
 pub(in crate::quant) fn assert_avx2() {
     assert!(

@@ -2,7 +2,7 @@
 //! reference's bits from the decode, the same unpacked blocks for the prefill tiles.
 
 use super::*;
-use crate::quant::avx2::tests::assert_avx2;
+use crate::quant::avx2::tests::{assert_avx2, assert_same_unpacked};
 use crate::quant::blocks::QK;
 use crate::quant::{Isa, quantize_row_q8_1, scalar};
 use half::f16;
@@ -10,14 +10,9 @@ use half::f16;
 /// `n` ggml Q4_1 rows of `nb` blocks: random quants, finite scales between about 0.004 and
 /// 0.06 and mins between about −0.1 and 0.1; with `fill`, every quant byte is `fill` instead.
 fn ggml_rows(nb: usize, n: usize, seed: u64, fill: Option<u8>) -> Vec<u8> {
-    let mut rng = pocketperf_testkit::gguf::Rng::new(seed);
-    let mut w: Vec<u8> = (0..n * nb * GGML_BLOCK)
-        .map(|_| fill.unwrap_or((rng.next_u64() >> 56) as u8))
-        .collect();
+    let mut w = crate::quant::avx2::tests::ggml_rows(crate::GgmlType::Q4_1, nb, n, seed, fill);
     for b in 0..n * nb {
-        let d = f16::from_f32(0.004 + 0.002 * ((b * 7) % 29) as f32);
         let m = f16::from_f32(-0.1 + 0.2 * ((b * 11) % 31) as f32 / 30.0);
-        w[b * GGML_BLOCK..b * GGML_BLOCK + 2].copy_from_slice(&d.to_le_bytes());
         w[b * GGML_BLOCK + 2..b * GGML_BLOCK + 4].copy_from_slice(&m.to_le_bytes());
     }
     w
@@ -186,20 +181,6 @@ fn unpacked_band_matches_the_ggml_rows() {
             want.unpack(crate::GgmlType::Q4_1, &g, i0, n);
             got.unpack_q41r(&rp, i0, n);
         }
-        assert_eq!((got.i0, got.nb, got.five), (want.i0, want.nb, want.five));
-        for i in 0..n {
-            type Q = [[u8; 32]; ROWS8];
-            // SAFETY: vectors of 32 bytes and 8 floats, read as such.
-            let (gu, wu, gs, ws) = unsafe {
-                (
-                    std::mem::transmute::<[__m256i; ROWS8], Q>(got.u[i]),
-                    std::mem::transmute::<[__m256i; ROWS8], Q>(want.u[i]),
-                    std::mem::transmute::<[__m256; 2], [u32; 16]>([got.dw[i], got.mw[i]]),
-                    std::mem::transmute::<[__m256; 2], [u32; 16]>([want.dw[i], want.mw[i]]),
-                )
-            };
-            assert_eq!(gu, wu, "block {} quants", i0 + i);
-            assert_eq!(gs, ws, "block {} scales and mins", i0 + i);
-        }
+        assert_same_unpacked(&got, &want, n, true);
     }
 }

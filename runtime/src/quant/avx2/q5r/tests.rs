@@ -2,7 +2,7 @@
 //! scalar reference's bits from the decode, the same unpacked blocks for the prefill tiles.
 
 use super::*;
-use crate::quant::avx2::tests::assert_avx2;
+use crate::quant::avx2::tests::{assert_avx2, assert_same_unpacked};
 use crate::quant::blocks::QK;
 use crate::quant::{Isa, quantize_row_q8_0, scalar};
 use half::f16;
@@ -10,15 +10,7 @@ use half::f16;
 /// `n` ggml Q5_0 rows of `nb` blocks: random quants and fifth bits, scales finite between
 /// about 0.004 and 0.06; with `fill`, every quant and fifth-bit byte is `fill` instead.
 fn ggml_rows(nb: usize, n: usize, seed: u64, fill: Option<u8>) -> Vec<u8> {
-    let mut rng = pocketperf_testkit::gguf::Rng::new(seed);
-    let mut w: Vec<u8> = (0..n * nb * 22)
-        .map(|_| fill.unwrap_or((rng.next_u64() >> 56) as u8))
-        .collect();
-    for b in 0..n * nb {
-        let d = f16::from_f32(0.004 + 0.002 * ((b * 7) % 29) as f32);
-        w[b * 22..b * 22 + 2].copy_from_slice(&d.to_le_bytes());
-    }
-    w
+    crate::quant::avx2::tests::ggml_rows(crate::GgmlType::Q5_0, nb, n, seed, fill)
 }
 
 /// Each of the `n` rows of `w` (ggml, `nb` blocks) through the reference repacker.
@@ -157,25 +149,6 @@ fn unpacked_repacked_rows_match_the_ggml_rows() {
             want.unpack(crate::GgmlType::Q5_0, &g, i0, n);
             got.unpack_q5r(&p, i0, n);
         }
-        assert_eq!((got.i0, got.nb, got.five), (want.i0, want.nb, want.five));
-        for i in 0..n {
-            // SAFETY: vectors of 32 bytes and 8 floats, read as such.
-            type Q = [[u8; 32]; ROWS8];
-            let (gu, wu) = unsafe {
-                (
-                    std::mem::transmute::<[__m256i; ROWS8], Q>(got.u[i]),
-                    std::mem::transmute::<[__m256i; ROWS8], Q>(want.u[i]),
-                )
-            };
-            assert_eq!(gu, wu, "block {} quants", i0 + i);
-            // SAFETY: as above.
-            let (gd, wd) = unsafe {
-                (
-                    std::mem::transmute::<__m256, [u32; 8]>(got.dw[i]),
-                    std::mem::transmute::<__m256, [u32; 8]>(want.dw[i]),
-                )
-            };
-            assert_eq!(gd, wd, "block {} scales", i0 + i);
-        }
+        assert_same_unpacked(&got, &want, n, false);
     }
 }
