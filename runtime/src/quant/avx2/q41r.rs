@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 use super::{ROWS8, UNPACKED_BLOCKS, Unpacked8, transpose8x8_epi32};
-use crate::quant::blocks::BlockQ8_1;
+use crate::quant::blocks::{BlockQ4_1, BlockQ8_1};
 
 /// Bytes of a band's block (eight ggml Q4_1 blocks of 20 bytes).
 pub(in crate::quant) const BLOCK: usize = 160;
@@ -32,8 +32,8 @@ pub(in crate::quant) const BLOCK: usize = 160;
 /// the stack); wider Q4_1 matrices are not repacked for this tier.
 pub(in crate::quant) const MAX_BLOCKS: usize = 512;
 
-/// Bytes of one ggml Q4_1 block.
-const GGML_BLOCK: usize = 20;
+/// Bytes of one ggml Q4_1 block (the file's layout, [`BlockQ4_1`]).
+const GGML_BLOCK: usize = std::mem::size_of::<BlockQ4_1>();
 
 /// The rows of a `rows`-row matrix that lie in whole bands (the rest keep the ggml layout).
 pub(in crate::quant) const fn band_rows(rows: usize) -> usize {
@@ -92,6 +92,23 @@ pub(in crate::quant) fn repack_rows(
     dt.copy_from_slice(st);
 }
 
+/// Chunk `c` of the band block at `p`, split: rows `c` and `c + 4`'s low nibbles (elements
+/// 0..16, one row per lane), then their high nibbles (elements 16..32).
+///
+/// # Safety
+/// AVX2 present; a whole band block at `p`; `c < 4`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn chunk(p: *const u8, c: usize) -> (__m256i, __m256i) {
+    let nib = _mm256_set1_epi8(0x0F);
+    // SAFETY: caller contract (32 bytes at p + 32c).
+    let q = unsafe { _mm256_loadu_si256(p.add(32 * c) as *const __m256i) };
+    (
+        _mm256_and_si256(q, nib),
+        _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
+    )
+}
+
 /// The eight rows' products with one activation block: lanes `r` = weight row `r` of the band
 /// block at `p`, `(d_w · d_a) · sumi + m_w · s_a`, the terms in the scalar reference's order.
 ///
@@ -100,7 +117,6 @@ pub(in crate::quant) fn repack_rows(
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn block(p: *const u8, y: &BlockQ8_1, da: f32, sa: f32) -> __m256 {
-    let nib = _mm256_set1_epi8(0x0F);
     // SAFETY: caller contract (160 bytes at p); the activation block holds 32 quants.
     unsafe {
         let yq = y.qs.as_ptr() as *const __m128i;
@@ -109,9 +125,7 @@ unsafe fn block(p: *const u8, y: &BlockQ8_1, da: f32, sa: f32) -> __m256 {
         // Chunk c: rows c and c + 4, eight i16 lanes each, every lane four products
         // (at most 4 · 15 · 128 = 7 680 in magnitude).
         let part = |c: usize| {
-            let q = _mm256_loadu_si256(p.add(32 * c) as *const __m256i);
-            let lo = _mm256_and_si256(q, nib);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
+            let (lo, hi) = chunk(p, c);
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_maddubs_epi16(hi, yhi))
         };
         // Two levels of pair adds (at most 30 720: exact) leave per 128-bit half two lanes
@@ -199,16 +213,13 @@ impl Unpacked8 {
     pub(in crate::quant) unsafe fn unpack_q41r(&mut self, w: &[u8], i0: usize, nb: usize) {
         let nb = nb.min(UNPACKED_BLOCKS);
         assert!(w.len() >= (i0 + nb) * BLOCK, "band of {} bytes", w.len());
-        let nib = _mm256_set1_epi8(0x0F);
         for i in 0..nb {
             // SAFETY: block i0 + i of the band lies in w (checked above).
             let p = unsafe { w.as_ptr().add((i0 + i) * BLOCK) };
             let mut rows = [_mm256_setzero_si256(); ROWS8];
             for c in 0..4 {
                 // SAFETY: as above (chunk c of the block).
-                let q = unsafe { _mm256_loadu_si256(p.add(32 * c) as *const __m256i) };
-                let lo = _mm256_and_si256(q, nib);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
+                let (lo, hi) = unsafe { chunk(p, c) };
                 // A row's low halves in the low lane, its high halves in the high one, as
                 // `nibbles` leaves a ggml block.
                 rows[c] = _mm256_permute2x128_si256::<0x20>(lo, hi);
