@@ -236,8 +236,9 @@ proptest! {
     }
 
     /// The per-block entries a Q8_0 row stores after its blocks (read by the AVX2 prefill of
-    /// Q4_0 and Q5_0 weights) are each block's widened scale and quant sum, also when the row
-    /// is written a column range at a time, as the pooled quantizer of the forward pass does.
+    /// Q4_0 and Q5_0 weights) are each block's widened scale and 16 × its quant sum, also
+    /// when the row is written a column range at a time, as the pooled quantizer of the
+    /// forward pass does.
     #[test]
     fn q8_0_entries_are_the_blocks_scales_and_sums(
         nb in 1usize..=20,
@@ -272,8 +273,55 @@ proptest! {
                 prop_assert_eq!(aux.len(), nb);
                 for (i, (e, b)) in aux.iter().zip(blocks).enumerate() {
                     let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
-                    prop_assert_eq!(e.sum, sum, "{} row {} block {}", isa, r, i);
+                    prop_assert_eq!(e.off16, 16 * sum, "{} row {} block {}", isa, r, i);
                     prop_assert_eq!(e.d.to_bits(), b.d.to_f32().to_bits(), "{} row {} block {}", isa, r, i);
+                }
+            }
+        }
+    }
+
+    /// The per-block entries a Q8_1 row stores after its blocks (read by the AVX2 prefill of
+    /// Q4_1 weights) are each block's `d` and `s` widened, also when the row is written a
+    /// column range at a time. Tiers that quantize Q4_1's activations into another layout
+    /// (AVX-512 VBMI's packed rows) store none and are not asked for them.
+    #[test]
+    fn q8_1_entries_are_the_blocks_widened_scales(
+        nb in 1usize..=20,
+        split in 0usize..=20,
+        exp in -6i32..=3,
+        seed in 1u32..u32::MAX,
+    ) {
+        let cols = nb * 32;
+        let mut rng = Rng(seed);
+        let x = random_acts(2, cols, exp, &mut rng);
+        let c = split.min(nb) * 32;
+        for (isa, _) in tiers() {
+            let mut acts = QuantizedActs::new(2, cols);
+            let w = acts.prepare(isa, GgmlType::Q4_1, 2, cols);
+            for r in 0..2 {
+                let xr = &x[r * cols..(r + 1) * cols];
+                // SAFETY: one thread; the two ranges of a row are disjoint.
+                unsafe {
+                    if c > 0 {
+                        w.write_cols(r, 0, &xr[..c], None);
+                    }
+                    if c < cols {
+                        w.write_cols(r, c, &xr[c..], None);
+                    }
+                }
+            }
+            if acts.layout() == ActLayout::Packed {
+                continue;
+            }
+            for r in 0..2 {
+                let ActRow::Q8_1(blocks) = acts.row(r) else {
+                    panic!("{isa}: Q4_1 weights take Q8_1 activation rows");
+                };
+                let aux = acts.q8_1_aux(r);
+                prop_assert_eq!(aux.len(), nb);
+                for (i, (e, b)) in aux.iter().zip(blocks).enumerate() {
+                    prop_assert_eq!(e.d.to_bits(), b.d.to_f32().to_bits(), "{} row {} block {}", isa, r, i);
+                    prop_assert_eq!(e.s.to_bits(), b.s.to_f32().to_bits(), "{} row {} block {}", isa, r, i);
                 }
             }
         }

@@ -376,11 +376,12 @@ impl ActLayout {
     }
 
     /// Bytes of one row of `cols` elements, rounded up to a multiple of 64: a Q8_0 row's
-    /// blocks are followed by their [`Q8Aux`] entries.
+    /// blocks are followed by their [`Q8Aux`] entries, a Q8_1 row's by their [`Q8_1Aux`].
     fn row_bytes(self, cols: usize) -> usize {
         match self {
-            ActLayout::Blocks(ActKind::Q8_0) => {
-                (q8_0_aux_offset(cols) + cols / QK * size_of::<Q8Aux>()).next_multiple_of(64)
+            ActLayout::Blocks(k @ (ActKind::Q8_0 | ActKind::Q8_1)) => {
+                // Both entries are 8 bytes.
+                (aux_offset(k, cols) + cols / QK * size_of::<Q8Aux>()).next_multiple_of(64)
             }
             ActLayout::Blocks(k) => k.row_bytes(cols).next_multiple_of(64),
             ActLayout::Packed => packed::row_bytes(cols),
@@ -404,15 +405,17 @@ struct Line([u8; 64]);
 
 /// What the quantizer knows of each Q8_0 activation block and stores after the row's blocks
 /// so that the kernels need not recompute it per weight row: the block's scale as f32 (the
-/// f16 `d` widened, exact) and the sum of its 32 quants. The kernels of unsigned weight
-/// quants (Q4_0 and Q5_0 prefill on AVX2) take their offset term `off · sum` from here.
+/// f16 `d` widened, exact) and sixteen times the sum of its 32 quants. The kernels of
+/// unsigned weight quants (Q4_0 and Q5_0 on AVX2) take their offset term `off · Σq` from
+/// here: Q5_0's (offset 16) as stored, one broadcast and a subtraction per block, Q4_0's
+/// (offset 8) halved.
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct Q8Aux {
     /// The block's `d`, widened.
     pub d: f32,
-    /// `Σ qs`.
-    pub sum: i32,
+    /// `16 · Σ qs` (at most 16 · 32 · 127 in magnitude; even, so halving it is exact).
+    pub off16: i32,
 }
 
 impl Q8Aux {
@@ -420,15 +423,37 @@ impl Q8Aux {
     pub fn of(b: &BlockQ8_0) -> Self {
         Q8Aux {
             d: b.d.to_f32(),
-            sum: b.qs.iter().map(|&q| i32::from(q)).sum(),
+            off16: 16 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
         }
     }
 }
 
-/// Where a Q8_0 row of `cols` elements keeps its [`Q8Aux`] entries: after the blocks, on an
-/// 8-byte boundary.
-fn q8_0_aux_offset(cols: usize) -> usize {
-    ActKind::Q8_0.row_bytes(cols).next_multiple_of(8)
+/// What the quantizer stores after a Q8_1 activation row's blocks, one entry per block: its
+/// `d` and `s` widened to f32 (exact), so that a kernel broadcasts them with one load each
+/// instead of widening the f16 values per weight row (the AVX2 Q4_1 prefill tile).
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct Q8_1Aux {
+    /// The block's `d`, widened.
+    pub d: f32,
+    /// The block's `s` (`d · Σ qs`, rounded to f16 by the quantizer), widened.
+    pub s: f32,
+}
+
+impl Q8_1Aux {
+    /// The entry of block `b`.
+    pub fn of(b: &BlockQ8_1) -> Self {
+        Q8_1Aux {
+            d: b.d.to_f32(),
+            s: b.s.to_f32(),
+        }
+    }
+}
+
+/// Where a Q8_0 or Q8_1 row of `cols` elements keeps its entries ([`Q8Aux`], [`Q8_1Aux`]):
+/// after the blocks, on an 8-byte boundary.
+fn aux_offset(kind: ActKind, cols: usize) -> usize {
+    kind.row_bytes(cols).next_multiple_of(8)
 }
 
 /// Preallocated quantized activations: up to `max_rows` rows of up to `max_cols` elements in
@@ -606,9 +631,25 @@ impl QuantizedActs {
             ActLayout::Blocks(ActKind::Q8_0),
             "activation row {r}: not Q8_0 blocks"
         );
-        let at = q8_0_aux_offset(self.cols);
+        let at = aux_offset(ActKind::Q8_0, self.cols);
         let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<Q8Aux>()];
         // Rows start on 64-byte boundaries and `at` is a multiple of 8: aligned.
+        bytemuck::cast_slice(b)
+    }
+
+    /// The [`Q8_1Aux`] entries of Q8_1 row `r` of the last quantization, one per block.
+    ///
+    /// # Panics
+    /// If `r >= n_rows()` or the layout is not Q8_1 blocks.
+    pub fn q8_1_aux(&self, r: usize) -> &[Q8_1Aux] {
+        assert_eq!(
+            self.layout,
+            ActLayout::Blocks(ActKind::Q8_1),
+            "activation row {r}: not Q8_1 blocks"
+        );
+        let at = aux_offset(ActKind::Q8_1, self.cols);
+        let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<Q8_1Aux>()];
+        // As for the Q8_0 entries: aligned.
         bytemuck::cast_slice(b)
     }
 
@@ -729,8 +770,8 @@ impl ActsWriter<'_> {
                                     bytemuck::cast_slice_mut(&mut dst[b * 34..(b + 1) * 34]);
                                 quantize_row_q8_0(isa, src, out);
                                 let aux = Q8Aux::of(&out[0]);
-                                let at =
-                                    q8_0_aux_offset(self.cols) + (c0 / QK + b) * size_of::<Q8Aux>();
+                                let at = aux_offset(kind, self.cols)
+                                    + (c0 / QK + b) * size_of::<Q8Aux>();
                                 // SAFETY: entry c0/32 + b of the row's aux entries lies inside
                                 // the row (`ActLayout::row_bytes`) and belongs to the blocks
                                 // this call writes (caller contract); 8-byte aligned.
@@ -739,6 +780,11 @@ impl ActsWriter<'_> {
                                 let out: &mut [BlockQ8_1] =
                                     bytemuck::cast_slice_mut(&mut dst[b * 36..(b + 1) * 36]);
                                 quantize_row_q8_1(isa, src, out);
+                                let aux = Q8_1Aux::of(&out[0]);
+                                let at = aux_offset(kind, self.cols)
+                                    + (c0 / QK + b) * size_of::<Q8_1Aux>();
+                                // SAFETY: as for the Q8_0 entries above.
+                                unsafe { (row.add(at) as *mut Q8_1Aux).write(aux) };
                             }
                         }
                     }

@@ -222,7 +222,7 @@ impl Acts {
             }
         }
         for b in 0..8 * nb.div_ceil(8) {
-            let (d, off) = aux.get(b).map_or((0.0, 0), |e| (e.d, 16 * e.sum));
+            let (d, off) = aux.get(b).map_or((0.0, 0), |e| (e.d, e.off16));
             let at = 8 * (b / 8) + LANE[b % 8];
             self.d[at].write(d);
             self.off[at].write(off);

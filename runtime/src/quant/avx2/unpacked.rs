@@ -4,10 +4,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{ROWS8, halves8, nibbles, q5_unsigned, scale_min8, splat_f16};
+use super::{ROWS8, halves8, nibbles, q5_unsigned, scale_min8};
 use crate::GgmlType;
-use crate::quant::Q8Aux;
 use crate::quant::blocks::{BlockQ8_0, BlockQ8_1, QK};
+use crate::quant::{Q8_1Aux, Q8Aux};
 
 /// Most blocks [`Unpacked8`] holds (2048 columns: 16 KiB of quants, in L1).
 pub(in crate::quant) const UNPACKED_BLOCKS: usize = 64;
@@ -147,49 +147,106 @@ impl Unpacked8 {
         aux: [&[Q8Aux]; 4],
         sumf: &mut [__m256; 4],
     ) {
-        let shift = if self.five { 4 } else { 3 };
-        let blocks = self.i0..self.i0 + self.nb;
+        if self.five {
+            self.accumulate_off::<0>(b, aux, sumf)
+        } else {
+            self.accumulate_off::<1>(b, aux, sumf)
+        }
+    }
+
+    /// [`Self::accumulate`] with the offset `16 >> HALVE`, whose term `off · Σq` is the
+    /// entry's [`Q8Aux::off16`] shifted right by `HALVE` (exact: it is even). The rows are
+    /// cut to the unpacked blocks first and the sums kept in locals, so the loop has no
+    /// bounds checks and writes `sumf` once.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn accumulate_off<const HALVE: i32>(
+        &self,
+        b: [&[BlockQ8_0]; 4],
+        aux: [&[Q8Aux]; 4],
+        sumf: &mut [__m256; 4],
+    ) {
+        let (i0, nb) = (self.i0, self.nb);
         for (bk, ak) in b.iter().zip(&aux) {
             assert!(
-                bk.len() >= blocks.end && ak.len() >= self.nb,
+                bk.len() >= i0 + nb && ak.len() >= nb,
                 "activation row of {} blocks, {} entries",
                 bk.len(),
                 ak.len()
             );
         }
-        for (e, ((u, &dw), i)) in self.u.iter().zip(&self.dw).zip(blocks).enumerate() {
-            for ((acc, bk), ak) in sumf.iter_mut().zip(&b).zip(&aux) {
-                let ya = ak[e];
-                let sum = block_sums(u, &bk[i].qs);
+        let (b0, b1, b2, b3) = (
+            &b[0][i0..i0 + nb],
+            &b[1][i0..i0 + nb],
+            &b[2][i0..i0 + nb],
+            &b[3][i0..i0 + nb],
+        );
+        let (a0, a1, a2, a3) = (&aux[0][..nb], &aux[1][..nb], &aux[2][..nb], &aux[3][..nb]);
+        let mut acc = *sumf;
+        for (e, (u, &dw)) in self.u[..nb].iter().zip(&self.dw[..nb]).enumerate() {
+            let rows = [
+                (&b0[e], &a0[e]),
+                (&b1[e], &a1[e]),
+                (&b2[e], &a2[e]),
+                (&b3[e], &a3[e]),
+            ];
+            for (acc, (y, ya)) in acc.iter_mut().zip(rows) {
+                let sum = block_sums(u, &y.qs);
                 // off · Σq (at most 16 · 32 · 127: no overflow).
-                let c = _mm256_set1_epi32(ya.sum << shift);
+                let c = _mm256_set1_epi32(ya.off16 >> HALVE);
                 let sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c));
                 let dd = _mm256_mul_ps(dw, _mm256_set1_ps(ya.d));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dd, sumi));
             }
         }
+        *sumf = acc;
     }
 
-    /// [`Self::accumulate`] for unpacked Q4_1 blocks and four Q8_1 activation rows `b`: lane
-    /// `r` of `sumf[k]` takes `(d_w · d_a) · sumi + m_w · s_a` per block in block order (the
-    /// quants are the unsigned nibbles themselves: no offset), as the scalar reference does.
+    /// [`Self::accumulate`] for unpacked Q4_1 blocks and four Q8_1 activation rows `b`
+    /// (`aux[k][j]` the [`Q8_1Aux`] entry of row `k`'s block `i0 + j`): lane `r` of `sumf[k]`
+    /// takes `(d_w · d_a) · sumi + m_w · s_a` per block in block order (the quants are the
+    /// unsigned nibbles themselves: no offset), as the scalar reference does. The entries give
+    /// `d_a` and `s_a` already widened, one broadcast each.
     ///
     /// # Panics
-    /// If an activation row is shorter than the unpacked blocks.
+    /// If an activation row (or its entries) is shorter than the unpacked blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::quant) fn accumulate_q4_1(&self, b: [&[BlockQ8_1]; 4], sumf: &mut [__m256; 4]) {
-        let blocks = self.i0..self.i0 + self.nb;
-        super::assert_rows_hold(&b, blocks.end);
-        let unpacked = self.u.iter().zip(&self.dw).zip(&self.mw);
-        for (((u, &dw), &mw), i) in unpacked.zip(blocks) {
-            for (acc, bk) in sumf.iter_mut().zip(&b) {
-                let y = &bk[i];
+    pub(in crate::quant) fn accumulate_q4_1(
+        &self,
+        b: [&[BlockQ8_1]; 4],
+        aux: [&[Q8_1Aux]; 4],
+        sumf: &mut [__m256; 4],
+    ) {
+        let (i0, nb) = (self.i0, self.nb);
+        super::assert_rows_hold(&b, i0 + nb);
+        for ak in &aux {
+            assert!(ak.len() >= nb, "activation row of {} entries", ak.len());
+        }
+        // Cut to the unpacked blocks, the sums in locals: no bounds checks, one write.
+        let (b0, b1, b2, b3) = (
+            &b[0][i0..i0 + nb],
+            &b[1][i0..i0 + nb],
+            &b[2][i0..i0 + nb],
+            &b[3][i0..i0 + nb],
+        );
+        let (a0, a1, a2, a3) = (&aux[0][..nb], &aux[1][..nb], &aux[2][..nb], &aux[3][..nb]);
+        let mut acc = *sumf;
+        let unpacked = self.u[..nb].iter().zip(&self.dw[..nb]).zip(&self.mw[..nb]);
+        for (e, ((u, &dw), &mw)) in unpacked.enumerate() {
+            let rows = [
+                (&b0[e], &a0[e]),
+                (&b1[e], &a1[e]),
+                (&b2[e], &a2[e]),
+                (&b3[e], &a3[e]),
+            ];
+            for (acc, (y, ya)) in acc.iter_mut().zip(rows) {
                 let sumi = _mm256_cvtepi32_ps(block_sums(u, &y.qs));
-                let dd = _mm256_mul_ps(dw, splat_f16(y.d));
-                let m = _mm256_mul_ps(mw, splat_f16(y.s));
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(ya.d));
+                let m = _mm256_mul_ps(mw, _mm256_set1_ps(ya.s));
                 *acc = _mm256_add_ps(*acc, _mm256_add_ps(_mm256_mul_ps(dd, sumi), m));
             }
         }
+        *sumf = acc;
     }
 }
 

@@ -32,7 +32,7 @@ pub(super) const UNPACKED_WINDOW: usize = 128;
 /// (the tier is AVX2, the type Q4_0, Q4_1 or Q5_0).
 #[inline(never)]
 pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
-    use crate::quant::{ActKind, BlockQ8_0, BlockQ8_1, Q8Aux};
+    use crate::quant::{ActKind, BlockQ8_0, BlockQ8_1, Q8_1Aux, Q8Aux};
     use avx2::{ROWS8, UNPACKED_BLOCKS};
     let (w, x, out) = (span.w, span.x, span.out);
     // Q4_1 has mins, not an offset: its rows meet Q8_1 rows and need no entries.
@@ -53,6 +53,7 @@ pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
     let mut blocks: [&[BlockQ8_0]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut blocks1: [&[BlockQ8_1]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut entries: [&[Q8Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
+    let mut entries1: [&[Q8_1Aux]; UNPACKED_WINDOW] = [&[]; UNPACKED_WINDOW];
     let mut r = r0;
     for window in span.windows(UNPACKED_WINDOW) {
         let (w0, quads) = (window.a0, (window.a1 - window.a0) / 4);
@@ -62,7 +63,10 @@ pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
                     blocks[k] = b;
                     entries[k] = x.q8_0_aux(a);
                 }
-                ActRow::Q8_1(b) => blocks1[k] = b,
+                ActRow::Q8_1(b) => {
+                    blocks1[k] = b;
+                    entries1[k] = x.q8_1_aux(a);
+                }
                 _ => {}
             }
         }
@@ -96,8 +100,9 @@ pub(super) unsafe fn avx2_unpacked8(span: &Span<'_, '_>, r0: usize) -> usize {
                 for (q, sq) in sums[..quads].iter_mut().enumerate() {
                     if mins {
                         let b = std::array::from_fn(|k| blocks1[4 * q + k]);
+                        let e = std::array::from_fn(|k| &entries1[4 * q + k][i0..i0 + n]);
                         // SAFETY: as above.
-                        unsafe { un.accumulate_q4_1(b, sq) };
+                        unsafe { un.accumulate_q4_1(b, e, sq) };
                     } else {
                         let b = std::array::from_fn(|k| blocks[4 * q + k]);
                         let e = std::array::from_fn(|k| &entries[4 * q + k][i0..i0 + n]);
