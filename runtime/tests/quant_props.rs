@@ -20,6 +20,27 @@ use pocketperf_runtime::quant::{
 };
 use proptest::prelude::*;
 
+/// Two rows of `cols` columns of `x` quantized for `ty` weights on `isa`, each written as two
+/// column ranges (`..c` and `c..`, either empty), as the pooled quantizer of the forward pass
+/// writes them.
+fn quantize_split(isa: Isa, ty: GgmlType, x: &[f32], cols: usize, c: usize) -> QuantizedActs {
+    let mut acts = QuantizedActs::new(2, cols);
+    let w = acts.prepare(isa, ty, 2, cols);
+    for r in 0..2 {
+        let xr = &x[r * cols..(r + 1) * cols];
+        // SAFETY: one thread; the two ranges of a row are disjoint.
+        unsafe {
+            if c > 0 {
+                w.write_cols(r, 0, &xr[..c], None);
+            }
+            if c < cols {
+                w.write_cols(r, c, &xr[c..], None);
+            }
+        }
+    }
+    acts
+}
+
 fn tiers() -> Vec<(Isa, bool)> {
     common::simd_tiers()
 }
@@ -235,12 +256,15 @@ proptest! {
         }
     }
 
-    /// The per-block entries a Q8_0 row stores after its blocks (read by the AVX2 prefill of
-    /// Q4_0 and Q5_0 weights) are each block's widened scale and 16 × its quant sum, also
-    /// when the row is written a column range at a time, as the pooled quantizer of the
-    /// forward pass does.
+    /// The per-block entries an activation row stores after its blocks are its blocks'
+    /// values, also when the row is written a column range at a time, as the pooled quantizer
+    /// of the forward pass does: a Q8_0 row's (read by the AVX2 prefill of Q4_0 and Q5_0
+    /// weights) each block's widened scale and 16 × its quant sum, a Q8_1 row's (read by the
+    /// AVX2 prefill of Q4_1 weights) its `d` and `s` widened. Tiers that quantize Q4_1's
+    /// activations into another layout (AVX-512 VBMI's packed rows) store none there and are
+    /// not asked for them.
     #[test]
-    fn q8_0_entries_are_the_blocks_scales_and_sums(
+    fn stored_entries_are_the_blocks_values(
         nb in 1usize..=20,
         split in 0usize..=20,
         exp in -6i32..=3,
@@ -251,20 +275,7 @@ proptest! {
         let x = random_acts(2, cols, exp, &mut rng);
         let c = split.min(nb) * 32;
         for (isa, _) in tiers() {
-            let mut acts = QuantizedActs::new(2, cols);
-            let w = acts.prepare(isa, GgmlType::Q5_0, 2, cols);
-            for r in 0..2 {
-                let xr = &x[r * cols..(r + 1) * cols];
-                // SAFETY: one thread; the two ranges of a row are disjoint.
-                unsafe {
-                    if c > 0 {
-                        w.write_cols(r, 0, &xr[..c], None);
-                    }
-                    if c < cols {
-                        w.write_cols(r, c, &xr[c..], None);
-                    }
-                }
-            }
+            let acts = quantize_split(isa, GgmlType::Q5_0, &x, cols, c);
             for r in 0..2 {
                 let ActRow::Q8_0(blocks) = acts.row(r) else {
                     panic!("{isa}: Q5_0 weights take Q8_0 activation rows");
@@ -277,39 +288,7 @@ proptest! {
                     prop_assert_eq!(e.d.to_bits(), b.d.to_f32().to_bits(), "{} row {} block {}", isa, r, i);
                 }
             }
-        }
-    }
-
-    /// The per-block entries a Q8_1 row stores after its blocks (read by the AVX2 prefill of
-    /// Q4_1 weights) are each block's `d` and `s` widened, also when the row is written a
-    /// column range at a time. Tiers that quantize Q4_1's activations into another layout
-    /// (AVX-512 VBMI's packed rows) store none and are not asked for them.
-    #[test]
-    fn q8_1_entries_are_the_blocks_widened_scales(
-        nb in 1usize..=20,
-        split in 0usize..=20,
-        exp in -6i32..=3,
-        seed in 1u32..u32::MAX,
-    ) {
-        let cols = nb * 32;
-        let mut rng = Rng(seed);
-        let x = random_acts(2, cols, exp, &mut rng);
-        let c = split.min(nb) * 32;
-        for (isa, _) in tiers() {
-            let mut acts = QuantizedActs::new(2, cols);
-            let w = acts.prepare(isa, GgmlType::Q4_1, 2, cols);
-            for r in 0..2 {
-                let xr = &x[r * cols..(r + 1) * cols];
-                // SAFETY: one thread; the two ranges of a row are disjoint.
-                unsafe {
-                    if c > 0 {
-                        w.write_cols(r, 0, &xr[..c], None);
-                    }
-                    if c < cols {
-                        w.write_cols(r, c, &xr[c..], None);
-                    }
-                }
-            }
+            let acts = quantize_split(isa, GgmlType::Q4_1, &x, cols, c);
             if acts.layout() == ActLayout::Packed {
                 continue;
             }

@@ -15,6 +15,10 @@ use super::{
 use crate::{Error, GgmlType, Result};
 use std::sync::Arc;
 
+mod entries;
+use entries::aux_offset;
+pub use entries::{Q8_1Aux, Q8Aux};
+
 /// A weight matrix in ggml layout: `rows` output features (ggml ne1), each a contiguous row
 /// of `cols` input features (ggml ne0) in format `ty`. Borrowed from the model mapping.
 #[derive(Clone, Copy, Debug)]
@@ -403,59 +407,6 @@ impl ActLayout {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// What the quantizer knows of each Q8_0 activation block and stores after the row's blocks
-/// so that the kernels need not recompute it per weight row: the block's scale as f32 (the
-/// f16 `d` widened, exact) and sixteen times the sum of its 32 quants. The kernels of
-/// unsigned weight quants (Q4_0 and Q5_0 on AVX2) take their offset term `off · Σq` from
-/// here: Q5_0's (offset 16) as stored, one broadcast and a subtraction per block, Q4_0's
-/// (offset 8) halved.
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C)]
-pub struct Q8Aux {
-    /// The block's `d`, widened.
-    pub d: f32,
-    /// `16 · Σ qs` (at most 16 · 32 · 127 in magnitude; even, so halving it is exact).
-    pub off16: i32,
-}
-
-impl Q8Aux {
-    /// The entry of block `b`.
-    pub fn of(b: &BlockQ8_0) -> Self {
-        Q8Aux {
-            d: b.d.to_f32(),
-            off16: 16 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
-        }
-    }
-}
-
-/// What the quantizer stores after a Q8_1 activation row's blocks, one entry per block: its
-/// `d` and `s` widened to f32 (exact), so that a kernel broadcasts them with one load each
-/// instead of widening the f16 values per weight row (the AVX2 Q4_1 prefill tile).
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C)]
-pub struct Q8_1Aux {
-    /// The block's `d`, widened.
-    pub d: f32,
-    /// The block's `s` (`d · Σ qs`, rounded to f16 by the quantizer), widened.
-    pub s: f32,
-}
-
-impl Q8_1Aux {
-    /// The entry of block `b`.
-    pub fn of(b: &BlockQ8_1) -> Self {
-        Q8_1Aux {
-            d: b.d.to_f32(),
-            s: b.s.to_f32(),
-        }
-    }
-}
-
-/// Where a Q8_0 or Q8_1 row of `cols` elements keeps its entries ([`Q8Aux`], [`Q8_1Aux`]):
-/// after the blocks, on an 8-byte boundary.
-fn aux_offset(kind: ActKind, cols: usize) -> usize {
-    kind.row_bytes(cols).next_multiple_of(8)
-}
-
 /// Preallocated quantized activations: up to `max_rows` rows of up to `max_cols` elements in
 /// whichever layout the next weight matrix needs on the chosen tier. Quantizing allocates
 /// nothing; rows start on 64-byte boundaries.
@@ -626,15 +577,7 @@ impl QuantizedActs {
     /// # Panics
     /// If `r >= n_rows()` or the layout is not Q8_0 blocks.
     pub fn q8_0_aux(&self, r: usize) -> &[Q8Aux] {
-        assert_eq!(
-            self.layout,
-            ActLayout::Blocks(ActKind::Q8_0),
-            "activation row {r}: not Q8_0 blocks"
-        );
-        let at = aux_offset(ActKind::Q8_0, self.cols);
-        let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<Q8Aux>()];
-        // Rows start on 64-byte boundaries and `at` is a multiple of 8: aligned.
-        bytemuck::cast_slice(b)
+        self.entries(r, ActKind::Q8_0)
     }
 
     /// The [`Q8_1Aux`] entries of Q8_1 row `r` of the last quantization, one per block.
@@ -642,14 +585,20 @@ impl QuantizedActs {
     /// # Panics
     /// If `r >= n_rows()` or the layout is not Q8_1 blocks.
     pub fn q8_1_aux(&self, r: usize) -> &[Q8_1Aux] {
+        self.entries(r, ActKind::Q8_1)
+    }
+
+    /// The per-block entries (8 bytes each) stored after the blocks of row `r`, whose layout
+    /// must be `kind`'s blocks.
+    fn entries<T: bytemuck::Pod>(&self, r: usize, kind: ActKind) -> &[T] {
         assert_eq!(
             self.layout,
-            ActLayout::Blocks(ActKind::Q8_1),
-            "activation row {r}: not Q8_1 blocks"
+            ActLayout::Blocks(kind),
+            "activation row {r}: not {kind:?} blocks"
         );
-        let at = aux_offset(ActKind::Q8_1, self.cols);
-        let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<Q8_1Aux>()];
-        // As for the Q8_0 entries: aligned.
+        let at = aux_offset(kind, self.cols);
+        let b = &self.row_bytes_of(r)[at..at + self.cols / QK * size_of::<T>()];
+        // Rows start on 64-byte boundaries and `at` is a multiple of 8: aligned.
         bytemuck::cast_slice(b)
     }
 

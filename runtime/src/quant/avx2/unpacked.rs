@@ -166,31 +166,11 @@ impl Unpacked8 {
         aux: [&[Q8Aux]; 4],
         sumf: &mut [__m256; 4],
     ) {
-        let (i0, nb) = (self.i0, self.nb);
-        for (bk, ak) in b.iter().zip(&aux) {
-            assert!(
-                bk.len() >= i0 + nb && ak.len() >= nb,
-                "activation row of {} blocks, {} entries",
-                bk.len(),
-                ak.len()
-            );
-        }
-        let (b0, b1, b2, b3) = (
-            &b[0][i0..i0 + nb],
-            &b[1][i0..i0 + nb],
-            &b[2][i0..i0 + nb],
-            &b[3][i0..i0 + nb],
-        );
-        let (a0, a1, a2, a3) = (&aux[0][..nb], &aux[1][..nb], &aux[2][..nb], &aux[3][..nb]);
+        let nb = self.nb;
+        let (b, aux) = cut_rows(b, aux, self.i0, nb);
         let mut acc = *sumf;
         for (e, (u, &dw)) in self.u[..nb].iter().zip(&self.dw[..nb]).enumerate() {
-            let rows = [
-                (&b0[e], &a0[e]),
-                (&b1[e], &a1[e]),
-                (&b2[e], &a2[e]),
-                (&b3[e], &a3[e]),
-            ];
-            for (acc, (y, ya)) in acc.iter_mut().zip(rows) {
+            for (acc, (y, ya)) in acc.iter_mut().zip(block_of(&b, &aux, e)) {
                 let sum = block_sums(u, &y.qs);
                 // off · Σq (at most 16 · 32 · 127: no overflow).
                 let c = _mm256_set1_epi32(ya.off16 >> HALVE);
@@ -217,29 +197,13 @@ impl Unpacked8 {
         aux: [&[Q8_1Aux]; 4],
         sumf: &mut [__m256; 4],
     ) {
-        let (i0, nb) = (self.i0, self.nb);
-        super::assert_rows_hold(&b, i0 + nb);
-        for ak in &aux {
-            assert!(ak.len() >= nb, "activation row of {} entries", ak.len());
-        }
+        let nb = self.nb;
         // Cut to the unpacked blocks, the sums in locals: no bounds checks, one write.
-        let (b0, b1, b2, b3) = (
-            &b[0][i0..i0 + nb],
-            &b[1][i0..i0 + nb],
-            &b[2][i0..i0 + nb],
-            &b[3][i0..i0 + nb],
-        );
-        let (a0, a1, a2, a3) = (&aux[0][..nb], &aux[1][..nb], &aux[2][..nb], &aux[3][..nb]);
+        let (b, aux) = cut_rows(b, aux, self.i0, nb);
         let mut acc = *sumf;
         let unpacked = self.u[..nb].iter().zip(&self.dw[..nb]).zip(&self.mw[..nb]);
         for (e, ((u, &dw), &mw)) in unpacked.enumerate() {
-            let rows = [
-                (&b0[e], &a0[e]),
-                (&b1[e], &a1[e]),
-                (&b2[e], &a2[e]),
-                (&b3[e], &a3[e]),
-            ];
-            for (acc, (y, ya)) in acc.iter_mut().zip(rows) {
+            for (acc, (y, ya)) in acc.iter_mut().zip(block_of(&b, &aux, e)) {
                 let sumi = _mm256_cvtepi32_ps(block_sums(u, &y.qs));
                 let dd = _mm256_mul_ps(dw, _mm256_set1_ps(ya.d));
                 let m = _mm256_mul_ps(mw, _mm256_set1_ps(ya.s));
@@ -248,6 +212,49 @@ impl Unpacked8 {
         }
         *sumf = acc;
     }
+}
+
+/// Four activation rows cut to blocks `i0..i0 + nb` and their entries to the first `nb`
+/// (inlined, so the loops that index the result know the lengths and need no bounds checks).
+///
+/// # Panics
+/// If a row or its entries are shorter.
+#[inline(always)]
+fn cut_rows<'a, A, B>(
+    b: [&'a [A]; 4],
+    aux: [&'a [B]; 4],
+    i0: usize,
+    nb: usize,
+) -> ([&'a [A]; 4], [&'a [B]; 4]) {
+    for (bk, ak) in b.iter().zip(&aux) {
+        assert!(
+            bk.len() >= i0 + nb && ak.len() >= nb,
+            "activation row of {} blocks, {} entries",
+            bk.len(),
+            ak.len()
+        );
+    }
+    let r = i0..i0 + nb;
+    (
+        [
+            &b[0][r.clone()],
+            &b[1][r.clone()],
+            &b[2][r.clone()],
+            &b[3][r],
+        ],
+        [&aux[0][..nb], &aux[1][..nb], &aux[2][..nb], &aux[3][..nb]],
+    )
+}
+
+/// Block `e` of each of the four rows, with its entry.
+#[inline(always)]
+fn block_of<'a, A, B>(b: &[&'a [A]; 4], aux: &[&'a [B]; 4], e: usize) -> [(&'a A, &'a B); 4] {
+    [
+        (&b[0][e], &aux[0][e]),
+        (&b[1][e], &aux[1][e]),
+        (&b[2][e], &aux[2][e]),
+        (&b[3][e], &aux[3][e]),
+    ]
 }
 
 /// Lane `r`: the exact integer sum `Σ u · q` of an unpacked block's row `r` (`u`, transposed
