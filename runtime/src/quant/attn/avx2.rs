@@ -211,7 +211,18 @@ unsafe fn scores_tile<const H: usize>(
     }
 }
 
-/// [`super::scores_f16`] on AVX2: a key tile at a time, up to four queries per pass.
+/// Most query heads of one pass of the f16 scores: `2·H` sums, two key registers and a
+/// broadcast fill the sixteen registers.
+const SCORE_HEADS: usize = 6;
+
+/// Heads of the next pass when `left` remain and a pass takes at most `most`: the passes
+/// `left` needs, evened out (seven heads in passes of four and three, not six and one).
+fn pass_heads(left: usize, most: usize) -> usize {
+    left.div_ceil(left.div_ceil(most))
+}
+
+/// [`super::scores_f16`] on AVX2: a key tile at a time, up to [`SCORE_HEADS`] queries per
+/// pass.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn scores_f16(
@@ -232,14 +243,19 @@ pub(super) unsafe fn scores_f16(
         for t in (0..n).step_by(KEY_TILE) {
             let tile = keys.add(t * hd);
             let (m0, m1) = (mask8(n - t), mask8((n - t).saturating_sub(8)));
-            for h0 in (0..nq).step_by(4) {
+            let mut h0 = 0;
+            while h0 < nq {
                 let (qh, oh) = (qp.add(h0 * hd), op.add(h0 * ld + t));
-                match (nq - h0).min(4) {
+                let hn = pass_heads(nq - h0, SCORE_HEADS);
+                match hn {
                     1 => scores_tile::<1>(qh, hd, tile, sc, oh, ld, m0, m1),
                     2 => scores_tile::<2>(qh, hd, tile, sc, oh, ld, m0, m1),
                     3 => scores_tile::<3>(qh, hd, tile, sc, oh, ld, m0, m1),
-                    _ => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    4 => scores_tile::<4>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    5 => scores_tile::<5>(qh, hd, tile, sc, oh, ld, m0, m1),
+                    _ => scores_tile::<6>(qh, hd, tile, sc, oh, ld, m0, m1),
                 }
+                h0 += hn;
             }
         }
     }
@@ -294,10 +310,16 @@ unsafe fn accum_pass<const H: usize, const C: usize, const DENSE: bool>(
     }
 }
 
-/// [`super::accum_f16`] on AVX2 (`hd` a multiple of 8): passes of up to three heads and 32
-/// columns (each pass reads the value rows' columns once: three heads, SmolLM2's group, in
-/// one pass instead of two); a pass whose heads have no zero weight among the `n` slots (the
-/// bulk of a long context) runs without the test per (slot, head).
+/// Most heads and column registers (8 columns each) of one pass of the f16 value sums: the
+/// eight sums, two value registers, a broadcast weight and a product stay in registers (three
+/// heads by four registers needed eighteen and passed one value through the stack).
+const ACCUM_HEADS: usize = 4;
+const ACCUM_COLS: usize = 2;
+
+/// [`super::accum_f16`] on AVX2 (`hd` a multiple of 8): passes of up to [`ACCUM_HEADS`]
+/// heads (evened out as the scores' passes are) and 16 columns; a pass whose heads have no
+/// zero weight among the `n` slots (the bulk of a long context) runs without the test per
+/// (slot, head).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn accum_f16(
@@ -312,21 +334,20 @@ pub(super) unsafe fn accum_f16(
     let (pp, op) = (p.as_ptr(), out.as_mut_ptr());
     // SAFETY: sizes checked by the caller (hd a multiple of 8).
     unsafe {
-        for h0 in (0..nq).step_by(3) {
+        let mut h0 = 0;
+        while h0 < nq {
             let (ph, oh) = (pp.add(h0 * ld), op.add(h0 * hd));
-            let hn = (nq - h0).min(3);
+            let hn = pass_heads(nq - h0, ACCUM_HEADS);
             // No zero weight among the pass's heads: nothing to skip, no test per slot.
             // SAFETY (slices): the caller's rows of n probabilities, ld apart.
             let dense = (0..hn).all(|h| no_zero(std::slice::from_raw_parts(ph.add(h * ld), n)));
-            for c0 in (0..hd / 8).step_by(4) {
+            for c0 in (0..hd / 8).step_by(ACCUM_COLS) {
                 let col = 8 * c0;
                 macro_rules! go {
                     ($h:literal, $d:literal) => {
-                        match (hd / 8 - c0).min(4) {
+                        match (hd / 8 - c0).min(ACCUM_COLS) {
                             1 => accum_pass::<$h, 1, $d>(ph, ld, hd, vals, n, col, oh),
-                            2 => accum_pass::<$h, 2, $d>(ph, ld, hd, vals, n, col, oh),
-                            3 => accum_pass::<$h, 3, $d>(ph, ld, hd, vals, n, col, oh),
-                            _ => accum_pass::<$h, 4, $d>(ph, ld, hd, vals, n, col, oh),
+                            _ => accum_pass::<$h, 2, $d>(ph, ld, hd, vals, n, col, oh),
                         }
                     };
                 }
@@ -335,10 +356,13 @@ pub(super) unsafe fn accum_f16(
                     (1, true) => go!(1, true),
                     (2, false) => go!(2, false),
                     (2, true) => go!(2, true),
-                    (_, false) => go!(3, false),
-                    (_, true) => go!(3, true),
+                    (3, false) => go!(3, false),
+                    (3, true) => go!(3, true),
+                    (_, false) => go!(4, false),
+                    (_, true) => go!(4, true),
                 }
             }
+            h0 += hn;
         }
     }
 }
@@ -375,11 +399,12 @@ pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
 
 /// [`super::exp_shifted`] on AVX2: each `exp(x − shift)` by [`crate::quant::act`]'s
 /// eight-lane form of [`super::exp`] (its operations in its order; NaN kept as the scalar
-/// form keeps it), the sum taken in order as the scalar code takes it.
+/// form keeps it), summed into the scalar code's [`super::SUM_LANES`] lanes (one register;
+/// the last values past a multiple of eight into their lanes one by one), then its tree.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
     let sh = _mm256_set1_ps(shift);
-    let mut sum = 0.0f32;
+    let mut acc = _mm256_setzero_ps();
     let mut it = x.chunks_exact_mut(8);
     for c in &mut it {
         // SAFETY: eight floats in c.
@@ -388,15 +413,16 @@ pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
         let e = _mm256_blendv_ps(e, v, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
         // SAFETY: as above.
         unsafe { _mm256_storeu_ps(c.as_mut_ptr(), e) };
-        for &y in c.iter() {
-            sum += y;
-        }
+        acc = _mm256_add_ps(acc, e);
     }
-    for y in it.into_remainder() {
+    let mut lanes = [0.0f32; super::SUM_LANES];
+    // SAFETY: eight floats in lanes.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    for (y, l) in it.into_remainder().iter_mut().zip(&mut lanes) {
         *y = super::exp(*y - shift);
-        sum += *y;
+        *l += *y;
     }
-    sum
+    super::sum_lanes(&lanes)
 }
 
 /// [`super::silu_mul`] on AVX2: `g / (1 + exp(−g)) · u` with [`crate::quant::act`]'s
