@@ -43,11 +43,9 @@ fn exp_is_within_two_ulp_and_handles_the_ends() {
     assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
 }
 
-/// Whether `isa`'s score chains use fused multiply-adds (the AVX-512 tier's do).
-/// The softmax sum is eight lane sums, lane `i mod 8` in index order, then one tree: on a
-/// row whose values span many binades (a large first value, then small ones) that differs
-/// from the sum in index order, and it is what the scalar tier returns, within a few ulp of
-/// the exact sum.
+/// The softmax sum is eight lane sums, lane `i mod 8` in index order, then one tree: what
+/// the scalar tier returns at every length (whole registers and tails), within a few ulp of
+/// the exact sum, and not the sum in index order where the order matters.
 #[test]
 fn exp_sum_is_eight_lanes_then_the_tree() {
     let mut x: Vec<f32> = data(77, 11).iter().map(|v| v * 30.0).collect();
@@ -81,6 +79,7 @@ fn exp_sum_is_eight_lanes_then_the_tree() {
     assert_eq!(sum_lanes(&lanes), 1.0 + 3.0 * f32::EPSILON);
 }
 
+/// Whether `isa`'s score chains use fused multiply-adds (the AVX-512 tier's do).
 fn fused(isa: Isa) -> bool {
     fused_where(isa, false)
 }

@@ -85,9 +85,10 @@ attention(__global const float *q, __global const half *kc, __global const half 
 // the slots in chunks of ATT_CHUNK and blocks of ATT_BLOCK slots (both from slot 0); per
 // block the scores in slot order, their maximum m_b, and if the row sees any slot of the
 // block the online-softmax update m' = max(m, m_b), l' = l * e^(m - m') + sum of
-// e^(s - m') (eight lanes by slot mod 8, each in slot order, then the CPU's tree), o' = o * (l * e^(m - m') / l') + sum of (e^(s - m') / l') * v in
-// slot order; a chunk's blocks fold into a fresh state; the chunks' states merge in order
-// (each weighted by its share of the merged sum). A row that sees one block gets the classic
+// e^(s - m') (eight lanes by slot mod 8, each in slot order, then the CPU's tree),
+// o' = o * (l * e^(m - m') / l') + sum of (e^(s - m') / l') * v in slot order; a chunk's
+// blocks fold into a fresh state; the chunks' states merge in order (each weighted by its
+// share of the merged sum). A row that sees one block gets the classic
 // softmax. Exponentials are pp_exp, the CPU's. It is the conformance mode.
 // `scores` is scratch of [n][N_HEADS][scap] floats (scap: one ring's capacity); the output
 // goes to out[t][Q_DIM]. KV layout and `rows` as for `attention`.
