@@ -12,8 +12,7 @@
 //!   query head its scores (masked slots −∞) give a block maximum `m_b`; if the head sees
 //!   any slot of the block, its state — running maximum `m`, sum of weights `l` and the
 //!   output `o` normalized by `l` — becomes `m' = max(m, m_b)`,
-//!   `l' = l · exp(m − m') + Σ exp(s − m')` (the lanes of the sum keyed by slot index: mod 8 by
-//!   [`attn::exp_shifted`]'s scalar and AVX2 forms, mod 16 on AVX-512),
+//!   `l' = l · exp(m − m') + Σ exp(s − m')` (the lanes of the sum keyed by slot index mod 16),
 //!   `o' = o · (l · exp(m − m') / l') + Σ (exp(s − m') / l') · v` (one FMA chain over the
 //!   slots in order per output value);
 //! - a *chunk* is [`CHUNK`] consecutive slots starting at a multiple of `CHUNK`; its blocks

@@ -399,12 +399,11 @@ pub(super) unsafe fn max_f32(x: &[f32]) -> f32 {
 
 /// [`super::exp_shifted`] on AVX2: each `exp(x − shift)` by [`crate::quant::act`]'s
 /// eight-lane form of [`super::exp`] (its operations in its order; NaN kept as the scalar
-/// form keeps it), summed into the scalar code's [`super::SUM_LANES`] lanes (one register;
-/// the last values past a multiple of eight into their lanes one by one), then its tree.
+/// form keeps it), the sum taken in order as the scalar code takes it.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
     let sh = _mm256_set1_ps(shift);
-    let mut acc = _mm256_setzero_ps();
+    let mut sum = 0.0f32;
     let mut it = x.chunks_exact_mut(8);
     for c in &mut it {
         // SAFETY: eight floats in c.
@@ -413,16 +412,15 @@ pub(super) unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
         let e = _mm256_blendv_ps(e, v, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
         // SAFETY: as above.
         unsafe { _mm256_storeu_ps(c.as_mut_ptr(), e) };
-        acc = _mm256_add_ps(acc, e);
+        for &y in c.iter() {
+            sum += y;
+        }
     }
-    let mut lanes = [0.0f32; super::SUM_LANES];
-    // SAFETY: eight floats in lanes.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-    for (y, l) in it.into_remainder().iter_mut().zip(&mut lanes) {
+    for y in it.into_remainder() {
         *y = super::exp(*y - shift);
-        *l += *y;
+        sum += *y;
     }
-    super::sum_lanes(&lanes)
+    sum
 }
 
 /// [`super::silu_mul`] on AVX2: `g / (1 + exp(−g)) · u` with [`crate::quant::act`]'s

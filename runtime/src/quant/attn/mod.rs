@@ -105,20 +105,7 @@ pub fn exp(x: f32) -> f32 {
     }
 }
 
-/// Lanes of the sum [`exp_shifted`] returns: value `i` is added to lane `i mod LANES`.
-pub const SUM_LANES: usize = 8;
-
-/// The sum of [`SUM_LANES`] lane sums by one fixed tree, `((l0 + l4) + (l2 + l6)) +
-/// ((l1 + l5) + (l3 + l7))` (the halves, then the quarters, then the pair of an eight-lane
-/// register's horizontal sum).
-pub fn sum_lanes(l: &[f32; SUM_LANES]) -> f32 {
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
-}
-
-/// `x[i] = exp(x[i] - shift)`; returns the sum of the results. The scalar tier and the
-/// AVX2 tier sum in [`SUM_LANES`] lanes keyed by the index (each lane in index order), the
-/// lanes by [`sum_lanes`]: eight independent chains, which an eight-lane register keeps
-/// without a horizontal sum per eight values. (The AVX-512 tier sums in sixteen lanes.)
+/// `x[i] = exp(x[i] - shift)`; returns the sum of the results.
 pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
     match resolve(isa) {
         #[cfg(target_arch = "x86_64")]
@@ -128,12 +115,12 @@ pub fn exp_shifted(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
         // SAFETY: AVX2 detected.
         Tier::Avx2 => unsafe { avx2::exp_shifted(x, shift) },
         _ => {
-            let mut lanes = [0.0f32; SUM_LANES];
-            for (i, v) in x.iter_mut().enumerate() {
+            let mut sum = 0.0f32;
+            for v in x.iter_mut() {
                 *v = exp(*v - shift);
-                lanes[i % SUM_LANES] += *v;
+                sum += *v;
             }
-            sum_lanes(&lanes)
+            sum
         }
     }
 }

@@ -43,42 +43,6 @@ fn exp_is_within_two_ulp_and_handles_the_ends() {
     assert!((exp(-86.9) / f64::from(-86.9f32).exp() as f32 - 1.0).abs() < 1e-6);
 }
 
-/// The softmax sum is eight lane sums, lane `i mod 8` in index order, then one tree: what
-/// the scalar tier returns at every length (whole registers and tails), within a few ulp of
-/// the exact sum, and not the sum in index order where the order matters.
-#[test]
-fn exp_sum_is_eight_lanes_then_the_tree() {
-    let mut x: Vec<f32> = data(77, 11).iter().map(|v| v * 30.0).collect();
-    x[0] = 60.0;
-    for len in [1, 7, 8, 9, 16, 21, 77] {
-        let mut e = x[..len].to_vec();
-        let sum = exp_shifted(Isa::Scalar, &mut e, 0.0);
-        let mut l = [0.0f32; 8];
-        for (i, v) in x[..len].iter().enumerate() {
-            l[i % 8] += exp(*v);
-        }
-        let tree = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-        assert_eq!(sum.to_bits(), tree.to_bits(), "len {len}");
-        let exact: f64 = e.iter().map(|&v| f64::from(v)).sum();
-        assert!(ulps(sum, exact) <= 4.0, "len {len}: {sum} vs {exact}");
-    }
-    // A row where the order matters: 1 then eight values of 2⁻²⁴ (half an ulp of 1). In
-    // index order each addition to 1 is a tie that rounds to even, back to 1. In lanes only
-    // lane 0's (1 + 2⁻²⁴) is lost; the tree pairs the other lanes first (2⁻²³, then 2⁻²²),
-    // and 1 + 2⁻²³ + 2⁻²² is exact.
-    let tiny = f32::from_bits(0x3380_0000); // 2⁻²⁴
-    let row: Vec<f32> = std::iter::once(1.0)
-        .chain(std::iter::repeat_n(tiny, 8))
-        .collect();
-    let mut lanes = [0.0f32; 8];
-    for (i, v) in row.iter().enumerate() {
-        lanes[i % 8] += v;
-    }
-    let in_order = row.iter().fold(0.0f32, |a, v| a + v);
-    assert_eq!(in_order, 1.0);
-    assert_eq!(sum_lanes(&lanes), 1.0 + 3.0 * f32::EPSILON);
-}
-
 /// Whether `isa`'s score chains use fused multiply-adds (the AVX-512 tier's do).
 fn fused(isa: Isa) -> bool {
     fused_where(isa, false)

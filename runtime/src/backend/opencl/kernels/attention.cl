@@ -85,10 +85,9 @@ attention(__global const float *q, __global const half *kc, __global const half 
 // the slots in chunks of ATT_CHUNK and blocks of ATT_BLOCK slots (both from slot 0); per
 // block the scores in slot order, their maximum m_b, and if the row sees any slot of the
 // block the online-softmax update m' = max(m, m_b), l' = l * e^(m - m') + sum of
-// e^(s - m') (eight lanes by slot mod 8, each in slot order, then the CPU's tree),
-// o' = o * (l * e^(m - m') / l') + sum of (e^(s - m') / l') * v in slot order; a chunk's
-// blocks fold into a fresh state; the chunks' states merge in order (each weighted by its
-// share of the merged sum). A row that sees one block gets the classic
+// e^(s - m') in slot order, o' = o * (l * e^(m - m') / l') + sum of (e^(s - m') / l') * v in
+// slot order; a chunk's blocks fold into a fresh state; the chunks' states merge in order
+// (each weighted by its share of the merged sum). A row that sees one block gets the classic
 // softmax. Exponentials are pp_exp, the CPU's. It is the conformance mode.
 // `scores` is scratch of [n][N_HEADS][scap] floats (scap: one ring's capacity); the output
 // goes to out[t][Q_DIM]. KV layout and `rows` as for `attention`.
@@ -146,10 +145,8 @@ attention_exact(__global const float *q, __global const half *kc, __global const
             float prev = (m == -INFINITY) ? 0.0f : ((mn == m) ? l : l * pp_exp(m - mn));
             for (int s = b0 + lid; s < b1; s += HEAD_DIM) sc[s] = pp_exp(sc[s] - mn);
             barrier(CLK_GLOBAL_MEM_FENCE);
-            // the CPU's eight lanes keyed by slot mod 8 (b0 is a multiple of 8), its tree
-            float ls[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            for (int s = b0; s < b1; s++) ls[s & 7] += sc[s];
-            float sum = ((ls[0] + ls[4]) + (ls[2] + ls[6])) + ((ls[1] + ls[5]) + (ls[3] + ls[7]));
+            float sum = 0.0f;
+            for (int s = b0; s < b1; s++) sum += sc[s];
             float lnew = prev + sum;
             float inv = 1.0f / lnew;
             if (prev != 0.0f) o *= prev * inv;
