@@ -191,6 +191,8 @@ fn a_sweep_is_the_cross_product_in_csv_and_jsonl_with_the_same_columns() {
         lines[0]["header"]["settings"]["depth"],
         serde_json::json!([0, 32])
     );
+    // Each test warmed up once untimed by default (llama-bench's warm-up).
+    assert_eq!(lines[0]["header"]["settings"]["warmup"], true);
     let rows = &lines[1..];
     assert_eq!(rows.len(), recs.len());
     let keys: BTreeSet<String> = rows[0].as_object().unwrap().keys().cloned().collect();
@@ -205,6 +207,41 @@ fn a_sweep_is_the_cross_product_in_csv_and_jsonl_with_the_same_columns() {
         assert_eq!(r["threads"].to_string(), c[col("threads")]);
         assert_eq!(r["samples"].as_array().unwrap().len(), 2);
     }
+
+    // `--no-warmup`: the same tests, timed without the untimed run first, and said so.
+    let q8s = q8.to_str().unwrap();
+    let o = pocketperf(&[
+        "bench",
+        "--model",
+        q8s,
+        "--threads",
+        "1",
+        "--pp",
+        "8",
+        "--tg",
+        "4",
+        "--batch",
+        "2",
+        "--reps",
+        "1",
+        "--probe-mib",
+        "0",
+        "--no-warmup",
+        "--output",
+        "jsonl",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lines: Vec<Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["header"]["settings"]["warmup"], false);
+    let tests: Vec<&str> = lines[1..]
+        .iter()
+        .map(|r| r["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["pp8", "tg4", "tg4×2"]);
 }
 
 #[test]

@@ -347,6 +347,11 @@ pub struct BenchArgs {
     /// Repetitions of each test (mean ± stddev, median and min–max are over them).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// Skip each test's untimed warm-up run (by default, as llama-bench, every test runs once
+    /// before its timed repetitions: the whole prompt for pp, one token for tg and batched
+    /// tg).
+    #[arg(long)]
+    pub no_warmup: bool,
     /// Sequences decoded together in the batched-decode test (rows `tg128×8`),
     /// comma-separated (0 to skip it). Default: 8.
     #[arg(long)]
@@ -439,6 +444,7 @@ pub fn bench(a: &BenchArgs) -> Result<i32> {
         threads: &threads,
         sweep: &sweep,
         reps: a.reps,
+        warmup: !a.no_warmup,
         probe_mib: a.probe_mib,
         startup_runs: a.startup_runs,
         cold: a.cold,

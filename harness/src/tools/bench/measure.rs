@@ -1,6 +1,9 @@
 //! The timed tests of one model: at each thread count, every depth of the sweep filled once
 //! (untimed) and every pp, tg and batched tg test run on top of it, `reps` times each,
-//! rewinding the KV cache to the depth between repetitions.
+//! rewinding the KV cache to the depth between repetitions. Unless `warmup` is off, each test
+//! first runs once untimed, as llama-bench's warm-up does: the whole prompt of a pp test (so
+//! the first timed prompt finds the KV pages and the workspace of that many rows already
+//! touched), one token of a tg or batched tg test.
 
 use super::model_info::ModelColumns;
 use super::rows::{BenchRow, Measured, TestKind};
@@ -24,6 +27,8 @@ pub struct MeasureSpec<'a> {
     pub threads: &'a [usize],
     pub sweep: &'a Sweep,
     pub reps: usize,
+    /// One untimed run of each test before its repetitions.
+    pub warmup: bool,
     pub isa: Isa,
     pub backend: &'a BackendArgs,
     pub load: &'a LoadOptions,
@@ -138,6 +143,10 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                     m.model.model
                 ));
                 let toks = bench_tokens(pp, vocab);
+                if m.warmup {
+                    rewind(&mut s, depth, &ctx)?;
+                    s.prefill(&toks)?;
+                }
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
                 for _ in 0..m.reps {
@@ -161,6 +170,10 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                     m.model.model
                 ));
                 let toks = bench_tokens(tg, vocab);
+                if let Some(&tok) = toks.first().filter(|_| m.warmup) {
+                    rewind(&mut s, depth, &ctx)?;
+                    s.decode(tok)?;
+                }
                 let mut samples = Vec::with_capacity(m.reps);
                 let before = s.device_counters();
                 for _ in 0..m.reps {
@@ -222,6 +235,13 @@ pub fn model_rows(m: &MeasureSpec, progress: &dyn Fn(&str)) -> Result<(Vec<Bench
                         m.model.model
                     ));
                     let toks = bench_tokens(tg * b, vocab);
+                    if let Some(step) = toks.chunks_exact(b).next().filter(|_| m.warmup) {
+                        for x in sessions.iter_mut() {
+                            rewind(x, depth, &ctx)?;
+                        }
+                        let mut refs: Vec<_> = sessions.iter_mut().collect();
+                        dec.decode(&mut refs, step)?;
+                    }
                     let mut samples = Vec::with_capacity(m.reps);
                     for _ in 0..m.reps {
                         for x in sessions.iter_mut() {

@@ -44,6 +44,8 @@ pub struct BenchSpec<'a> {
     pub threads: &'a [usize],
     pub sweep: &'a Sweep,
     pub reps: usize,
+    /// Run each test once, untimed, before its repetitions ([`measure::MeasureSpec::warmup`]).
+    pub warmup: bool,
     /// Size of the read-bandwidth probe buffer in MiB (0 to skip the roofline probe).
     pub probe_mib: usize,
     /// Runs of the start-up timing after one warm-up run (0 to skip it; one model only).
@@ -183,6 +185,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
                 threads,
                 sweep: a.sweep,
                 reps: a.reps,
+                warmup: a.warmup,
                 isa,
                 backend: a.backend,
                 load: &a.load,
@@ -236,7 +239,7 @@ pub fn bench(a: &BenchSpec) -> Result<()> {
     bar.finish_and_clear();
     let settings = serde_json::json!({
         "threads": threads, "pp": a.sweep.pp, "tg": a.sweep.tg, "depth": a.sweep.depth,
-        "batch": a.sweep.batch, "reps": a.reps, "probe_mib": a.probe_mib,
+        "batch": a.sweep.batch, "reps": a.reps, "warmup": a.warmup, "probe_mib": a.probe_mib,
         "startup_runs": a.startup_runs, "cold": a.cold, "mlock": a.load.mlock,
         "prefault": a.load.prefault, "kv_type": a.kv_type, "isa": isa.name(), "vnni": quant::has_vnni(),
         "vbmi": quant::has_vbmi(), "backend": &a.backend, "output": a.output.name(),
