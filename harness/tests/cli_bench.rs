@@ -22,6 +22,16 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The lines of a successful `--output jsonl` run, parsed.
+fn jsonl(o: Output) -> Vec<Value> {
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn tiny(dir: &Path, name: &str, matrix_type: GgmlType) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(
@@ -180,12 +190,7 @@ fn a_sweep_is_the_cross_product_in_csv_and_jsonl_with_the_same_columns() {
 
     // The same sweep as JSON lines: a header line, then the same rows with the same columns.
     let o = pocketperf(&sweep_args(&models, "jsonl"));
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let lines: Vec<Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = jsonl(o);
     assert_eq!(lines[0]["header"]["schema_version"], 3);
     assert_eq!(
         lines[0]["header"]["settings"]["depth"],
@@ -209,33 +214,10 @@ fn a_sweep_is_the_cross_product_in_csv_and_jsonl_with_the_same_columns() {
     }
 
     // `--no-warmup`: the same tests, timed without the untimed run first, and said so.
-    let q8s = q8.to_str().unwrap();
-    let o = pocketperf(&[
-        "bench",
-        "--model",
-        q8s,
-        "--threads",
-        "1",
-        "--pp",
-        "8",
-        "--tg",
-        "4",
-        "--batch",
-        "2",
-        "--reps",
-        "1",
-        "--probe-mib",
-        "0",
-        "--no-warmup",
-        "--output",
-        "jsonl",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let lines: Vec<Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let mut args = vec!["bench", "--model", q8.to_str().unwrap()];
+    args.extend("--threads 1 --pp 8 --tg 4 --batch 2 --reps 1 --probe-mib 0".split(' '));
+    args.extend(["--no-warmup", "--output", "jsonl"]);
+    let lines = jsonl(pocketperf(&args));
     assert_eq!(lines[0]["header"]["settings"]["warmup"], false);
     let tests: Vec<&str> = lines[1..]
         .iter()
