@@ -12,7 +12,8 @@
 //!   query head its scores (masked slots −∞) give a block maximum `m_b`; if the head sees
 //!   any slot of the block, its state — running maximum `m`, sum of weights `l` and the
 //!   output `o` normalized by `l` — becomes `m' = max(m, m_b)`,
-//!   `l' = l · exp(m − m') + Σ exp(s − m')` (the lanes of the sum keyed by slot index mod 16),
+//!   `l' = l · exp(m − m') + Σ exp(s − m')` (the sum in slot order on the scalar and AVX2
+//!   tiers, in lanes keyed by slot index mod 16 on AVX-512),
 //!   `o' = o · (l · exp(m − m') / l') + Σ (exp(s − m') / l') · v` (one FMA chain over the
 //!   slots in order per output value);
 //! - a *chunk* is [`CHUNK`] consecutive slots starting at a multiple of `CHUNK`; its blocks
