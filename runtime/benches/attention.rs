@@ -10,7 +10,9 @@
 //!   every (head, chunk) a task shared out over a pool of one or two threads, then the
 //!   merges — the split that lets two workers share a single sequence;
 //! - `prefill_tile/<depth>`: a prefill tile of four rows (twelve query heads) at the end of
-//!   the context.
+//!   the context;
+//! - `group7/<depth>`: one row of seven query heads over one KV head (Qwen2.5's group: a
+//!   decode task, and a prefill task of that model, whose tiles hold one row).
 //!
 //! Throughput is in KV slots visited per second (per query row). Run with
 //! `cargo bench -p pocketperf-runtime --bench attention` (`POCKETPERF_ISA` selects the tier).
@@ -188,6 +190,22 @@ fn decode(c: &mut Criterion) {
                 let (lo, hi) = attention::visible(&h0, &ts, true);
                 attention::attend(isa, &h0, &ts, lo, hi, &mut tscratch, &mut tout);
                 black_box(&tout);
+            })
+        });
+        // Seven query heads of one row (Qwen2.5's group) over the same KV head.
+        let gq = vals(7 * HD, 5, 2.0);
+        let gs = Queries {
+            q: &gq,
+            group: 7,
+            ..qs
+        };
+        let mut gscratch = vec![0.0f32; attention::scratch_len(7, HD)];
+        let mut gout = vec![0.0f32; 7 * HD];
+        g.throughput(Throughput::Elements(depth as u64));
+        g.bench_function(BenchmarkId::new("group7", depth), |b| {
+            b.iter(|| {
+                attention::attend(isa, &h0, &gs, 0, depth, &mut gscratch, &mut gout);
+                black_box(&gout);
             })
         });
     }
