@@ -29,6 +29,8 @@ use std::sync::Mutex;
 const HD: usize = 64;
 const GROUP: usize = 3;
 const KV_HEADS: usize = 3;
+/// Query heads per KV head of Qwen2.5 (the `group7` case).
+const QWEN_GROUP: usize = 7;
 const DEPTHS: [usize; 5] = [512, 1024, 2048, 4096, 8192];
 
 fn isa() -> quant::Isa {
@@ -192,15 +194,15 @@ fn decode(c: &mut Criterion) {
                 black_box(&tout);
             })
         });
-        // Seven query heads of one row (Qwen2.5's group) over the same KV head.
-        let gq = vals(7 * HD, 5, 2.0);
+        // One row of Qwen2.5's group of query heads over the same KV head.
+        let gq = vals(QWEN_GROUP * HD, 5, 2.0);
         let gs = Queries {
             q: &gq,
-            group: 7,
+            group: QWEN_GROUP,
             ..qs
         };
-        let mut gscratch = vec![0.0f32; attention::scratch_len(7, HD)];
-        let mut gout = vec![0.0f32; 7 * HD];
+        let mut gscratch = vec![0.0f32; attention::scratch_len(QWEN_GROUP, HD)];
+        let mut gout = vec![0.0f32; QWEN_GROUP * HD];
         g.throughput(Throughput::Elements(depth as u64));
         g.bench_function(BenchmarkId::new("group7", depth), |b| {
             b.iter(|| {
