@@ -241,10 +241,11 @@ proptest! {
     }
 
     /// Activation quantization is bit-identical on every tier (ggml-cpu's x86 convention),
-    /// whichever layout the tier stores it in.
+    /// whichever layout the tier stores it in. 1..=20 and 28, 29 and 152 blocks: rows with
+    /// units and without.
     #[test]
     fn activation_blocks_identical_on_every_tier(
-        nb in 1usize..=20,
+        nb in prop_oneof![1usize..=20, Just(28usize), Just(29usize), Just(152usize)],
         exp in -6i32..=3,
         seed in 1u32..u32::MAX,
     ) {
@@ -257,7 +258,16 @@ proptest! {
             let mut acts = QuantizedActs::new(1, cols);
             acts.quantize_for(isa, GgmlType::Q4_1, &x, 1, cols);
             let got = match acts.layout() {
-                ActLayout::Packed => acts.packed_row(0).to_blocks(),
+                ActLayout::Packed => {
+                    // The whole row, units included, is what the scalar packer writes of
+                    // its blocks (the units of rows that carry them, `packed::has_units`).
+                    let row = acts.packed_row(0);
+                    let blocks = row.to_blocks();
+                    let mut bytes = vec![0xA5u8; packed::row_bytes(cols)];
+                    packed::pack_blocks(&blocks, &mut bytes);
+                    prop_assert!(row.as_bytes() == &bytes[..], "{} packed row of {} blocks", isa, nb);
+                    blocks
+                }
                 _ => match acts.row(0) {
                     ActRow::Q8_1(b) => b.to_vec(),
                     other => panic!("unexpected activation row {other:?}"),
@@ -276,7 +286,7 @@ proptest! {
     /// there and are not asked for them; the AVX2 tier, on every x86 machine, always is.
     #[test]
     fn stored_entries_are_the_blocks_values(
-        nb in 1usize..=20,
+        nb in prop_oneof![1usize..=20, Just(28usize), Just(31usize)],
         split in 0usize..=20,
         exp in -6i32..=3,
         seed in 1u32..u32::MAX,
@@ -287,6 +297,16 @@ proptest! {
         let c = split.min(nb) * 32;
         for (isa, _) in tiers() {
             let acts = quantize_split(isa, GgmlType::Q5_0, &x, cols, c);
+            if acts.layout() == ActLayout::Packed {
+                // Written in two column ranges, a packed row (units included) is the one the
+                // scalar packer writes of its blocks.
+                for r in 0..2 {
+                    let row = acts.packed_row(r);
+                    let mut bytes = vec![0x5Au8; packed::row_bytes(cols)];
+                    packed::pack_blocks(&row.to_blocks(), &mut bytes);
+                    prop_assert!(row.as_bytes() == &bytes[..], "{} row {} split at {}", isa, r, c);
+                }
+            }
             for r in block_rows(&acts) {
                 let ActRow::Q8_0(blocks) = acts.row(r) else {
                     panic!("{isa}: Q5_0 weights take Q8_0 activation rows");
@@ -653,17 +673,20 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
 /// ggml rows give on the same tier, and both agree with the scalar reference: every tail of a
 /// four-block group (1..=7 blocks), the reference models' widths (18, 20, 28, 48 blocks) and
 /// wide rows (152: AVX2 prefill in runs of 64 blocks; for Q4_1 also 1,040 blocks, past the
-/// rows whose mins the wide tiles collect, and which the AVX2 tier does not repack), 1..=39
+/// rows whose mins the wide tiles collect, and which the AVX2 tier does not repack; for Q5_0
+/// 13 blocks, one unit of block lanes with a partial group, and 1,540, past the units one row
+/// block of the AVX-512 tier's 16-row path holds), 1..=39
 /// activation rows (the decode tile, the 16-row tiles of Q5_0 with their row blocks, the 2 × 8
 /// tiles, every remainder) and 133 (AVX2: a window of 128, a quad and a row), 11 weight rows (a
 /// group, or band, of eight and three; at 2 threads the chunks of four rows start and end inside
-/// the band), 1 and 2 threads, quants, fifth bits, scales and mins of every pattern.
+/// the band), 1 and 2 threads, quants, fifth bits, scales and mins of every pattern; with 16
+/// activation rows or more, each row alone gives the batch's bits.
 #[test]
 fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     let mut rng = Rng(0x05A0);
     let (mut compared, mut compared_avx2) = (0, 0);
     let widths: [&[usize]; 2] = [
-        &[1, 2, 3, 4, 5, 6, 7, 20, 28, 152],
+        &[1, 2, 3, 4, 5, 6, 7, 13, 20, 28, 152, 1540],
         &[1, 2, 3, 4, 5, 6, 7, 18, 48, 152, 1040],
     ];
     for (ty, widths) in [GgmlType::Q5_0, GgmlType::Q4_1].into_iter().zip(widths) {
@@ -688,6 +711,16 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
                         );
                         for a in 0..n {
                             let xa = &x[a * cols..(a + 1) * cols];
+                            if threads == 1 && n >= 16 {
+                                // The tiles of 16 rows and the remainders give one row's bits
+                                // (the decode of the same row).
+                                let one = with_flavor(vnni_off, || matmul(isa, 1, &wr, xa, 1));
+                                assert_eq!(
+                                    bits(&one),
+                                    bits(&got[a * rows..(a + 1) * rows]),
+                                    "{ty} {isa} (VNNI off: {vnni_off}) {nb} blocks, row {a} of {n} alone"
+                                );
+                            }
                             for row in 0..rows {
                                 let (g, want) =
                                     (got[a * rows + row], reference_dot(ty, w.row(row), xa));
@@ -708,10 +741,11 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
             }
         }
     }
-    // Every Q5_0 width and every Q4_1 width up to 512 blocks, 10 row counts each, on every
+    // Every Q5_0 and Q4_1 width the AVX2 tier repacks, 10 row counts each, on every
     // x86_64 machine (all have AVX2).
     let want_avx2 = if cfg!(target_arch = "x86_64") {
-        2 * 10 * 10
+        // The widest row of each type is past what the AVX2 tier repacks.
+        (widths[0].len() - 1 + widths[1].len() - 1) * 10
     } else {
         0
     };

@@ -89,7 +89,7 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
         match w.ty {
-            GgmlType::Q5_0 => return Some((w.cols / QK).div_ceil(4) * super::gemm512::Q5_0R_GROUP),
+            GgmlType::Q5_0 => return Some(super::gemm512::q5_0r_row_bytes(w.cols / QK)),
             // Whole groups repacked, the last `nb % 4` blocks as in the file: no padding.
             GgmlType::Q4_1 => return Some(w.row_bytes()),
             _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
@@ -212,7 +212,7 @@ pub fn repack_all(
                             } else if w.ty == GgmlType::Q4_1 {
                                 super::gemm512::repack_q4_1_row_simd(s, nb, row)
                             } else {
-                                super::gemm512::repack_q5_0_row_simd(s, nb, row)
+                                super::gemm512::repack_q5_0r_row_simd(s, nb, row)
                             }
                         };
                     }

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed::GROUP_QS;
+use super::packed::{GROUP_ELEMS, GROUP_QS, UNIT_BYTES, has_units, units_offset};
 
 /// Activation quantizer: 4 × (16 bytes of one block) → packed lane order.
 static IDX_PACK: [u32; 16] = {
@@ -21,7 +21,8 @@ static IDX_PACK: [u32; 16] = {
 /// Quantizes `nb` blocks at `x` (each value `x · scale · g` when `g` is given, with the
 /// rounding order of an unfused RMSNorm, `(x · scale) · g`) into the packed groups
 /// `g0..g0 + ceil(nb / 4)` of the row at `out` whose groups number `ng`. Blocks past `nb`
-/// in the last group are zeroed.
+/// in the last group are zeroed. A row with units ([`super::packed::has_units`]) gets each
+/// group's part of its unit too.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VBMI, F16C present; `x` (and `g`) hold `nb · 32` floats; `out` points at a
@@ -35,6 +36,7 @@ pub(super) unsafe fn quantize_packed(
     ng: usize,
     g0: usize,
 ) {
+    let uoff = has_units(ng).then(|| units_offset(ng * GROUP_ELEMS));
     // SAFETY: forwarded caller contract.
     unsafe {
         let idx = _mm512_loadu_si512(IDX_PACK.as_ptr() as *const __m512i);
@@ -44,6 +46,7 @@ pub(super) unsafe fn quantize_packed(
             let mut hi = _mm512_setzero_si512();
             let mut ds = [0.0f32; 4];
             let mut ss = [0.0f32; 4];
+            let mut negs = [0i32; 4];
             for bi in 0..4 {
                 let b = 4 * gi + bi;
                 if b >= nb {
@@ -79,12 +82,47 @@ pub(super) unsafe fn quantize_packed(
                     2 => _mm512_inserti32x4::<2>(hi, b1),
                     _ => _mm512_inserti32x4::<3>(hi, b1),
                 };
+                negs[bi] = -16 * sum;
                 ds[bi] = half::f16::from_f32(d).to_f32();
                 ss[bi] = half::f16::from_f32(d * sum as f32).to_f32() * 0.25;
             }
             let q = out.add(g * GROUP_QS);
-            _mm512_storeu_si512(q as *mut __m512i, _mm512_permutexvar_epi32(idx, lo));
-            _mm512_storeu_si512(q.add(64) as *mut __m512i, _mm512_permutexvar_epi32(idx, hi));
+            let (lo, hi) = (
+                _mm512_permutexvar_epi32(idx, lo),
+                _mm512_permutexvar_epi32(idx, hi),
+            );
+            _mm512_storeu_si512(q as *mut __m512i, lo);
+            _mm512_storeu_si512(q.add(64) as *mut __m512i, hi);
+            if let Some(uoff) = uoff {
+                // The group's part of its unit (see `packed`): chunk c of each register to
+                // chunk k of the unit's register c (low) or 4 + c (high), its scales and
+                // offsets to lanes 4k..4k + 4; the last group zeroes the unit's padding.
+                let k = g % 4;
+                let base = out.add(uoff + g / 4 * UNIT_BYTES);
+                let st = |at: usize, v: __m128i| {
+                    _mm_storeu_si128(base.add(at) as *mut __m128i, v);
+                };
+                st(16 * k, _mm512_extracti32x4_epi32::<0>(lo));
+                st(64 + 16 * k, _mm512_extracti32x4_epi32::<1>(lo));
+                st(128 + 16 * k, _mm512_extracti32x4_epi32::<2>(lo));
+                st(192 + 16 * k, _mm512_extracti32x4_epi32::<3>(lo));
+                st(256 + 16 * k, _mm512_extracti32x4_epi32::<0>(hi));
+                st(320 + 16 * k, _mm512_extracti32x4_epi32::<1>(hi));
+                st(384 + 16 * k, _mm512_extracti32x4_epi32::<2>(hi));
+                st(448 + 16 * k, _mm512_extracti32x4_epi32::<3>(hi));
+                st(512 + 16 * k, _mm_loadu_si128(ds.as_ptr() as *const __m128i));
+                st(
+                    576 + 16 * k,
+                    _mm_loadu_si128(negs.as_ptr() as *const __m128i),
+                );
+                if g + 1 == ng {
+                    for kk in k + 1..4 {
+                        for r in 0..10 {
+                            st(64 * r + 16 * kk, _mm_setzero_si128());
+                        }
+                    }
+                }
+            }
             std::ptr::copy_nonoverlapping(
                 ds.as_ptr(),
                 out.add(ng * GROUP_QS + 16 * g) as *mut f32,

@@ -15,6 +15,19 @@
 //! f16 value, widened) and `s4[b]` a quarter of ggml's `s = f16(d · Σq)`: each block occupies
 //! four lanes, so a lane-wise `m · s4` summed over the register adds `m · s` once.
 //!
+//! Rows whose groups fill whole units of four with at most a quarter of zero groups
+//! ([`has_units`]: Qwen2.5's 896-wide rows, 7 groups) also carry the same blocks in *units*
+//! after the groups, for the Q5_0 tiles that run in block lanes: unit `u` (groups
+//! `4u..4u + 4`, zeros past `ng`) is [`UNIT_BYTES`] bytes,
+//!
+//! ```text
+//! [ q: 8 × 64 bytes ][ d: 16 f32 ][ neg: 16 i32 ]
+//! ```
+//!
+//! where 16-byte chunk `k` of register `4v + c` is chunk `c` of group `4u + k`'s register `v`
+//! (so 32-bit lane `4k + b` of every register belongs to block `b` of that group: eight
+//! registers hold the whole block), `d[4k + b]` is its scale and `neg[4k + b] = -16 · Σq`.
+//!
 //! The scalar functions here convert between this layout and ggml blocks; they define the
 //! layout for the tests and for any tier that wants to read it.
 
@@ -34,9 +47,39 @@ pub const fn groups(cols: usize) -> usize {
     (cols / QK).div_ceil(GROUP_BLOCKS)
 }
 
+/// Bytes of one unit (see the module docs).
+pub const UNIT_BYTES: usize = 640;
+
+/// Whether a row of `ng` groups carries units: the zero groups padding it to whole units of
+/// four are at most a quarter of its groups. A function of the row width alone, so that every
+/// tile shape of a matrix runs the same arithmetic.
+pub const fn has_units(ng: usize) -> bool {
+    ng > 0 && 4 * ng.div_ceil(4) - ng <= ng / 4
+}
+
+/// Units of a row of `cols` elements (0 without units).
+pub const fn units(cols: usize) -> usize {
+    let ng = groups(cols);
+    if has_units(ng) { ng.div_ceil(4) } else { 0 }
+}
+
+/// Where a row's units start (a multiple of 64).
+pub const fn units_offset(cols: usize) -> usize {
+    (groups(cols) * (GROUP_QS + 32)).next_multiple_of(64)
+}
+
 /// Bytes of one packed row of `cols` elements (a multiple of 64).
 pub const fn row_bytes(cols: usize) -> usize {
-    (groups(cols) * (GROUP_QS + 32)).next_multiple_of(64)
+    units_offset(cols) + units(cols) * UNIT_BYTES
+}
+
+/// Byte offset of quant `e` of block `b` in the units of a row of `cols` elements (which
+/// must have units).
+pub const fn unit_qs_offset(cols: usize, b: usize, e: usize) -> usize {
+    let g = b / GROUP_BLOCKS;
+    let (u, k, bi) = (g / 4, g % 4, b % GROUP_BLOCKS);
+    let (v, c) = (e / 16, (e % 16) / 4);
+    units_offset(cols) + u * UNIT_BYTES + 64 * (4 * v + c) + 16 * k + 4 * bi + e % 4
 }
 
 /// Byte offset of quant byte `k` of element `e` of block `b` within a row.
@@ -109,6 +152,11 @@ impl<'a> PackedRow<'a> {
         self.bytes[qs_offset(b, e)] as i8
     }
 
+    /// The row's bytes, units included ([`row_bytes`]).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        &self.bytes[..row_bytes(self.nb * QK)]
+    }
+
     /// The row as ggml Q8_1 blocks (`d` and `s` rounded back to f16, which is exact).
     pub fn to_blocks(&self) -> Vec<BlockQ8_1> {
         (0..self.nb)
@@ -150,6 +198,18 @@ pub fn pack_blocks(blocks: &[BlockQ8_1], out: &mut [u8]) {
         let os = ng * (GROUP_QS + 16) + 4 * b;
         out[od..od + 4].copy_from_slice(&d);
         out[os..os + 4].copy_from_slice(&s4);
+        if units(nb * QK) > 0 {
+            let cols = nb * QK;
+            for (e, &q) in blk.qs.iter().enumerate() {
+                out[unit_qs_offset(cols, b, e)] = q as u8;
+            }
+            let g = b / GROUP_BLOCKS;
+            let lane = 4 * (g % 4) + b % GROUP_BLOCKS;
+            let base = units_offset(cols) + g / 4 * UNIT_BYTES;
+            let sum: i32 = blk.qs.iter().map(|&q| i32::from(q)).sum();
+            out[base + 512 + 4 * lane..][..4].copy_from_slice(&d);
+            out[base + 576 + 4 * lane..][..4].copy_from_slice(&(-16 * sum).to_le_bytes());
+        }
     }
 }
 
@@ -172,6 +232,37 @@ mod tests {
         assert_eq!(qs_offset(1, 4), 20);
         assert_eq!(qs_offset(1, 20), 64 + 20);
         assert_eq!(qs_offset(4, 0), 128);
+    }
+
+    /// The units of a row hold each quant byte of its blocks once, in their own bytes, and
+    /// the registers' lanes follow the blocks: 28 blocks (7 groups) in two units.
+    #[test]
+    fn unit_offsets_cover_each_quant_once() {
+        let cols = 28 * QK;
+        assert_eq!(units(cols), 2);
+        assert_eq!(units(20 * QK), 0, "5 groups: three of padding");
+        assert_eq!(units(16 * QK), 1);
+        let base = units_offset(cols);
+        assert_eq!(base, (7 * 160usize).next_multiple_of(64));
+        let mut seen = vec![false; 2 * UNIT_BYTES];
+        for b in 0..28 {
+            for e in 0..QK {
+                let o = unit_qs_offset(cols, b, e) - base;
+                assert!(
+                    o % UNIT_BYTES < 512,
+                    "block {b} element {e} outside the registers"
+                );
+                assert!(!seen[o], "byte {o} twice");
+                seen[o] = true;
+                // lane (o % 64) / 4 of its register is lane 4k + b of the block's group
+                let g = b / 4;
+                assert_eq!(o / UNIT_BYTES, g / 4);
+                assert_eq!((o % 64) / 4, 4 * (g % 4) + b % 4, "block {b} element {e}");
+            }
+        }
+        // every register byte of the two units' first seven groups used, the eighth's none
+        let used = seen.iter().filter(|&&s| s).count();
+        assert_eq!(used, 28 * QK);
     }
 
     #[test]

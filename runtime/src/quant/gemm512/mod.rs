@@ -29,6 +29,17 @@
 //! (weight row, activation row) pair does not depend on the tile shape, so a batch of rows
 //! gives bit-identical results to one row at a time.
 //!
+//! Q5_0 rows that carry units ([`packed::has_units`]: their groups fill whole units of four
+//! with at most a quarter of zero groups, as Qwen2.5's 896-wide rows do) run in *block lanes*
+//! instead ([`units`]): sixteen blocks per unit, one 32-bit lane per block, eight `vpdpbusd`
+//! per unit and pair (from the activation unit's `-16 · Σ a`) before one conversion, one
+//! product of the scales and one FMA, where the layout above spends those three float
+//! operations on every four blocks. The weight units come from the copy's units or are
+//! transposed from the file's groups, the activation units are the packed rows'; every shape
+//! (decode, 16-row tiles in row blocks, the remainders) runs the same per-unit step, so these
+//! matrices too give one row's bits in any batch. Other Q5_0 rows (Gemma 3's 640-wide: 5
+//! groups, 3 of padding) keep the quarter lanes.
+//!
 //! The activation side (quantizing into the packed layout) lives in [`super::pack512`].
 //!
 //! Every function is `unsafe`: the caller guarantees the CPU features named in its
@@ -39,21 +50,26 @@
 use std::arch::x86_64::*;
 
 use super::OutRows;
-use super::packed::GROUP_QS;
+use super::packed::{self, GROUP_QS};
 use crate::GgmlType;
 
 mod groups;
 mod reduce;
+mod units;
+#[cfg(test)]
+use groups::repack_q5_0_row_simd;
 use groups::{
-    Consts, PGroup, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q4_1r, unpack_q5_0,
-    unpack_q5_0r, unpack_q8_0,
+    Consts, PGroup, Q5_0R_GROUP, WGroup, consts, ld, unpack_q4_0, unpack_q4_1, unpack_q4_1r,
+    unpack_q5_0, unpack_q5_0r, unpack_q8_0,
 };
-pub(in crate::quant) use groups::{
-    Q4_1R_GROUP, Q5_0R_GROUP, repack_q4_1_row_simd, repack_q5_0_row_simd,
-};
+pub(in crate::quant) use groups::{Q4_1R_GROUP, repack_q4_1_row_simd};
 #[cfg(test)]
 use groups::{repack_q4_1_row, repack_q5_0_row};
 use reduce::reduce_tile;
+use units::Unit;
+#[cfg(test)]
+use units::repack_q5_0_units_row;
+pub(in crate::quant) use units::{q5_0r_row_bytes, repack_q5_0r_row_simd};
 
 const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
@@ -93,6 +109,9 @@ const _: () = assert!(MIN_INLOOP_A >= 2);
 /// Unpacked Q5_0 weight groups of one row block (192 bytes each, 30 KiB): with one 16-row
 /// activation tile (about 11 KiB for 640-wide rows) it stays in a 48 KiB L1 data cache.
 const UNP_GROUPS: usize = 160;
+
+/// Weight units of one row block of the 16-row Q5_0 path (54 KiB of stack).
+const W_UNITS: usize = 96;
 
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
@@ -439,6 +458,314 @@ macro_rules! kernels {
                 }
             }
 
+            /// Unit `u` of the Q5_0 weight row at `row` (`nb` blocks): from the copy's units
+            /// ([`F_Q5_0R`]) or transposed from the file's groups.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn w_unit<const F: u8>(c: &Consts, row: *const u8, nb: usize, u: usize) -> Unit {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    if F == F_Q5_0R {
+                        units::unit_from_copy(c, row, nb.div_ceil(4), u)
+                    } else {
+                        units::unit_from_file(c, row, nb, u)
+                    }
+                }
+            }
+
+            /// One unit of one (weight row, activation row) pair: the sixteen blocks' exact
+            /// integer dots (from `-16 · Σ a`, eight `vpdpbusd`), to f32, times `d_w · d_a`,
+            /// added to the pair's lanes. Every shape of the block-lane path runs this, unit
+            /// after unit, then [`reduce_tile`]: the same bits whatever the tile.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn unit_step(acc: __m512, w: &Unit, a: &Unit) -> __m512 {
+                let mut t = a.neg;
+                for k in 0..8 {
+                    t = dpb(t, w.q[k], a.q[k]);
+                }
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(w.d, a.d), acc)
+            }
+
+            /// `W` Q5_0 weight rows at `wrow` (stride `rb`) × the units of the `A` packed
+            /// activation rows at `au` (`astride` apart, units from `au`).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            unsafe fn unit_tile<const F: u8, const W: usize, const A: usize>(
+                c: &Consts,
+                wrow: *const u8,
+                rb: usize,
+                nb: usize,
+                au: *const u8,
+                astride: usize,
+            ) -> [[f32; A]; W] {
+                if F == F_Q5_0R && W * A <= 8 {
+                    // SAFETY: forwarded caller contract.
+                    return unsafe { unit_tile_copy::<W, A>(c, wrow, rb, nb, au, astride) };
+                }
+                let nu = nb.div_ceil(4).div_ceil(4);
+                let mut acc = [[_mm512_setzero_ps(); A]; W];
+                // SAFETY: forwarded caller contract: each activation row holds nu units.
+                unsafe {
+                    for u in 0..nu {
+                        for i in 0..W {
+                            let wu = w_unit::<F>(c, wrow.add(i * rb), nb, u);
+                            for j in 0..A {
+                                let a = &*(au.add(j * astride) as *const Unit).add(u);
+                                acc[i][j] = unit_step(acc[i][j], &wu, a);
+                            }
+                        }
+                    }
+                }
+                reduce_tile(&acc)
+            }
+
+            /// [`unit_tile`] for small tiles on the copy's units: each weight register is
+            /// unpacked and used at once, register by register (`vpdpbusd` in the order 0, 4,
+            /// 1, 5, …: the same exact integers), instead of a whole unit held per row, so that
+            /// the decode's four rows keep their sums in registers.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn unit_tile_copy<const W: usize, const A: usize>(
+                c: &Consts,
+                wrow: *const u8,
+                rb: usize,
+                nb: usize,
+                au: *const u8,
+                astride: usize,
+            ) -> [[f32; A]; W] {
+                let ng = nb.div_ceil(4);
+                let nu = ng.div_ceil(4);
+                let mut acc = [[_mm512_setzero_ps(); A]; W];
+                // SAFETY: forwarded caller contract: each weight row is a row of the copy with
+                // units (`units` module docs), each activation row holds nu units; the masked
+                // loads of a last unit of k < 4 groups read only its bytes.
+                unsafe {
+                    for u in 0..nu {
+                        let k = (ng - 4 * u).min(4);
+                        let (qm, at_m) = if k == 4 {
+                            (u64::MAX, 256)
+                        } else {
+                            ((1u64 << (16 * k)) - 1, 64 * k)
+                        };
+                        let sm: __mmask16 = if k == 4 { !0 } else { (1 << (4 * k)) - 1 };
+                        let a: [&Unit; A] = {
+                            let mut a = [&*(au as *const Unit); A];
+                            for (j, aj) in a.iter_mut().enumerate() {
+                                *aj = &*(au.add(j * astride) as *const Unit).add(u);
+                            }
+                            a
+                        };
+                        let mut t = [[_mm512_setzero_si512(); A]; W];
+                        for ti in t.iter_mut() {
+                            for (j, tij) in ti.iter_mut().enumerate() {
+                                *tij = a[j].neg;
+                            }
+                        }
+                        for r in 0..4 {
+                            for i in 0..W {
+                                let p = wrow.add(i * rb + u * units::Q5_0U_UNIT);
+                                let x = _mm512_maskz_loadu_epi8(qm, p.add(16 * k * r) as *const i8);
+                                let nl = _mm512_and_si512(x, c.nib);
+                                let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+                                let ml = std::ptr::read_unaligned(p.add(at_m + 8 * r) as *const u64);
+                                let mh =
+                                    std::ptr::read_unaligned(p.add(at_m + 32 + 8 * r) as *const u64);
+                                let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
+                                let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
+                                for j in 0..A {
+                                    t[i][j] = dpb(dpb(t[i][j], lo, a[j].q[r]), hi, a[j].q[4 + r]);
+                                }
+                            }
+                        }
+                        for i in 0..W {
+                            let p = wrow.add(i * rb + u * units::Q5_0U_UNIT);
+                            let h = _mm256_maskz_loadu_epi16(sm, p.add(at_m + 64) as *const i16);
+                            let dw = _mm512_cvtph_ps(h);
+                            for j in 0..A {
+                                acc[i][j] = _mm512_fmadd_ps(
+                                    _mm512_cvtepi32_ps(t[i][j]),
+                                    _mm512_mul_ps(dw, a[j].d),
+                                    acc[i][j],
+                                );
+                            }
+                        }
+                    }
+                }
+                reduce_tile(&acc)
+            }
+
+            /// Q5_0 rows `r0..r1` × activation rows `a0..a0 + A` in block lanes, `W` weight
+            /// rows at a time (then single rows).
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows_units<const F: u8, const W: usize, const A: usize>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                au: *const u8,
+                astride: usize,
+                a0: usize,
+                out: OutRows,
+            ) {
+                let pf = crate::quant::prefetch_distance();
+                // SAFETY: forwarded caller contract; outputs are (a0 + j, r + i) < (n, r1).
+                unsafe {
+                    let ap = au.add(a0 * astride);
+                    let mut r = r0;
+                    while r < r1 {
+                        let wn = if r + W <= r1 { W } else { 1 };
+                        if a0 == 0 && pf > 0 {
+                            // As in `rows_with`: ask for the bytes `pf` ahead of this tile.
+                            let base = w.wrapping_add(r * rb + pf);
+                            let mut off = 0;
+                            while off < wn * rb {
+                                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
+                                off += 64;
+                            }
+                        }
+                        let wr = w.add(r * rb);
+                        if wn == W {
+                            let v = unit_tile::<F, W, A>(c, wr, rb, nb, ap, astride);
+                            for (i, vi) in v.iter().enumerate() {
+                                for (j, &x) in vi.iter().enumerate() {
+                                    out.put(a0 + j, r + i, x);
+                                }
+                            }
+                        } else {
+                            let v = unit_tile::<F, 1, A>(c, wr, rb, nb, ap, astride);
+                            for (j, &x) in v[0].iter().enumerate() {
+                                out.put(a0 + j, r, x);
+                            }
+                        }
+                        r += wn;
+                    }
+                }
+            }
+
+            /// Q5_0 rows `r0..r1` × activation rows `0..n16` (`n16` a multiple of 16) in block
+            /// lanes and row blocks: each block's weight units transposed once into a stack
+            /// buffer ([`W_UNITS`]) for every 16-row activation tile.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn rows_units_blocked<const F: u8>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                au: *const u8,
+                astride: usize,
+                n16: usize,
+                out: OutRows,
+            ) {
+                let nu = nb.div_ceil(4).div_ceil(4);
+                let per = (W_UNITS / nu).max(1);
+                let mut wbuf = [const { std::mem::MaybeUninit::<Unit>::uninit() }; W_UNITS];
+                let wp = wbuf.as_mut_ptr() as *mut Unit;
+                let pf = crate::quant::prefetch_distance();
+                // SAFETY: forwarded caller contract; (r - b0)·nu + u < per·nu <= W_UNITS (the
+                // caller routes rows of more than W_UNITS units elsewhere), every slot written
+                // before it is read; outputs (j, r) < (n16, r1) are this call's alone.
+                unsafe {
+                    let mut b0 = r0;
+                    while b0 < r1 {
+                        let b1 = (b0 + per).min(r1);
+                        for r in b0..b1 {
+                            let row = w.add(r * rb);
+                            if pf > 0 {
+                                let base = row.wrapping_add(pf);
+                                let mut off = 0;
+                                while off < rb {
+                                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
+                                    off += 64;
+                                }
+                            }
+                            for u in 0..nu {
+                                wp.add((r - b0) * nu + u).write(w_unit::<F>(c, row, nb, u));
+                            }
+                        }
+                        let mut a0 = 0;
+                        while a0 < n16 {
+                            let ap = au.add(a0 * astride);
+                            for r in b0..b1 {
+                                let mut acc = [[_mm512_setzero_ps(); 16]; 1];
+                                for u in 0..nu {
+                                    let wu = &*wp.add((r - b0) * nu + u);
+                                    for j in 0..16 {
+                                        let a = &*(ap.add(j * astride) as *const Unit).add(u);
+                                        acc[0][j] = unit_step(acc[0][j], wu, a);
+                                    }
+                                }
+                                let v = reduce_tile(&acc);
+                                for (j, &x) in v[0].iter().enumerate() {
+                                    out.put(a0 + j, r, x);
+                                }
+                            }
+                            a0 += 16;
+                        }
+                        b0 = b1;
+                    }
+                }
+            }
+
+            /// `gemm` for Q5_0 rows with units ([`packed::has_units`]): the activation rows'
+            /// units (`units_offset` into each row) against the weight rows transposed into
+            /// block lanes. Every shape (one activation row, 16-row tiles in row blocks, the
+            /// remainders) runs [`unit_step`] unit after unit, so each product has the same
+            /// bits in all.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn gemm_units<const F: u8>(
+                c: &Consts,
+                w: *const u8,
+                rb: usize,
+                nb: usize,
+                r0: usize,
+                r1: usize,
+                a: *const u8,
+                astride: usize,
+                n: usize,
+                out: OutRows,
+            ) {
+                let nu = nb.div_ceil(4).div_ceil(4);
+                // SAFETY: forwarded caller contract; rows with units hold them there.
+                unsafe {
+                    let au = a.add(packed::units_offset(nb * 32));
+                    if n == 1 {
+                        rows_units::<F, 4, 1>(c, w, rb, nb, r0, r1, au, astride, 0, out);
+                        return;
+                    }
+                    let mut a0 = 0;
+                    if n >= 16 && nu <= W_UNITS {
+                        a0 = n / 16 * 16;
+                        rows_units_blocked::<F>(c, w, rb, nb, r0, r1, au, astride, a0, out);
+                    }
+                    while a0 + 16 <= n {
+                        rows_units::<F, 1, 16>(c, w, rb, nb, r0, r1, au, astride, a0, out);
+                        a0 += 16;
+                    }
+                    while a0 + 8 <= n {
+                        rows_units::<F, 2, 8>(c, w, rb, nb, r0, r1, au, astride, a0, out);
+                        a0 += 8;
+                    }
+                    match n - a0 {
+                        0 => {}
+                        1 => rows_units::<F, 4, 1>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        2 => rows_units::<F, 2, 2>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        3 => rows_units::<F, 2, 3>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        4 => rows_units::<F, 2, 4>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        5 => rows_units::<F, 2, 5>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        6 => rows_units::<F, 2, 6>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        _ => rows_units::<F, 2, 7>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                    }
+                }
+            }
+
             /// Rows `r0..r1` of `w` (row stride `rb`) × activation rows `a0..a0 + A`.
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
@@ -577,9 +904,10 @@ macro_rules! kernels {
             }
 
             /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
-            /// `repacked` (Q5_0 and Q4_1 only): the rows are the copy [`repack_q5_0_row_simd`]
-            /// (`ceil(nb / 4) · 88` bytes each) or [`repack_q4_1_row_simd`] (`20 · nb`, as in the
-            /// file) made of them, with the same bits as the ggml rows give.
+            /// `repacked` (Q5_0 and Q4_1 only): the rows are the copy [`repack_q5_0r_row_simd`]
+            /// ([`q5_0r_row_bytes`] each: units of 352 bytes or groups of 88) or
+            /// [`repack_q4_1_row_simd`] (`20 · nb`, as in the file) made of them, with the same
+            /// bits as the ggml rows give.
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
@@ -642,6 +970,10 @@ macro_rules! kernels {
                 // SAFETY: forwarded caller contract.
                 unsafe {
                     let c = consts(ty);
+                    if is_q5(F) && packed::has_units(nb.div_ceil(4)) {
+                        gemm_units::<F>(&c, w, rb, nb, r0, r1, a, astride, n, out);
+                        return;
+                    }
                     if n == 1 {
                         rows::<F, 4, 1>(&c, w, rb, nb, r0, r1, a, astride, 0, out);
                         return;

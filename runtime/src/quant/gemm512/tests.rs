@@ -1,4 +1,5 @@
-//! Unit tests of the AVX-512 tiles' helpers: the reduction tree and the repacks.
+//! Unit tests of the AVX-512 tiles' helpers: the reduction tree and the repacks (groups and
+//! units).
 
 use super::reduce::{HSUM16_LANE, hsum16};
 use super::*;
@@ -35,6 +36,20 @@ fn simd_repack_writes_the_scalar_repack() {
         // SAFETY: as above.
         unsafe { repack_q4_1_row_simd(&src, nb, &mut b) };
         assert_eq!(a, b, "Q4_1, {nb} blocks");
+    }
+    // Rows with units (13..=16 blocks: one unit, partial groups; 28, 29: two, a padding
+    // group; 152: ten): the copy's units are the reference's bytes.
+    for nb in [13usize, 14, 15, 16, 28, 29, 152] {
+        let src: Vec<u8> = (0..nb * 22).map(|_| xorshift(&mut state) as u8).collect();
+        let n = q5_0r_row_bytes(nb);
+        // Whole units of 352 bytes, a last one of k groups in 72 k + 64.
+        let k = nb.div_ceil(4) - 4 * (nb.div_ceil(16) - 1);
+        assert_eq!(n, (nb.div_ceil(16) - 1) * 352 + 72 * k + 64, "{nb} blocks");
+        let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+        repack_q5_0_units_row(&src, nb, &mut a);
+        // SAFETY: as above.
+        unsafe { repack_q5_0r_row_simd(&src, nb, &mut b) };
+        assert_eq!(a, b, "Q5_0 units, {nb} blocks");
     }
 }
 
