@@ -263,7 +263,8 @@ fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
 
 /// Bytes of the copies the best tier makes of Qwen2.5's layer and output matrices, from the
 /// file's tensor table: for Q5_0, 88 bytes per group of four blocks (a last partial group
-/// whole), on the AVX-512 VBMI tier and on the AVX2 tier (rows of up to 512 blocks there);
+/// whole), on the AVX-512 VBMI tier and on the AVX2 tier (rows of up to 512 blocks there),
+/// except rows with units on the VBMI tier (Qwen2.5's 896-wide: 632 bytes, two units);
 /// on the VBMI tier also Q4_1 and Q8_0, the rows as they are (20 and 34 bytes per block);
 /// none on any other tier.
 fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
@@ -278,6 +279,13 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
         .map(|t| {
             let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
             match t.ty {
+                GgmlType::Q5_0 if vbmi && quant::packed::has_units((cols / 32).div_ceil(4)) => {
+                    // Units of sixteen blocks in 352 bytes, a last one of k groups in
+                    // 72 k + 64 (the AVX-512 tier's block lanes).
+                    let ng = (cols / 32).div_ceil(4);
+                    let nu = ng.div_ceil(4);
+                    rows * ((nu - 1) * 352 + 72 * (ng - 4 * (nu - 1)) + 64)
+                }
                 GgmlType::Q5_0 if vbmi || cols / 32 <= 512 => rows * (cols / 32).div_ceil(4) * 88,
                 GgmlType::Q4_1 if vbmi || cols / 32 <= 512 => rows * cols / 32 * 20,
                 GgmlType::Q8_0 => rows * cols / 32 * 34,

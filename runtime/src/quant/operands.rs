@@ -37,7 +37,9 @@ pub struct WeightMatrix<'a> {
 /// and Q4_1 on the AVX-512 VBMI tier, each group of four blocks in as many bytes as in ggml (88
 /// and 80: quants already in the packed lane order, Q5_0's fifth bits as lane masks, then the
 /// four scales and Q4_1's four mins; a Q4_1 row's last partial group stays as in the file; the
-/// kernel module documents the layout), and on the AVX2 tier Q5_0 (88 bytes per group of four
+/// kernel module documents the layout), Q5_0 rows with units (`packed::has_units`) in units
+/// of sixteen blocks in block lanes (352 bytes, as many as the file's; a last unit of `k`
+/// groups in `72k + 64`: `gemm512::units`), and on the AVX2 tier Q5_0 (88 bytes per group of four
 /// blocks, a partial last group padded with zero blocks; `avx2::q5r`) and Q4_1 (bands of eight
 /// rows, each block of a band the eight rows' blocks in 160 bytes, rows past the last band as
 /// in the file; `avx2::q41r`). The kernels compute the same integers, scales and mins from
