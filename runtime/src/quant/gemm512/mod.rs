@@ -537,62 +537,99 @@ macro_rules! kernels {
                 let ng = nb.div_ceil(4);
                 let nu = ng.div_ceil(4);
                 let mut acc = [[_mm512_setzero_ps(); A]; W];
+                let mut pw = [wrow; W];
+                for (i, p) in pw.iter_mut().enumerate() {
+                    *p = wrow.wrapping_add(i * rb);
+                }
+                let mut pa = [au as *const Unit; A];
+                for (j, p) in pa.iter_mut().enumerate() {
+                    *p = au.wrapping_add(j * astride) as *const Unit;
+                }
                 // SAFETY: forwarded caller contract: each weight row is a row of the copy with
                 // units (`units` module docs), each activation row holds nu units; the masked
                 // loads of a last unit of k < 4 groups read only its bytes.
                 unsafe {
-                    for u in 0..nu {
-                        let k = (ng - 4 * u).min(4);
-                        let (qm, at_m) = if k == 4 {
-                            (u64::MAX, 256)
-                        } else {
-                            ((1u64 << (16 * k)) - 1, 64 * k)
-                        };
-                        let sm: __mmask16 = if k == 4 { !0 } else { (1 << (4 * k)) - 1 };
-                        let a: [&Unit; A] = {
-                            let mut a = [&*(au as *const Unit); A];
-                            for (j, aj) in a.iter_mut().enumerate() {
-                                *aj = &*(au.add(j * astride) as *const Unit).add(u);
-                            }
-                            a
-                        };
-                        let mut t = [[_mm512_setzero_si512(); A]; W];
-                        for ti in t.iter_mut() {
-                            for (j, tij) in ti.iter_mut().enumerate() {
-                                *tij = a[j].neg;
-                            }
+                    // Whole units: every offset a constant.
+                    for _ in 0..ng / 4 {
+                        unit_dots_copy::<W, A, true>(c, &pw, &pa, &mut acc, 4);
+                        for p in pw.iter_mut() {
+                            *p = p.add(units::Q5_0U_UNIT);
                         }
-                        for r in 0..4 {
-                            for i in 0..W {
-                                let p = wrow.add(i * rb + u * units::Q5_0U_UNIT);
-                                let x = _mm512_maskz_loadu_epi8(qm, p.add(16 * k * r) as *const i8);
-                                let nl = _mm512_and_si512(x, c.nib);
-                                let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
-                                let ml = std::ptr::read_unaligned(p.add(at_m + 8 * r) as *const u64);
-                                let mh =
-                                    std::ptr::read_unaligned(p.add(at_m + 32 + 8 * r) as *const u64);
-                                let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
-                                let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
-                                for j in 0..A {
-                                    t[i][j] = dpb(dpb(t[i][j], lo, a[j].q[r]), hi, a[j].q[4 + r]);
-                                }
-                            }
+                        for p in pa.iter_mut() {
+                            *p = p.add(1);
                         }
+                    }
+                    if ng % 4 != 0 {
+                        unit_dots_copy::<W, A, false>(c, &pw, &pa, &mut acc, ng % 4);
+                    }
+                }
+                let _ = nu;
+                reduce_tile(&acc)
+            }
+
+            /// One unit of [`unit_tile_copy`]: the weight units at `pw` (`k` groups; all four
+            /// when `FULL`, read with plain loads at constant offsets) against the activation
+            /// units at `pa`, added to `acc`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn unit_dots_copy<const W: usize, const A: usize, const FULL: bool>(
+                c: &Consts,
+                pw: &[*const u8; W],
+                pa: &[*const Unit; A],
+                acc: &mut [[__m512; A]; W],
+                k: usize,
+            ) {
+                let (qm, at_m, step) = if FULL {
+                    (u64::MAX, 256, 64)
+                } else {
+                    ((1u64 << (16 * k)) - 1, 64 * k, 16 * k)
+                };
+                let sm: __mmask16 = if FULL { !0 } else { (1 << (4 * k)) - 1 };
+                // SAFETY: the caller's units, `k` groups each (see `unit_tile_copy`).
+                unsafe {
+                    let mut t = [[_mm512_setzero_si512(); A]; W];
+                    for ti in t.iter_mut() {
+                        for (j, tij) in ti.iter_mut().enumerate() {
+                            *tij = (*pa[j]).neg;
+                        }
+                    }
+                    for r in 0..4 {
                         for i in 0..W {
-                            let p = wrow.add(i * rb + u * units::Q5_0U_UNIT);
-                            let h = _mm256_maskz_loadu_epi16(sm, p.add(at_m + 64) as *const i16);
-                            let dw = _mm512_cvtph_ps(h);
+                            let p = pw[i];
+                            let x = if FULL {
+                                ld(p.add(64 * r))
+                            } else {
+                                _mm512_maskz_loadu_epi8(qm, p.add(step * r) as *const i8)
+                            };
+                            let nl = _mm512_and_si512(x, c.nib);
+                            let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+                            let ml = std::ptr::read_unaligned(p.add(at_m + 8 * r) as *const u64);
+                            let mh =
+                                std::ptr::read_unaligned(p.add(at_m + 32 + 8 * r) as *const u64);
+                            let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
+                            let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
                             for j in 0..A {
-                                acc[i][j] = _mm512_fmadd_ps(
-                                    _mm512_cvtepi32_ps(t[i][j]),
-                                    _mm512_mul_ps(dw, a[j].d),
-                                    acc[i][j],
-                                );
+                                let a = &*pa[j];
+                                t[i][j] = dpb(dpb(t[i][j], lo, a.q[r]), hi, a.q[4 + r]);
                             }
                         }
                     }
+                    for i in 0..W {
+                        let h = if FULL {
+                            _mm256_loadu_si256(pw[i].add(at_m + 64) as *const __m256i)
+                        } else {
+                            _mm256_maskz_loadu_epi16(sm, pw[i].add(at_m + 64) as *const i16)
+                        };
+                        let dw = _mm512_cvtph_ps(h);
+                        for j in 0..A {
+                            acc[i][j] = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(t[i][j]),
+                                _mm512_mul_ps(dw, (*pa[j]).d),
+                                acc[i][j],
+                            );
+                        }
+                    }
                 }
-                reduce_tile(&acc)
             }
 
             /// Q5_0 rows `r0..r1` × activation rows `a0..a0 + A` in block lanes, `W` weight
@@ -696,9 +733,36 @@ macro_rules! kernels {
                                 let mut acc = [[_mm512_setzero_ps(); 16]; 1];
                                 for u in 0..nu {
                                     let wu = &*wp.add((r - b0) * nu + u);
-                                    for j in 0..16 {
-                                        let a = &*(ap.add(j * astride) as *const Unit).add(u);
-                                        acc[0][j] = unit_step(acc[0][j], wu, a);
+                                    // Eight activation rows at a time, register by register:
+                                    // eight independent `vpdpbusd` chains in flight instead of
+                                    // one chain of eight per row (the same exact integers).
+                                    for h in 0..2 {
+                                        let a: [&Unit; 8] = {
+                                            let mut a = [wu; 8];
+                                            for (jj, aj) in a.iter_mut().enumerate() {
+                                                let row = ap.add((8 * h + jj) * astride);
+                                                *aj = &*(row as *const Unit).add(u);
+                                            }
+                                            a
+                                        };
+                                        let mut t = [_mm512_setzero_si512(); 8];
+                                        for jj in 0..8 {
+                                            t[jj] = a[jj].neg;
+                                        }
+                                        for k in 0..8 {
+                                            let wk = wu.q[k];
+                                            for jj in 0..8 {
+                                                t[jj] = dpb(t[jj], wk, a[jj].q[k]);
+                                            }
+                                        }
+                                        for jj in 0..8 {
+                                            let j = 8 * h + jj;
+                                            acc[0][j] = _mm512_fmadd_ps(
+                                                _mm512_cvtepi32_ps(t[jj]),
+                                                _mm512_mul_ps(wu.d, a[jj].d),
+                                                acc[0][j],
+                                            );
+                                        }
                                     }
                                 }
                                 let v = reduce_tile(&acc);
@@ -749,8 +813,10 @@ macro_rules! kernels {
                         rows_units::<F, 1, 16>(c, w, rb, nb, r0, r1, au, astride, a0, out);
                         a0 += 16;
                     }
+                    // Tiles of at most eight pairs: on the copy they unpack each weight register
+                    // where it is used (`unit_tile_copy`).
                     while a0 + 8 <= n {
-                        rows_units::<F, 2, 8>(c, w, rb, nb, r0, r1, au, astride, a0, out);
+                        rows_units::<F, 1, 8>(c, w, rb, nb, r0, r1, au, astride, a0, out);
                         a0 += 8;
                     }
                     match n - a0 {
@@ -759,9 +825,9 @@ macro_rules! kernels {
                         2 => rows_units::<F, 2, 2>(c, w, rb, nb, r0, r1, au, astride, a0, out),
                         3 => rows_units::<F, 2, 3>(c, w, rb, nb, r0, r1, au, astride, a0, out),
                         4 => rows_units::<F, 2, 4>(c, w, rb, nb, r0, r1, au, astride, a0, out),
-                        5 => rows_units::<F, 2, 5>(c, w, rb, nb, r0, r1, au, astride, a0, out),
-                        6 => rows_units::<F, 2, 6>(c, w, rb, nb, r0, r1, au, astride, a0, out),
-                        _ => rows_units::<F, 2, 7>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        5 => rows_units::<F, 1, 5>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        6 => rows_units::<F, 1, 6>(c, w, rb, nb, r0, r1, au, astride, a0, out),
+                        _ => rows_units::<F, 1, 7>(c, w, rb, nb, r0, r1, au, astride, a0, out),
                     }
                 }
             }
