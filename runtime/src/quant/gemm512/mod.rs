@@ -110,7 +110,7 @@ const _: () = assert!(MIN_INLOOP_A >= 2);
 /// activation tile (about 11 KiB for 640-wide rows) it stays in a 48 KiB L1 data cache.
 const UNP_GROUPS: usize = 160;
 
-/// Weight units of one row block of the 16-row Q5_0 path (54 KiB of stack).
+/// Weight units of one row block of the 16-row Q5_0 path (60 KiB of stack).
 const W_UNITS: usize = 96;
 
 macro_rules! kernels {
@@ -535,7 +535,6 @@ macro_rules! kernels {
                 astride: usize,
             ) -> [[f32; A]; W] {
                 let ng = nb.div_ceil(4);
-                let nu = ng.div_ceil(4);
                 let mut acc = [[_mm512_setzero_ps(); A]; W];
                 let mut pw = [wrow; W];
                 for (i, p) in pw.iter_mut().enumerate() {
@@ -563,7 +562,6 @@ macro_rules! kernels {
                         unit_dots_copy::<W, A, false>(c, &pw, &pa, &mut acc, ng % 4);
                     }
                 }
-                let _ = nu;
                 reduce_tile(&acc)
             }
 
