@@ -7,6 +7,11 @@
 //! The integer part of every block dot is exact on every tier, so tiers differ only in the
 //! order of the f32 sums: the bound used is `1e-5 · Σ|w_i · a_i|` over the dequantized
 //! operands (a few hundred ulps of the sum of magnitudes for rows of up to 20 blocks).
+//!
+//! Size: over 800 lines: every property here draws on the same generators (random weights of
+//! each format, activations, the scalar reference dot and its magnitude bound) and the same
+//! list of tiers and flavours; the K-quant properties, which need their own, are in
+//! `quant_props_k.rs`.
 
 mod common;
 

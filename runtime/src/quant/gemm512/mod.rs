@@ -44,6 +44,11 @@
 //!
 //! Every function is `unsafe`: the caller guarantees the CPU features named in its
 //! `target_feature`, weight rows of `nb` blocks, and packed activation rows of `nb` blocks.
+//!
+//! Size: over 800 lines: the `kernels!` macro body holds every tile and driver of both
+//! flavours (VNNI and BW), which it expands once per flavour with its `dpb` and target
+//! features; the quarter-lane and the block-lane paths are its two halves, and what needs no
+//! flavour already lives in `groups`, `units` and `reduce`.
 
 #![allow(clippy::needless_range_loop)] // register tiles indexed by weight and activation row
 
@@ -112,6 +117,18 @@ const UNP_GROUPS: usize = 160;
 
 /// Weight units of one row block of the 16-row Q5_0 path (60 KiB of stack).
 const W_UNITS: usize = 96;
+
+/// Asks for the `len` bytes from `p` a cache line at a time (a prefetch never faults, and the
+/// address is formed with wrapping arithmetic, so `p` may lie past the matrix).
+#[inline]
+fn prefetch_bytes(p: *const u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: a prefetch reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
+        off += 64;
+    }
+}
 
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
@@ -231,7 +248,7 @@ macro_rules! kernels {
                                 let alo = ld(ap.add(g * GROUP_QS));
                                 let ahi = ld(ap.add(g * GROUP_QS + 64));
                                 let da = _mm512_broadcast_f32x4(_mm_loadu_ps(
-                                    ap.add(dbase + 16 * g) as *const f32
+                                    ap.add(dbase + 16 * g) as *const f32,
                                 ));
                                 if is_q5(F) {
                                     // Σ (u - 16)·a = Σ u·a - 16·Σ a: the second sum is the
@@ -408,14 +425,8 @@ macro_rules! kernels {
                         for r in b0..b1 {
                             let row = w.add(r * rb);
                             if pf > 0 {
-                                // Ask for the bytes `pf` ahead of this row now (prefetches never
-                                // fault; the address is formed with wrapping arithmetic).
-                                let base = row.wrapping_add(pf);
-                                let mut off = 0;
-                                while off < rb {
-                                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
-                                    off += 64;
-                                }
+                                // Ask for the bytes `pf` ahead of this row now.
+                                prefetch_bytes(row.wrapping_add(pf), rb);
                             }
                             for g in 0..ng {
                                 let len = if g < full { gb } else { tail };
@@ -655,12 +666,7 @@ macro_rules! kernels {
                         let wn = if r + W <= r1 { W } else { 1 };
                         if a0 == 0 && pf > 0 {
                             // As in `rows_with`: ask for the bytes `pf` ahead of this tile.
-                            let base = w.wrapping_add(r * rb + pf);
-                            let mut off = 0;
-                            while off < wn * rb {
-                                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
-                                off += 64;
-                            }
+                            prefetch_bytes(w.wrapping_add(r * rb + pf), wn * rb);
                         }
                         let wr = w.add(r * rb);
                         if wn == W {
@@ -713,12 +719,7 @@ macro_rules! kernels {
                         for r in b0..b1 {
                             let row = w.add(r * rb);
                             if pf > 0 {
-                                let base = row.wrapping_add(pf);
-                                let mut off = 0;
-                                while off < rb {
-                                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
-                                    off += 64;
-                                }
+                                prefetch_bytes(row.wrapping_add(pf), rb);
                             }
                             for u in 0..nu {
                                 wp.add((r - b0) * nu + u).write(w_unit::<F>(c, row, nb, u));
@@ -939,15 +940,8 @@ macro_rules! kernels {
                     while r + W <= r1 {
                         if a0 == 0 && pf > 0 {
                             // The first pass over these rows streams them from memory: ask for
-                            // the bytes `pf` ahead of this tile now (prefetches never fault,
-                            // and the address is formed without leaving the allocation's
-                            // provenance rules: wrapping arithmetic).
-                            let base = w.wrapping_add(r * rb + pf);
-                            let mut off = 0;
-                            while off < W * rb {
-                                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off) as *const i8);
-                                off += 64;
-                            }
+                            // the bytes `pf` ahead of this tile now.
+                            prefetch_bytes(w.wrapping_add(r * rb + pf), W * rb);
                         }
                         let v = tile::<F, W, A, PRE>(c, w.add(r * rb), rb, nb, ap, astride, neg);
                         for (i, vi) in v.iter().enumerate() {
