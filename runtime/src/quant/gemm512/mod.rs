@@ -130,6 +130,15 @@ fn prefetch_bytes(p: *const u8, len: usize) {
     }
 }
 
+/// The float step of a block-lane unit: its sixteen exact integer dots `t` to f32, times
+/// `d_w · d_a`, added to `acc`. Every block-lane tile ends a unit with this one step, which keeps
+/// their bits the same.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn unit_scale(acc: __m512, t: __m512i, dw: __m512, da: __m512) -> __m512 {
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, da), acc)
+}
+
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dpb:path) => {
         pub(super) mod $m {
@@ -495,7 +504,7 @@ macro_rules! kernels {
                 for k in 0..8 {
                     t = dpb(t, w.q[k], a.q[k]);
                 }
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(w.d, a.d), acc)
+                unit_scale(acc, t, w.d, a.d)
             }
 
             /// `W` Q5_0 weight rows at `wrow` (stride `rb`) × the units of the `A` packed
@@ -631,11 +640,7 @@ macro_rules! kernels {
                         };
                         let dw = _mm512_cvtph_ps(h);
                         for j in 0..A {
-                            acc[i][j] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(t[i][j]),
-                                _mm512_mul_ps(dw, (*pa[j]).d),
-                                acc[i][j],
-                            );
+                            acc[i][j] = unit_scale(acc[i][j], t[i][j], dw, (*pa[j]).d);
                         }
                     }
                 }
@@ -756,11 +761,7 @@ macro_rules! kernels {
                                         }
                                         for jj in 0..8 {
                                             let j = 8 * h + jj;
-                                            acc[0][j] = _mm512_fmadd_ps(
-                                                _mm512_cvtepi32_ps(t[jj]),
-                                                _mm512_mul_ps(wu.d, a[jj].d),
-                                                acc[0][j],
-                                            );
+                                            acc[0][j] = unit_scale(acc[0][j], t[jj], wu.d, a[jj].d);
                                         }
                                     }
                                 }
