@@ -21,7 +21,10 @@
 //!   `Q5_0r` rows run the same Q5_0 matrices repacked as the model does at load on a tier
 //!   that repacks them (`quant::repack`; absent where the tier reads the ggml rows);
 //! - `matvec_head/Q8_0/...`: the Q8_0 output heads of Qwen2.5 (151936x896) and Gemma 3
-//!   (262144x640), one row streamed from memory;
+//!   (262144x640), one row streamed from memory; `Q8_0r` Qwen2.5's in block lanes, copied as
+//!   the model copies it at load on a tier that does;
+//! - `gemm_head/<Q8_0|Q8_0r>/<n>x16384x896`: a slice of Qwen2.5's head (15 MB) against one
+//!   and eight activation rows, from the file's rows and from the block-lane copy;
 //! - `attention/...`: scores, softmax and value sums of one KV head (3 query heads) at
 //!   several context lengths;
 //! - `rmsnorm_quantize/...`: RMSNorm fused with activation quantization of one row (Q8_1
@@ -292,6 +295,46 @@ fn matvec_head(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
             b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
         });
+        // Qwen2.5's head in block lanes, as the engine copies it on a tier that does.
+        if let Some(r) = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout()) {
+            let w = w.with_repacked(&r);
+            g.bench_function(BenchmarkId::new("Q8_0r", format!("{rows}x{cols}")), |b| {
+                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
+            });
+        }
+    }
+    g.finish();
+}
+
+/// Q8_0 at Qwen2.5's head width (a 16,384-row slice of its 151,936 rows, 15 MB) against one
+/// and eight activation rows (a decode step, an Offline batched-decode pass), from the file's
+/// rows and, where the tier makes one, from the block-lane copy: the head's compute.
+fn gemm_head(c: &mut Criterion) {
+    let isa = isa();
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("gemm_head");
+    g.sample_size(20);
+    let (ty, rows, cols) = (GgmlType::Q8_0, 16384usize, 896usize);
+    let wb = weights(ty, rows, cols);
+    let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
+    let copy = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout());
+    for n in [1usize, 8] {
+        let x = acts(n, cols);
+        let mut qa = QuantizedActs::new(n, cols);
+        qa.quantize_for(isa, ty, &x, n, cols);
+        let mut y = vec![0.0f32; n * rows];
+        g.throughput(Throughput::Elements((n * rows * cols) as u64));
+        g.bench_function(
+            BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
+            |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+        );
+        if let Some(r) = &copy {
+            let w = w.with_repacked(r);
+            g.bench_function(
+                BenchmarkId::new("Q8_0r", format!("{n}x{rows}x{cols}")),
+                |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
+            );
+        }
     }
     g.finish();
 }
@@ -418,6 +461,7 @@ criterion_group!(
     gemm,
     matvec_k,
     matvec_head,
+    gemm_head,
     gemm_k,
     attention,
     rmsnorm_quantize,

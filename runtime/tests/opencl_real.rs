@@ -265,8 +265,10 @@ fn gemma3_perplexity_is_within_half_a_percent_of_the_cpu() {
 /// file's tensor table: for Q5_0, 88 bytes per group of four blocks (a last partial group
 /// whole), on the AVX-512 VBMI tier and on the AVX2 tier (rows of up to 512 blocks there),
 /// except rows with units on the VBMI tier (Qwen2.5's 896-wide: 632 bytes, two units);
-/// on the VBMI tier also Q4_1 and Q8_0, the rows as they are (20 and 34 bytes per block);
-/// none on any other tier.
+/// on the VBMI tier also Q4_1, the rows as they are (20 bytes per block), and Q8_0, rows with
+/// units in block lanes (136 bytes per group of four blocks, a last partial group whole) and
+/// others as they are (34 bytes per block), on the AVX2 tier as they are; none on any other
+/// tier.
 fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
     let vbmi = isa == Isa::Avx512 && quant::has_vbmi();
     if !vbmi && isa != Isa::Avx2 {
@@ -288,6 +290,9 @@ fn expected_copies(g: &GgufFile, isa: Isa) -> usize {
                 }
                 GgmlType::Q5_0 if vbmi || cols / 32 <= 512 => rows * (cols / 32).div_ceil(4) * 88,
                 GgmlType::Q4_1 if vbmi || cols / 32 <= 512 => rows * cols / 32 * 20,
+                GgmlType::Q8_0 if vbmi && quant::packed::has_units((cols / 32).div_ceil(4)) => {
+                    rows * (cols / 32).div_ceil(4) * 136
+                }
                 GgmlType::Q8_0 => rows * cols / 32 * 34,
                 _ => 0,
             }

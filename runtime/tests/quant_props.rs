@@ -601,7 +601,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-/// A Q8_0 matrix is copied byte for byte on the AVX-512 VBMI and AVX2 tiers, and nowhere else: the copy
+/// A Q8_0 matrix without units is copied byte for byte on the AVX-512 VBMI and AVX2 tiers, and nowhere else: the copy
 /// serves as the matrix's data (row lookups included), reports each run of source rows once and
 /// in order to the caller, and the products read from it are the file's bits.
 #[test]
@@ -685,16 +685,22 @@ fn copied_q8_0_is_the_file_bytes_and_reports_every_run() {
 /// tiles, every remainder) and 133 (AVX2: a window of 128, a quad and a row), 11 weight rows (a
 /// group, or band, of eight and three; at 2 threads the chunks of four rows start and end inside
 /// the band), 1 and 2 threads, quants, fifth bits, scales and mins of every pattern; with 16
-/// activation rows or more, each row alone gives the batch's bits.
+/// activation rows or more, each row alone gives the batch's bits. Q8_0 rows with units, which
+/// the AVX-512 VBMI tier copies into block lanes (13, 14 and 29 blocks: partial groups; 28:
+/// Qwen2.5's 896 columns; 152 and 1,540), the same.
 #[test]
 fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
     let mut rng = Rng(0x05A0);
-    let (mut compared, mut compared_avx2) = (0, 0);
-    let widths: [&[usize]; 2] = [
+    let (mut compared, mut compared_avx2, mut compared_q8) = (0, 0, 0);
+    let widths: [&[usize]; 3] = [
         &[1, 2, 3, 4, 5, 6, 7, 13, 20, 28, 152, 1540],
         &[1, 2, 3, 4, 5, 6, 7, 18, 48, 152, 1040],
+        &[13, 14, 28, 29, 152, 1540],
     ];
-    for (ty, widths) in [GgmlType::Q5_0, GgmlType::Q4_1].into_iter().zip(widths) {
+    for (ty, widths) in [GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0]
+        .into_iter()
+        .zip(widths)
+    {
         for (isa, vnni_off) in tiers() {
             for &nb in widths {
                 let (rows, cols) = (11, nb * 32);
@@ -703,6 +709,21 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
                 let Some(r) = quant::repack(isa, &w).unwrap() else {
                     continue;
                 };
+                if ty == GgmlType::Q8_0 {
+                    // Only the AVX-512 VBMI tier stores Q8_0 in its own layout.
+                    if r.ggml_layout() {
+                        assert!(
+                            isa == Isa::Avx2 || !quant::has_vbmi(),
+                            "{isa}: Q8_0 rows of {nb} blocks copied as they are"
+                        );
+                        continue;
+                    }
+                    assert_eq!(
+                        r.len(),
+                        rows * nb.div_ceil(4) * 136,
+                        "{isa}: Q8_0 copy size"
+                    );
+                }
                 let wr = w.with_repacked(&r);
                 for n in [1, 2, 3, 5, 8, 9, 16, 17, 39, 133] {
                     let x = random_acts(n, cols, 0, &mut rng);
@@ -737,7 +758,9 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
                             }
                         }
                     }
-                    if isa == Isa::Avx2 {
+                    if ty == GgmlType::Q8_0 {
+                        compared_q8 += 1;
+                    } else if isa == Isa::Avx2 {
                         compared_avx2 += 1;
                     } else {
                         compared += 1;
@@ -763,6 +786,11 @@ fn repacked_q5_0_and_q4_1_give_the_bits_of_the_ggml_rows() {
         assert!(
             compared >= 2 * 10 * 10,
             "the AVX-512 VBMI tier repacked {compared} cases"
+        );
+        // Every Q8_0 width in block lanes, 10 row counts each, on the VBMI tiers.
+        assert!(
+            compared_q8 >= widths[2].len() * 10,
+            "the AVX-512 VBMI tier copied {compared_q8} Q8_0 cases into block lanes"
         );
     } else {
         eprintln!("repacked Q4_1: no AVX-512 VBMI tier on this CPU; nothing is repacked");

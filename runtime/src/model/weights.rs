@@ -264,28 +264,21 @@ impl Model {
         refs.retain(|t| seen.insert(t.start));
         let ws: Vec<WeightMatrix<'_>> = refs.iter().map(|t| self.matrix(t)).collect();
         // Pages of the originals are dropped as their rows are copied, so that the resident
-        // set does not hold a model and its copies at once. The embedding's rows are looked up
-        // from the mapping unless its copy holds them byte for byte (a tied Q8_0 head).
-        let releasable: Vec<bool> = refs
-            .iter()
-            .map(|t| t.start != self.embd.start || quant::copy_keeps_ggml_layout(t.ty))
-            .collect();
+        // set does not hold a model and its copies at once. A tied embedding whose copy is not
+        // its ggml rows (Qwen2.5's Q8_0 head in block lanes) is dropped too: its lookups read
+        // the mapping, which maps a looked-up row's page in again from the page cache.
         let made = quant::repack_all(isa, &ws, |i, bytes| {
-            if releasable[i] {
-                self.gguf
-                    .release_range(refs[i].start + bytes.start, bytes.len());
-            }
+            self.gguf
+                .release_range(refs[i].start + bytes.start, bytes.len());
         })?;
         drop(ws);
         let mut map = BTreeMap::new();
         let mut release = Vec::new();
-        for ((t, r), &rel) in refs.iter().zip(made).zip(&releasable) {
+        for (t, r) in refs.iter().zip(made) {
             if let Some(r) = r {
                 map.insert(t.start, r);
                 // Again, whole: the runs above leave the pages their ends share.
-                if rel {
-                    release.push((t.start, t.len));
-                }
+                release.push((t.start, t.len));
             }
         }
         // Published, then the originals' pages dropped whole: from here on every matrix view

@@ -206,7 +206,7 @@ pub unsafe fn matmul_span(
                 Some((rp, rb)) => {
                     // `rp` is `rows × rb` bytes by construction (`Repacked`).
                     assert!(
-                        matches!(w.ty, GgmlType::Q5_0 | GgmlType::Q4_1),
+                        matches!(w.ty, GgmlType::Q5_0 | GgmlType::Q4_1 | GgmlType::Q8_0),
                         "matmul: repacked {} matrix",
                         w.ty
                     );

@@ -86,7 +86,7 @@ pub use blocks::{
 pub use matmul::{OutRows, act_layout, chunk_size, matmul, matmul_rows, matmul_span};
 pub use operands::{
     ActLayout, ActsWriter, COPY_CHUNK, Q8_1Aux, Q8Aux, QuantizedActs, Repacked, WeightMatrix,
-    copy_keeps_ggml_layout, repack, repack_all, repacked_len,
+    repack, repack_all, repacked_len,
 };
 
 use crate::{Error, GgmlType, Result};

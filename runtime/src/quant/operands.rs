@@ -43,8 +43,10 @@ pub struct WeightMatrix<'a> {
 /// blocks, a partial last group padded with zero blocks; `avx2::q5r`) and Q4_1 (bands of eight
 /// rows, each block of a band the eight rows' blocks in 160 bytes, rows past the last band as
 /// in the file; `avx2::q41r`). The kernels compute the same integers, scales and mins from
-/// it, so the results are bit-identical to those from the ggml rows. Q8_0 on both tiers
-/// is copied as it is ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
+/// it, so the results are bit-identical to those from the ggml rows. Q8_0 rows with units on
+/// the AVX-512 VBMI tier go into block lanes too (136 bytes per group of four blocks, as many
+/// as the file's for whole groups: `gemm512::units`); other Q8_0 matrices on both tiers are
+/// copied as they are ([`Repacked::ggml_layout`]): the copy sits in the huge-page arena,
 /// which the decode streams faster than the file's pages (docs/PERFORMANCE.md, "Q8_0 matrices
 /// copied into huge pages").
 pub struct Repacked {
@@ -92,9 +94,13 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     if matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
         match w.ty {
             GgmlType::Q5_0 => return Some(super::gemm512::q5_0r_row_bytes(w.cols / QK)),
+            // Rows with units in block lanes (`gemm512::units`), the others copied as they are.
+            GgmlType::Q8_0 if q8_0_units(isa, w) => {
+                return Some(super::gemm512::q8_0u_row_bytes(w.cols / QK));
+            }
             // Whole groups repacked, the last `nb % 4` blocks as in the file: no padding.
             GgmlType::Q4_1 => return Some(w.row_bytes()),
-            _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
+            _ if copy_keeps_ggml_layout(isa, w) => return Some(w.row_bytes()),
             _ => {}
         }
     }
@@ -107,7 +113,7 @@ fn repacked_row_bytes(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
             }
             // Bands of eight rows in as many bytes, the last `rows % 8` as in the file.
             GgmlType::Q4_1 if nb <= super::avx2::q41r::MAX_BLOCKS => return Some(w.row_bytes()),
-            _ if copy_keeps_ggml_layout(w.ty) => return Some(w.row_bytes()),
+            _ if copy_keeps_ggml_layout(isa, w) => return Some(w.row_bytes()),
             _ => {}
         }
     }
@@ -121,7 +127,7 @@ pub fn repacked_len(isa: Isa, w: &WeightMatrix<'_>) -> Option<usize> {
     repacked_row_bytes(isa, w).map(|rb| rb * w.rows)
 }
 
-/// `w` rewritten (Q5_0, Q4_1) or copied (Q8_0) for tier `isa`'s kernels, or `None` where that
+/// `w` rewritten (Q5_0, Q4_1, Q8_0 rows with units) or copied (other Q8_0) for tier `isa`'s kernels, or `None` where that
 /// tier reads the ggml rows from the file (every other type; on the AVX2 tier every type but
 /// Q5_0, Q4_1 and Q8_0, and Q5_0 and Q4_1 rows of more than 512 blocks; the scalar and NEON
 /// tiers).
@@ -134,10 +140,23 @@ pub fn repack(isa: Isa, w: &WeightMatrix<'_>) -> Result<Option<Repacked>> {
         .flatten())
 }
 
-/// Whether the copy [`repack`] makes of a `ty` matrix holds its ggml rows byte for byte (Q8_0:
-/// copied only to sit in huge pages), so that any reader can take it for the file's bytes.
-pub fn copy_keeps_ggml_layout(ty: GgmlType) -> bool {
-    ty == GgmlType::Q8_0
+/// Whether the copy [`repack`] makes of `w` for tier `isa` holds its ggml rows byte for byte
+/// (Q8_0 copied only to sit in huge pages: every tier that copies it, except the AVX-512 VBMI
+/// tier's rows with units, which it stores in block lanes), so that any reader can take it for
+/// the file's bytes.
+fn copy_keeps_ggml_layout(isa: Isa, w: &WeightMatrix<'_>) -> bool {
+    w.ty == GgmlType::Q8_0 && !q8_0_units(isa, w)
+}
+
+/// Whether tier `isa` copies the Q8_0 matrix `w` into block lanes: the AVX-512 VBMI tier, rows
+/// with units ([`super::packed::has_units`]).
+fn q8_0_units(isa: Isa, w: &WeightMatrix<'_>) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if w.ty == GgmlType::Q8_0 && matches!(resolve(isa), Tier::Avx512 { vbmi: true, .. }) {
+        return super::packed::has_units((w.cols / QK).div_ceil(4));
+    }
+    let _ = (isa, w);
+    false
 }
 
 /// Source bytes per run of rows in [`repack_all`].
@@ -198,7 +217,7 @@ pub fn repack_all(
                 let out = &mut dst[r0 * rb..r1 * rb];
                 let (src, nb) = (&w.data[r0 * src_rb..r1 * src_rb], w.cols / QK);
                 let avx2 = resolve(isa) == Tier::Avx2;
-                if copy_keeps_ggml_layout(w.ty) {
+                if copy_keeps_ggml_layout(isa, w) {
                     // The same row bytes (`rb` is the ggml row size).
                     out.copy_from_slice(src);
                 } else if avx2 && w.ty == GgmlType::Q4_1 {
@@ -213,6 +232,8 @@ pub fn repack_all(
                                 super::avx2::q5r::repack_row_simd(s, nb, row)
                             } else if w.ty == GgmlType::Q4_1 {
                                 super::gemm512::repack_q4_1_row_simd(s, nb, row)
+                            } else if w.ty == GgmlType::Q8_0 {
+                                super::gemm512::repack_q8_0u_row_simd(s, nb, row)
                             } else {
                                 super::gemm512::repack_q5_0r_row_simd(s, nb, row)
                             }
@@ -241,7 +262,7 @@ pub fn repack_all(
                 off: base + off,
                 rows: w.rows,
                 row_bytes: rb,
-                ggml_layout: copy_keeps_ggml_layout(w.ty),
+                ggml_layout: copy_keeps_ggml_layout(isa, w),
             })
         })
         .collect())

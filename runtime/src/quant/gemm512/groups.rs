@@ -288,9 +288,7 @@ pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup
             )
         }
     };
-    let lo = _mm512_permutex2var_epi8(z0, c.q, z1);
-    let hi = _mm512_permutex2var_epi8(z2, c.q2, z3);
-    let sc = _mm512_permutex2var_epi16(z0, c.w, z1);
+    let (lo, hi, sc) = gather_q8_0(c, z0, z1, z2, z3);
     WGroup {
         sl: _mm512_movepi8_mask(lo),
         sh: _mm512_movepi8_mask(hi),
@@ -299,6 +297,25 @@ pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup
         dw: cvt_lo(sc),
         mw: _mm512_setzero_ps(),
     }
+}
+
+/// The signed quants of a Q8_0 group in the packed lane order (elements `0..16` of each
+/// block in `lo`, `16..32` in `hi`) and its scale words, from the group's bytes `z0`, `z1`
+/// (offsets 0 and 64) and `z2`, `z3` (offsets 8 and 72).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+#[inline]
+pub(super) fn gather_q8_0(
+    c: &Consts,
+    z0: __m512i,
+    z1: __m512i,
+    z2: __m512i,
+    z3: __m512i,
+) -> (__m512i, __m512i, __m512i) {
+    (
+        _mm512_permutex2var_epi8(z0, c.q, z1),
+        _mm512_permutex2var_epi8(z2, c.q2, z3),
+        _mm512_permutex2var_epi16(z0, c.w, z1),
+    )
 }
 
 /// Bytes of one Q4_1 group in the repacked layout ([`repack_q4_1_row`]).

@@ -29,16 +29,17 @@
 //! (weight row, activation row) pair does not depend on the tile shape, so a batch of rows
 //! gives bit-identical results to one row at a time.
 //!
-//! Q5_0 rows that carry units ([`packed::has_units`]: their groups fill whole units of four
-//! with at most a quarter of zero groups, as Qwen2.5's 896-wide rows do) run in *block lanes*
+//! Q5_0 and Q8_0 rows that carry units ([`packed::has_units`]: their groups fill whole units
+//! of four with at most a quarter of zero groups, as Qwen2.5's 896-wide rows do) run in *block lanes*
 //! instead ([`units`]): sixteen blocks per unit, one 32-bit lane per block, eight `vpdpbusd`
 //! per unit and pair (from the activation unit's `-16 · Σ a`) before one conversion, one
 //! product of the scales and one FMA, where the layout above spends those three float
 //! operations on every four blocks. The weight units come from the copy's units or are
 //! transposed from the file's groups, the activation units are the packed rows'; every shape
 //! (decode, 16-row tiles in row blocks, the remainders) runs the same per-unit step, so these
-//! matrices too give one row's bits in any batch. Other Q5_0 rows (Gemma 3's 640-wide: 5
-//! groups, 3 of padding) keep the quarter lanes.
+//! matrices too give one row's bits in any batch. Q8_0 runs the step on `q + 128` from
+//! `-128 · Σ a` ([`unit_start`]). Other Q5_0 and Q8_0 rows (Gemma 3's 640-wide: 5 groups, 3 of
+//! padding) keep the quarter lanes.
 //!
 //! The activation side (quantizing into the packed layout) lives in [`super::pack512`].
 //!
@@ -72,9 +73,11 @@ pub(in crate::quant) use groups::{Q4_1R_GROUP, repack_q4_1_row_simd};
 use groups::{repack_q4_1_row, repack_q5_0_row};
 use reduce::reduce_tile;
 use units::Unit;
+pub(in crate::quant) use units::{
+    q5_0r_row_bytes, q8_0u_row_bytes, repack_q5_0r_row_simd, repack_q8_0u_row_simd,
+};
 #[cfg(test)]
-use units::repack_q5_0_units_row;
-pub(in crate::quant) use units::{q5_0r_row_bytes, repack_q5_0r_row_simd};
+use units::{repack_q5_0_units_row, repack_q8_0_units_row};
 
 const F_Q4_1: u8 = 0;
 const F_Q4_0: u8 = 1;
@@ -86,10 +89,27 @@ const F_Q5_0R: u8 = 4;
 /// Q4_1 rows repacked ([`groups::repack_q4_1_row_simd`]): the arithmetic of [`F_Q4_1`], read
 /// from groups of 80 bytes laid out for the kernel.
 const F_Q4_1R: u8 = 5;
+/// Q8_0 rows with units copied into block lanes ([`units::repack_q8_0u_row_simd`]).
+const F_Q8_0R: u8 = 6;
 
 /// Formats whose tiles run Q5_0's arithmetic.
 const fn is_q5(f: u8) -> bool {
     f == F_Q5_0 || f == F_Q5_0R
+}
+
+/// Formats whose tiles run Q8_0's arithmetic.
+const fn is_q8(f: u8) -> bool {
+    f == F_Q8_0 || f == F_Q8_0R
+}
+
+/// Formats that run in block lanes where their rows carry units ([`packed::has_units`]).
+const fn has_unit_path(f: u8) -> bool {
+    is_q5(f) || is_q8(f)
+}
+
+/// Formats read from a copy in units (`unit_tile_copy`).
+const fn is_unit_copy(f: u8) -> bool {
+    f == F_Q5_0R || f == F_Q8_0R
 }
 
 /// Formats whose tiles run Q4_1's arithmetic (unsigned nibbles and a min term).
@@ -130,6 +150,36 @@ fn prefetch_bytes(p: *const u8, len: usize) {
     }
 }
 
+/// The start of a block-lane unit's integer dots from the activation unit's `-16 · Σ a`
+/// (`neg`): itself for Q5_0's `q + 16`, eight times it for Q8_0's `q + 128`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn unit_start<const F: u8>(neg: __m512i) -> __m512i {
+    if is_q8(F) {
+        _mm512_slli_epi32::<3>(neg)
+    } else {
+        neg
+    }
+}
+
+/// Register `r` of a copy's unit at `p`: 64 bytes at `64 r` when `FULL`, else the `qm` bytes
+/// at `step · r` (a last unit's registers, `step` bytes each).
+///
+/// # Safety
+/// Those bytes are readable.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn unit_reg<const FULL: bool>(p: *const u8, r: usize, qm: u64, step: usize) -> __m512i {
+    // SAFETY: caller contract; the masked load reads only the `qm` bytes.
+    unsafe {
+        if FULL {
+            _mm512_loadu_si512(p.add(64 * r) as *const __m512i)
+        } else {
+            _mm512_maskz_loadu_epi8(qm, p.add(step * r) as *const i8)
+        }
+    }
+}
+
 /// The float step of a block-lane unit: its sixteen exact integer dots `t` to f32, times
 /// `d_w · d_a`, added to `acc`. Every block-lane tile ends a unit with this one step, which keeps
 /// their bits the same.
@@ -140,15 +190,28 @@ fn unit_scale(acc: __m512, t: __m512i, dw: __m512, da: __m512) -> __m512 {
 }
 
 macro_rules! kernels {
-    ($m:ident, $feat:literal, $dpb:path) => {
+    ($m:ident, $feat:literal, $dpb:path, $dpb8:path) => {
         pub(super) mod $m {
             use super::*;
 
-            /// `acc + Σ u8 × i8` over each group of four bytes, in 32-bit lanes.
+            /// `acc + Σ u8 × i8` over each group of four bytes, in 32-bit lanes (`u ≤ 128`).
             #[target_feature(enable = $feat)]
             #[inline]
             fn dpb(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
                 $dpb(acc, u, s)
+            }
+
+            /// [`dpb`] for the block-lane weights of format `F`: Q8_0's `q + 128` reach 255,
+            /// past what the BW flavour's 16-bit pair sums hold, so they take [`dpb_bw8`]'s
+            /// way there (the same exact integers).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn dpb_u<const F: u8>(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+                if is_q8(F) {
+                    $dpb8(acc, u, s)
+                } else {
+                    $dpb(acc, u, s)
+                }
             }
 
             /// One tile: `W` weight rows at `w` (stride `rb` bytes) × `A` packed activation
@@ -478,37 +541,38 @@ macro_rules! kernels {
                 }
             }
 
-            /// Unit `u` of the Q5_0 weight row at `row` (`nb` blocks): from the copy's units
-            /// ([`F_Q5_0R`]) or transposed from the file's groups.
+            /// Unit `u` of the Q5_0 or Q8_0 weight row at `row` (`nb` blocks): from the copy's
+            /// units ([`F_Q5_0R`], [`F_Q8_0R`]) or transposed from the file's groups.
             #[target_feature(enable = $feat)]
             #[inline]
             unsafe fn w_unit<const F: u8>(c: &Consts, row: *const u8, nb: usize, u: usize) -> Unit {
                 // SAFETY: forwarded caller contract.
                 unsafe {
-                    if F == F_Q5_0R {
-                        units::unit_from_copy(c, row, nb.div_ceil(4), u)
-                    } else {
-                        units::unit_from_file(c, row, nb, u)
+                    match F {
+                        F_Q5_0R => units::unit_from_copy(c, row, nb.div_ceil(4), u),
+                        F_Q8_0R => units::unit_from_copy_q8(row, nb.div_ceil(4), u),
+                        F_Q8_0 => units::unit_from_file_q8(c, row, nb, u),
+                        _ => units::unit_from_file(c, row, nb, u),
                     }
                 }
             }
 
             /// One unit of one (weight row, activation row) pair: the sixteen blocks' exact
-            /// integer dots (from `-16 · Σ a`, eight `vpdpbusd`), to f32, times `d_w · d_a`,
+            /// integer dots (from [`unit_start`], eight `vpdpbusd`), to f32, times `d_w · d_a`,
             /// added to the pair's lanes. Every shape of the block-lane path runs this, unit
             /// after unit, then [`reduce_tile`]: the same bits whatever the tile.
             #[target_feature(enable = $feat)]
             #[inline]
-            fn unit_step(acc: __m512, w: &Unit, a: &Unit) -> __m512 {
-                let mut t = a.neg;
+            fn unit_step<const F: u8>(acc: __m512, w: &Unit, a: &Unit) -> __m512 {
+                let mut t = unit_start::<F>(a.neg);
                 for k in 0..8 {
-                    t = dpb(t, w.q[k], a.q[k]);
+                    t = dpb_u::<F>(t, w.q[k], a.q[k]);
                 }
                 unit_scale(acc, t, w.d, a.d)
             }
 
-            /// `W` Q5_0 weight rows at `wrow` (stride `rb`) × the units of the `A` packed
-            /// activation rows at `au` (`astride` apart, units from `au`).
+            /// `W` Q5_0 or Q8_0 weight rows at `wrow` (stride `rb`) × the units of the `A`
+            /// packed activation rows at `au` (`astride` apart, units from `au`).
             #[target_feature(enable = $feat)]
             #[inline(never)]
             unsafe fn unit_tile<const F: u8, const W: usize, const A: usize>(
@@ -519,9 +583,9 @@ macro_rules! kernels {
                 au: *const u8,
                 astride: usize,
             ) -> [[f32; A]; W] {
-                if F == F_Q5_0R && W * A <= 8 {
+                if is_unit_copy(F) && W * A <= 8 {
                     // SAFETY: forwarded caller contract.
-                    return unsafe { unit_tile_copy::<W, A>(c, wrow, rb, nb, au, astride) };
+                    return unsafe { unit_tile_copy::<F, W, A>(c, wrow, rb, nb, au, astride) };
                 }
                 let nu = nb.div_ceil(4).div_ceil(4);
                 let mut acc = [[_mm512_setzero_ps(); A]; W];
@@ -532,7 +596,7 @@ macro_rules! kernels {
                             let wu = w_unit::<F>(c, wrow.add(i * rb), nb, u);
                             for j in 0..A {
                                 let a = &*(au.add(j * astride) as *const Unit).add(u);
-                                acc[i][j] = unit_step(acc[i][j], &wu, a);
+                                acc[i][j] = unit_step::<F>(acc[i][j], &wu, a);
                             }
                         }
                     }
@@ -546,7 +610,7 @@ macro_rules! kernels {
             /// the decode's four rows keep their sums in registers.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn unit_tile_copy<const W: usize, const A: usize>(
+            unsafe fn unit_tile_copy<const F: u8, const W: usize, const A: usize>(
                 c: &Consts,
                 wrow: *const u8,
                 rb: usize,
@@ -569,17 +633,22 @@ macro_rules! kernels {
                 // loads of a last unit of k < 4 groups read only its bytes.
                 unsafe {
                     // Whole units: every offset a constant.
+                    let unit = if is_q8(F) {
+                        units::Q8_0U_UNIT
+                    } else {
+                        units::Q5_0U_UNIT
+                    };
                     for _ in 0..ng / 4 {
-                        unit_dots_copy::<W, A, true>(c, &pw, &pa, &mut acc, 4);
+                        unit_dots_copy::<F, W, A, true>(c, &pw, &pa, &mut acc, 4);
                         for p in pw.iter_mut() {
-                            *p = p.add(units::Q5_0U_UNIT);
+                            *p = p.add(unit);
                         }
                         for p in pa.iter_mut() {
                             *p = p.add(1);
                         }
                     }
                     if ng % 4 != 0 {
-                        unit_dots_copy::<W, A, false>(c, &pw, &pa, &mut acc, ng % 4);
+                        unit_dots_copy::<F, W, A, false>(c, &pw, &pa, &mut acc, ng % 4);
                     }
                 }
                 reduce_tile(&acc)
@@ -587,20 +656,35 @@ macro_rules! kernels {
 
             /// One unit of [`unit_tile_copy`]: the weight units at `pw` (`k` groups; all four
             /// when `FULL`, read with plain loads at constant offsets) against the activation
-            /// units at `pa`, added to `acc`.
+            /// units at `pa`, added to `acc`. Q5_0's registers are unpacked from nibbles and
+            /// fifth-bit masks, Q8_0's loaded as they are (`units` module docs).
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn unit_dots_copy<const W: usize, const A: usize, const FULL: bool>(
+            unsafe fn unit_dots_copy<
+                const F: u8,
+                const W: usize,
+                const A: usize,
+                const FULL: bool,
+            >(
                 c: &Consts,
                 pw: &[*const u8; W],
                 pa: &[*const Unit; A],
                 acc: &mut [[__m512; A]; W],
                 k: usize,
             ) {
-                let (qm, at_m, step) = if FULL {
-                    (u64::MAX, 256, 64)
+                let kk = if FULL { 4 } else { k };
+                let qm = if FULL {
+                    u64::MAX
                 } else {
-                    ((1u64 << (16 * k)) - 1, 64 * k, 16 * k)
+                    (1u64 << (16 * k)) - 1
+                };
+                let step = 16 * kk;
+                // Q5_0: the masks after the nibbles, the scales after the masks; Q8_0: the
+                // scales after the eight registers.
+                let (at_m, at_d) = if is_q8(F) {
+                    (0, 128 * kk)
+                } else {
+                    (64 * kk, 64 * kk + 64)
                 };
                 let sm: __mmask16 = if FULL { !0 } else { (1 << (4 * k)) - 1 };
                 // SAFETY: the caller's units, `k` groups each (see `unit_tile_copy`).
@@ -608,35 +692,43 @@ macro_rules! kernels {
                     let mut t = [[_mm512_setzero_si512(); A]; W];
                     for ti in t.iter_mut() {
                         for (j, tij) in ti.iter_mut().enumerate() {
-                            *tij = (*pa[j]).neg;
+                            *tij = unit_start::<F>((*pa[j]).neg);
                         }
                     }
                     for r in 0..4 {
                         for i in 0..W {
                             let p = pw[i];
-                            let x = if FULL {
-                                ld(p.add(64 * r))
+                            let (lo, hi) = if is_q8(F) {
+                                (
+                                    unit_reg::<FULL>(p, r, qm, step),
+                                    unit_reg::<FULL>(p, 4 + r, qm, step),
+                                )
                             } else {
-                                _mm512_maskz_loadu_epi8(qm, p.add(step * r) as *const i8)
+                                let x = unit_reg::<FULL>(p, r, qm, step);
+                                let nl = _mm512_and_si512(x, c.nib);
+                                let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
+                                let ml =
+                                    std::ptr::read_unaligned(p.add(at_m + 8 * r) as *const u64);
+                                let mh = std::ptr::read_unaligned(
+                                    p.add(at_m + 32 + 8 * r) as *const u64
+                                );
+                                (
+                                    _mm512_mask_add_epi8(nl, ml, nl, c.sixteen),
+                                    _mm512_mask_add_epi8(nh, mh, nh, c.sixteen),
+                                )
                             };
-                            let nl = _mm512_and_si512(x, c.nib);
-                            let nh = _mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib);
-                            let ml = std::ptr::read_unaligned(p.add(at_m + 8 * r) as *const u64);
-                            let mh =
-                                std::ptr::read_unaligned(p.add(at_m + 32 + 8 * r) as *const u64);
-                            let lo = _mm512_mask_add_epi8(nl, ml, nl, c.sixteen);
-                            let hi = _mm512_mask_add_epi8(nh, mh, nh, c.sixteen);
                             for j in 0..A {
                                 let a = &*pa[j];
-                                t[i][j] = dpb(dpb(t[i][j], lo, a.q[r]), hi, a.q[4 + r]);
+                                t[i][j] =
+                                    dpb_u::<F>(dpb_u::<F>(t[i][j], lo, a.q[r]), hi, a.q[4 + r]);
                             }
                         }
                     }
                     for i in 0..W {
                         let h = if FULL {
-                            _mm256_loadu_si256(pw[i].add(at_m + 64) as *const __m256i)
+                            _mm256_loadu_si256(pw[i].add(at_d) as *const __m256i)
                         } else {
-                            _mm256_maskz_loadu_epi16(sm, pw[i].add(at_m + 64) as *const i16)
+                            _mm256_maskz_loadu_epi16(sm, pw[i].add(at_d) as *const i16)
                         };
                         let dw = _mm512_cvtph_ps(h);
                         for j in 0..A {
@@ -646,8 +738,8 @@ macro_rules! kernels {
                 }
             }
 
-            /// Q5_0 rows `r0..r1` × activation rows `a0..a0 + A` in block lanes, `W` weight
-            /// rows at a time (then single rows).
+            /// Q5_0 or Q8_0 rows `r0..r1` × activation rows `a0..a0 + A` in block lanes, `W`
+            /// weight rows at a time (then single rows).
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
             unsafe fn rows_units<const F: u8, const W: usize, const A: usize>(
@@ -692,9 +784,9 @@ macro_rules! kernels {
                 }
             }
 
-            /// Q5_0 rows `r0..r1` × activation rows `0..n16` (`n16` a multiple of 16) in block
-            /// lanes and row blocks: each block's weight units transposed once into a stack
-            /// buffer ([`W_UNITS`]) for every 16-row activation tile.
+            /// Q5_0 or Q8_0 rows `r0..r1` × activation rows `0..n16` (`n16` a multiple of 16)
+            /// in block lanes and row blocks: each block's weight units transposed once into a
+            /// stack buffer ([`W_UNITS`]) for every 16-row activation tile.
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
             unsafe fn rows_units_blocked<const F: u8>(
@@ -751,12 +843,12 @@ macro_rules! kernels {
                                         };
                                         let mut t = [_mm512_setzero_si512(); 8];
                                         for jj in 0..8 {
-                                            t[jj] = a[jj].neg;
+                                            t[jj] = unit_start::<F>(a[jj].neg);
                                         }
                                         for k in 0..8 {
                                             let wk = wu.q[k];
                                             for jj in 0..8 {
-                                                t[jj] = dpb(t[jj], wk, a[jj].q[k]);
+                                                t[jj] = dpb_u::<F>(t[jj], wk, a[jj].q[k]);
                                             }
                                         }
                                         for jj in 0..8 {
@@ -777,7 +869,7 @@ macro_rules! kernels {
                 }
             }
 
-            /// `gemm` for Q5_0 rows with units ([`packed::has_units`]): the activation rows'
+            /// `gemm` for Q5_0 and Q8_0 rows with units ([`packed::has_units`]): the activation rows'
             /// units (`units_offset` into each row) against the weight rows transposed into
             /// block lanes. Every shape (one activation row, 16-row tiles in row blocks, the
             /// remainders) runs [`unit_step`] unit after unit, so each product has the same
@@ -963,10 +1055,11 @@ macro_rules! kernels {
             }
 
             /// `out[a][r] (+)= dot(w row r, activation row a)` for `r0 <= r < r1`, `a < n`.
-            /// `repacked` (Q5_0 and Q4_1 only): the rows are the copy [`repack_q5_0r_row_simd`]
-            /// ([`q5_0r_row_bytes`] each: units of 352 bytes or groups of 88) or
-            /// [`repack_q4_1_row_simd`] (`20 · nb`, as in the file) made of them, with the same
-            /// bits as the ggml rows give.
+            /// `repacked` (Q5_0, Q4_1, Q8_0 with units only): the rows are the copy
+            /// [`repack_q5_0r_row_simd`] ([`q5_0r_row_bytes`] each: units of 352 bytes or groups
+            /// of 88), [`repack_q4_1_row_simd`] (`20 · nb`, as in the file) or
+            /// [`repack_q8_0u_row_simd`] ([`q8_0u_row_bytes`]) made of them, with the same bits
+            /// as the ggml rows give.
             ///
             /// # Safety
             /// CPU features as above; `w` points at row 0 of a matrix with at least `r1`
@@ -1007,6 +1100,9 @@ macro_rules! kernels {
                         GgmlType::Q5_0 => {
                             gemm_f::<F_Q5_0>(ty, w, rb, nb, r0, r1, a, astride, n, out)
                         }
+                        GgmlType::Q8_0 if repacked => {
+                            gemm_f::<F_Q8_0R>(ty, w, rb, nb, r0, r1, a, astride, n, out)
+                        }
                         _ => gemm_f::<F_Q8_0>(ty, w, rb, nb, r0, r1, a, astride, n, out),
                     }
                 }
@@ -1029,7 +1125,7 @@ macro_rules! kernels {
                 // SAFETY: forwarded caller contract.
                 unsafe {
                     let c = consts(ty);
-                    if is_q5(F) && packed::has_units(nb.div_ceil(4)) {
+                    if has_unit_path(F) && packed::has_units(nb.div_ceil(4)) {
                         gemm_units::<F>(&c, w, rb, nb, r0, r1, a, astride, n, out);
                         return;
                     }
@@ -1105,15 +1201,31 @@ fn dpb_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
     )
 }
 
+/// `acc + Σ u8 × i8` for any `u` (up to 255) without VNNI: `vpmaddubsw` of the low and the
+/// high nibbles apart (each pair sum at most 2 · 15 · 128), the high one's words weighted by 16
+/// in `vpmaddwd`. The same exact integers as `vpdpbusd`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn dpb_bw8(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+    let nib = _mm512_set1_epi8(0x0F);
+    let lo = _mm512_and_si512(u, nib);
+    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(u), nib);
+    let l = _mm512_madd_epi16(_mm512_maddubs_epi16(lo, s), _mm512_set1_epi16(1));
+    let h = _mm512_madd_epi16(_mm512_maddubs_epi16(hi, s), _mm512_set1_epi16(16));
+    _mm512_add_epi32(acc, _mm512_add_epi32(l, h))
+}
+
 kernels!(
     vnni,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,avx2,fma,f16c",
+    super::dpb_vnni,
     super::dpb_vnni
 );
 kernels!(
     bw,
     "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c",
-    super::dpb_bw
+    super::dpb_bw,
+    super::dpb_bw8
 );
 
 #[cfg(test)]

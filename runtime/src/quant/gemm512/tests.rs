@@ -12,8 +12,8 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-/// The AVX-512 repacks of Q5_0 and Q4_1 write the scalar repacks' bytes: every tail of a
-/// four-block group, random quants, fifth bits, scales and mins.
+/// The AVX-512 repacks of Q5_0, Q4_1 and (rows with units) Q8_0 write the scalar repacks'
+/// bytes: every tail of a four-block group, random quants, fifth bits, scales and mins.
 #[test]
 fn simd_repack_writes_the_scalar_repack() {
     if !crate::quant::has_vbmi() {
@@ -50,6 +50,15 @@ fn simd_repack_writes_the_scalar_repack() {
         // SAFETY: as above.
         unsafe { repack_q5_0r_row_simd(&src, nb, &mut b) };
         assert_eq!(a, b, "Q5_0 units, {nb} blocks");
+        // Q8_0: 136 bytes per group, a partial group's missing quants 128 and scales zero.
+        let src: Vec<u8> = (0..nb * 34).map(|_| xorshift(&mut state) as u8).collect();
+        let n = q8_0u_row_bytes(nb);
+        assert_eq!(n, nb.div_ceil(4) * 136, "Q8_0, {nb} blocks");
+        let (mut a, mut b) = (vec![0xAA; n], vec![0x55; n]);
+        repack_q8_0_units_row(&src, nb, &mut a);
+        // SAFETY: as above.
+        unsafe { repack_q8_0u_row_simd(&src, nb, &mut b) };
+        assert_eq!(a, b, "Q8_0 units, {nb} blocks");
     }
 }
 

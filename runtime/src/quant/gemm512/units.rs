@@ -21,10 +21,18 @@
 //! bytes, the eight masks, `4K` scales (the kernel's masked loads read the rest as zeros), so
 //! that Qwen2.5's 896-wide rows take 632 bytes against the file's 616, not two whole units'
 //! 704. Rows without units keep the 88-byte groups of [`super::groups::unpack_q5_0r`].
+//!
+//! Q8_0 rows with units run the same step on the quants `q + 128` (a byte's sign bit
+//! flipped), starting from `-128 · Σ a` (the activation unit's `-16 · Σ a` times eight). Their
+//! copy ([`repack_q8_0u_row_simd`]) stores a unit of `K` groups in `136K` bytes, as many as
+//! the file's blocks when `K` groups are whole: eight registers' first `16K` bytes each (byte
+//! `16k + 4b + m` of register `4v + c` is element `16v + 4c + m` of block `b` of group `k`,
+//! plus 128), then the `4K` f16 scales. A partial last group's missing blocks read as quants
+//! `128` (zero) with a zero scale in both the copy and the file path.
 
 use std::arch::x86_64::*;
 
-use super::groups::{Consts, Q5_0R_GROUP, consts, unpack_q5_0};
+use super::groups::{Consts, Q5_0R_GROUP, consts, cvt_lo, gather_q8_0, load_part, unpack_q5_0};
 use crate::GgmlType;
 use crate::quant::packed::has_units;
 
@@ -265,5 +273,167 @@ pub(in crate::quant) fn repack_q5_0_units_row(src: &[u8], nb: usize, dst: &mut [
             k,
             &mut dst[u * Q5_0U_UNIT..u * Q5_0U_UNIT + unit_bytes(k)],
         );
+    }
+}
+
+/// Bytes of one whole unit of the Q8_0 copy (sixteen blocks, as in the file).
+pub(in crate::quant) const Q8_0U_UNIT: usize = 544;
+
+/// Bytes of a row of `nb` Q8_0 blocks in the copy with units: `136` per group of four blocks
+/// (a partial last group padded to four).
+pub(in crate::quant) const fn q8_0u_row_bytes(nb: usize) -> usize {
+    nb.div_ceil(4) * 136
+}
+
+/// Unit `u` of a Q8_0 row of `nb` blocks in the file's layout at `row`: groups `4u..4u + 4`
+/// gathered into the packed lane order, flipped to `q + 128` and transposed; zeros past the
+/// row's last group.
+///
+/// # Safety
+/// The CPU features below; `row` holds `nb` ggml blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unit_from_file_q8(c: &Consts, row: *const u8, nb: usize, u: usize) -> Unit {
+    let ng = nb.div_ceil(4);
+    let zero = _mm512_setzero_si512();
+    let flip = _mm512_set1_epi8(-128);
+    let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
+    let mut d = _mm512_setzero_ps();
+    for k in 0..4 {
+        let g = 4 * u + k;
+        if g >= ng {
+            break;
+        }
+        let len = (nb - 4 * g).min(4) * 34;
+        // SAFETY: group g < ng spans [136 g, 136 g + len) of the row (caller contract); the
+        // masked loads read only those bytes.
+        let (z0, z1, z2, z3) = unsafe {
+            let p = row.add(136 * g);
+            (
+                load_part(p, 0, len),
+                load_part(p, 64, len),
+                load_part(p, 8, len),
+                load_part(p, 72, len),
+            )
+        };
+        let (l, h, sc) = gather_q8_0(c, z0, z1, z2, z3);
+        lo[k] = _mm512_xor_si512(l, flip);
+        hi[k] = _mm512_xor_si512(h, flip);
+        d = _mm512_mask_mov_ps(d, 0xF << (4 * k), cvt_lo(sc));
+    }
+    let (l, h) = (transpose4(lo), transpose4(hi));
+    Unit {
+        q: [l[0], l[1], l[2], l[3], h[0], h[1], h[2], h[3]],
+        d,
+        neg: zero,
+    }
+}
+
+/// Unit `u` of a row of `ng` groups of the Q8_0 copy ([`repack_q8_0u_row_simd`]) at `row`:
+/// the same integers and scales as [`unit_from_file_q8`] gives of the file's row.
+///
+/// # Safety
+/// The CPU features below; `row` is a row of the Q8_0 copy, `4u < ng`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn unit_from_copy_q8(row: *const u8, ng: usize, u: usize) -> Unit {
+    let k = (ng - 4 * u).min(4);
+    let qm = if k == 4 {
+        u64::MAX
+    } else {
+        (1u64 << (16 * k)) - 1
+    };
+    let sm: __mmask16 = if k == 4 { !0 } else { (1 << (4 * k)) - 1 };
+    let mut q = [_mm512_setzero_si512(); 8];
+    // SAFETY: unit u spans 136 k readable bytes (caller contract); the masked loads read only
+    // them.
+    unsafe {
+        let p = row.add(u * Q8_0U_UNIT);
+        for (r, qr) in q.iter_mut().enumerate() {
+            *qr = _mm512_maskz_loadu_epi8(qm, p.add(16 * k * r) as *const i8);
+        }
+        let h = _mm256_maskz_loadu_epi16(sm, p.add(128 * k) as *const i16);
+        Unit {
+            q,
+            d: _mm512_cvtph_ps(h),
+            neg: _mm512_setzero_si512(),
+        }
+    }
+}
+
+/// The Q8_0 copy's row of `nb` ggml blocks (`src`) into `dst` ([`q8_0u_row_bytes`] bytes, the
+/// module docs' layout): [`unit_from_file_q8`]'s registers stored as they are, each unit's
+/// scales copied from the blocks.
+///
+/// # Safety
+/// The CPU has the features in `target_feature`.
+///
+/// # Panics
+/// If `src` is not `nb` blocks, `dst` not [`q8_0u_row_bytes`]`(nb)` bytes, or the row has no
+/// units.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub(in crate::quant) unsafe fn repack_q8_0u_row_simd(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert_eq!(src.len(), nb * 34, "Q8_0 row of {nb} blocks");
+    assert_eq!(dst.len(), q8_0u_row_bytes(nb), "repacked row");
+    let ng = nb.div_ceil(4);
+    assert!(has_units(ng), "{nb} blocks: no units");
+    // SAFETY: the caller guarantees the features; the tables are 64 bytes each.
+    let c = unsafe { consts(GgmlType::Q8_0) };
+    let mut full = [0u8; Q8_0U_UNIT];
+    for u in 0..ng.div_ceil(4) {
+        // SAFETY: `src` holds the row's nb blocks; `full` is Q8_0U_UNIT bytes.
+        unsafe {
+            let x = unit_from_file_q8(&c, src.as_ptr(), nb, u);
+            for (r, qr) in x.q.iter().enumerate() {
+                _mm512_storeu_si512(full.as_mut_ptr().add(64 * r) as *mut __m512i, *qr);
+            }
+        }
+        let k = (ng - 4 * u).min(4);
+        let out = &mut dst[u * Q8_0U_UNIT..u * Q8_0U_UNIT + 136 * k];
+        for r in 0..8 {
+            out[16 * k * r..16 * k * (r + 1)].copy_from_slice(&full[64 * r..64 * r + 16 * k]);
+        }
+        for lane in 0..4 * k {
+            let b = 16 * u + lane;
+            let d = if b < nb {
+                [src[34 * b], src[34 * b + 1]]
+            } else {
+                [0; 2]
+            };
+            out[128 * k + 2 * lane..128 * k + 2 * lane + 2].copy_from_slice(&d);
+        }
+    }
+}
+
+/// The reference of [`repack_q8_0u_row_simd`], element by element from the module docs.
+///
+/// # Panics
+/// As [`repack_q8_0u_row_simd`].
+#[cfg(test)]
+pub(in crate::quant) fn repack_q8_0_units_row(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert_eq!(src.len(), nb * 34, "Q8_0 row of {nb} blocks");
+    let ng = nb.div_ceil(4);
+    assert!(has_units(ng), "{nb} blocks: no units");
+    assert_eq!(dst.len(), q8_0u_row_bytes(nb), "repacked row");
+    // Every quant byte of the row's groups is `q + 128`: 128 where a block is missing.
+    dst.fill(0x80);
+    for u in 0..ng.div_ceil(4) {
+        let k_u = (ng - 4 * u).min(4);
+        let out = &mut dst[u * Q8_0U_UNIT..u * Q8_0U_UNIT + 136 * k_u];
+        out[128 * k_u..].fill(0);
+        for lane in 0..4 * k_u {
+            let b = 16 * u + lane;
+            if b >= nb {
+                continue;
+            }
+            let s = &src[34 * b..34 * b + 34];
+            out[128 * k_u + 2 * lane..128 * k_u + 2 * lane + 2].copy_from_slice(&s[..2]);
+            let (k, bi) = (lane / 4, lane % 4);
+            for e in 0..32 {
+                let (v, cq, m) = (e / 16, (e % 16) / 4, e % 4);
+                let r = 4 * v + cq;
+                out[16 * k_u * r + 16 * k + 4 * bi + m] = s[2 + e] ^ 0x80;
+            }
+        }
     }
 }
