@@ -32,7 +32,7 @@
 
 use std::arch::x86_64::*;
 
-use super::groups::{Consts, Q5_0R_GROUP, consts, cvt_lo, gather_q8_0, load_part, unpack_q5_0};
+use super::groups::{Consts, Q5_0R_GROUP, consts, cvt_lo, gather_q8_0, ld, load_part, unpack_q5_0};
 use crate::GgmlType;
 use crate::quant::packed::has_units;
 
@@ -309,12 +309,16 @@ pub(super) unsafe fn unit_from_file_q8(c: &Consts, row: *const u8, nb: usize, u:
         // masked loads read only those bytes.
         let (z0, z1, z2, z3) = unsafe {
             let p = row.add(136 * g);
-            (
-                load_part(p, 0, len),
-                load_part(p, 64, len),
-                load_part(p, 8, len),
-                load_part(p, 72, len),
-            )
+            if len == 136 {
+                (ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72)))
+            } else {
+                (
+                    load_part(p, 0, len),
+                    load_part(p, 64, len),
+                    load_part(p, 8, len),
+                    load_part(p, 72, len),
+                )
+            }
         };
         let (l, h, sc) = gather_q8_0(c, z0, z1, z2, z3);
         lo[k] = _mm512_xor_si512(l, flip);
