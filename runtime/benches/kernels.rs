@@ -35,7 +35,10 @@
 //! Run with `cargo bench -p pocketperf-runtime --bench kernels` (`POCKETPERF_ISA` selects the
 //! tier).
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use half::f16;
 use pocketperf_runtime::GgmlType;
 use pocketperf_runtime::pool::ThreadPool;
@@ -89,6 +92,38 @@ fn acts(n: usize, cols: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `n` rows of [`acts`] quantized for `ty` weights on tier `isa`.
+fn quantized(isa: quant::Isa, ty: GgmlType, n: usize, cols: usize) -> QuantizedActs {
+    let mut qa = QuantizedActs::new(n, cols);
+    qa.quantize_for(isa, ty, &acts(n, cols), n, cols);
+    qa
+}
+
+/// Benches `w` against the `n` activation rows of `qa` as `<type>/<id>` and, where tier `isa`
+/// copies it into a layout of its own at load (`quant::repack`; not a copy of the ggml rows,
+/// which is not a kernel of its own), the copy as `<type>r/<id>`.
+#[allow(clippy::too_many_arguments)]
+fn bench_with_copy(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    pool: &ThreadPool,
+    isa: quant::Isa,
+    w: WeightMatrix<'_>,
+    qa: &QuantizedActs,
+    n: usize,
+    id: &str,
+    y: &mut [f32],
+) {
+    g.bench_function(BenchmarkId::new(w.ty.name(), id), |b| {
+        b.iter(|| quant::matmul(pool, isa, &w, qa, n, black_box(&mut *y)))
+    });
+    if let Some(r) = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout()) {
+        let w = w.with_repacked(&r);
+        g.bench_function(BenchmarkId::new(format!("{}r", w.ty.name()), id), |b| {
+            b.iter(|| quant::matmul(pool, isa, &w, qa, n, black_box(&mut *y)))
+        });
+    }
+}
+
 fn matvec(c: &mut Criterion) {
     let isa = isa();
     let pool = ThreadPool::new(1);
@@ -109,23 +144,12 @@ fn matvec(c: &mut Criterion) {
         for (rows, cols) in shapes {
             let wb = weights(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-            let x = acts(1, cols);
-            let mut qa = QuantizedActs::new(1, cols);
-            qa.quantize_for(isa, ty, &x, 1, cols);
+            let qa = quantized(isa, ty, 1, cols);
             let mut y = vec![0.0f32; rows];
             g.throughput(Throughput::Bytes(wb.len() as u64));
-            g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
-                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-            });
-            // Q4_1 repacked as the engine repacks it on a tier that does (Q8_0's copy keeps
-            // the ggml rows and is not a kernel of its own).
-            if let Some(r) = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout()) {
-                let w = w.with_repacked(&r);
-                let name = format!("{}r", ty.name());
-                g.bench_function(BenchmarkId::new(name, format!("{rows}x{cols}")), |b| {
-                    b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-                });
-            }
+            // Q4_1 repacked as the engine repacks it on a tier that does.
+            let id = format!("{rows}x{cols}");
+            bench_with_copy(&mut g, &pool, isa, w, &qa, 1, &id, &mut y);
         }
     }
     g.finish();
@@ -168,9 +192,7 @@ fn dram_rows(
         .into_iter()
         .flatten()
         .collect();
-    let x = acts(1, cols);
-    let mut qa = QuantizedActs::new(1, cols);
-    qa.quantize_for(isa, ty, &x, 1, cols);
+    let qa = quantized(isa, ty, 1, cols);
     let mut y = vec![0.0f32; rows];
     g.throughput(Throughput::Bytes(all.len() as u64));
     for threads in [1, 2] {
@@ -210,9 +232,7 @@ fn gemm(c: &mut Criterion) {
         let ty = GgmlType::Q4_1;
         let wb = weights(ty, rows, cols);
         let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-        let x = acts(n, cols);
-        let mut qa = QuantizedActs::new(n, cols);
-        qa.quantize_for(isa, ty, &x, n, cols);
+        let qa = quantized(isa, ty, n, cols);
         let mut y = vec![0.0f32; n * rows];
         g.throughput(Throughput::Elements((n * rows * cols) as u64));
         g.bench_function(
@@ -256,20 +276,11 @@ fn matvec_k(c: &mut Criterion) {
         for (rows, cols) in shapes {
             let wb = weights(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-            let x = acts(1, cols);
-            let mut qa = QuantizedActs::new(1, cols);
-            qa.quantize_for(isa, ty, &x, 1, cols);
+            let qa = quantized(isa, ty, 1, cols);
             let mut y = vec![0.0f32; rows];
             g.throughput(Throughput::Bytes(wb.len() as u64));
-            g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
-                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-            });
-            if let Some(r) = quant::repack(isa, &w).unwrap() {
-                let w = w.with_repacked(&r);
-                g.bench_function(BenchmarkId::new("Q5_0r", format!("{rows}x{cols}")), |b| {
-                    b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-                });
-            }
+            let id = format!("{rows}x{cols}");
+            bench_with_copy(&mut g, &pool, isa, w, &qa, 1, &id, &mut y);
         }
     }
     g.finish();
@@ -287,21 +298,12 @@ fn matvec_head(c: &mut Criterion) {
     for (rows, cols) in [(151936usize, 896usize), (262144, 640)] {
         let wb = weights(ty, rows, cols);
         let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-        let x = acts(1, cols);
-        let mut qa = QuantizedActs::new(1, cols);
-        qa.quantize_for(isa, ty, &x, 1, cols);
+        let qa = quantized(isa, ty, 1, cols);
         let mut y = vec![0.0f32; rows];
         g.throughput(Throughput::Bytes(wb.len() as u64));
-        g.bench_function(BenchmarkId::new(ty.name(), format!("{rows}x{cols}")), |b| {
-            b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-        });
         // Qwen2.5's head in block lanes, as the engine copies it on a tier that does.
-        if let Some(r) = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout()) {
-            let w = w.with_repacked(&r);
-            g.bench_function(BenchmarkId::new("Q8_0r", format!("{rows}x{cols}")), |b| {
-                b.iter(|| quant::matmul(&pool, isa, &w, &qa, 1, black_box(&mut y)))
-            });
-        }
+        let id = format!("{rows}x{cols}");
+        bench_with_copy(&mut g, &pool, isa, w, &qa, 1, &id, &mut y);
     }
     g.finish();
 }
@@ -317,24 +319,12 @@ fn gemm_head(c: &mut Criterion) {
     let (ty, rows, cols) = (GgmlType::Q8_0, 16384usize, 896usize);
     let wb = weights(ty, rows, cols);
     let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-    let copy = quant::repack(isa, &w).unwrap().filter(|r| !r.ggml_layout());
     for n in [1usize, 8] {
-        let x = acts(n, cols);
-        let mut qa = QuantizedActs::new(n, cols);
-        qa.quantize_for(isa, ty, &x, n, cols);
+        let qa = quantized(isa, ty, n, cols);
         let mut y = vec![0.0f32; n * rows];
         g.throughput(Throughput::Elements((n * rows * cols) as u64));
-        g.bench_function(
-            BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
-            |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
-        );
-        if let Some(r) = &copy {
-            let w = w.with_repacked(r);
-            g.bench_function(
-                BenchmarkId::new("Q8_0r", format!("{n}x{rows}x{cols}")),
-                |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
-            );
-        }
+        let id = format!("{n}x{rows}x{cols}");
+        bench_with_copy(&mut g, &pool, isa, w, &qa, n, &id, &mut y);
     }
     g.finish();
 }
@@ -356,22 +346,11 @@ fn gemm_k(c: &mut Criterion) {
             let (rows, cols) = shapes[i];
             let wb = weights(ty, rows, cols);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-            let x = acts(n, cols);
-            let mut qa = QuantizedActs::new(n, cols);
-            qa.quantize_for(isa, ty, &x, n, cols);
+            let qa = quantized(isa, ty, n, cols);
             let mut y = vec![0.0f32; n * rows];
             g.throughput(Throughput::Elements((n * rows * cols) as u64));
-            g.bench_function(
-                BenchmarkId::new(ty.name(), format!("{n}x{rows}x{cols}")),
-                |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
-            );
-            if let Some(r) = quant::repack(isa, &w).unwrap() {
-                let w = w.with_repacked(&r);
-                g.bench_function(
-                    BenchmarkId::new("Q5_0r", format!("{n}x{rows}x{cols}")),
-                    |b| b.iter(|| quant::matmul(&pool, isa, &w, &qa, n, black_box(&mut y))),
-                );
-            }
+            let id = format!("{n}x{rows}x{cols}");
+            bench_with_copy(&mut g, &pool, isa, w, &qa, n, &id, &mut y);
         }
     }
     g.finish();

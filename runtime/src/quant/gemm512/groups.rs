@@ -228,6 +228,14 @@ pub(super) unsafe fn unpack_q4_0(c: &Consts, p: *const u8, len: usize) -> WGroup
     let lo = _mm512_sub_epi8(_mm512_and_si512(x, c.nib), c.eight);
     let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(x), c.nib), c.eight);
     let sc = _mm512_permutexvar_epi16(c.w, z0);
+    signed_group(lo, hi, sc)
+}
+
+/// A group of signed quants (`lo`, `hi`, in the packed order) and scale words `sc`: their
+/// magnitudes with the signs as masks, which the tile moves onto the activations.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn signed_group(lo: __m512i, hi: __m512i, sc: __m512i) -> WGroup {
     WGroup {
         sl: _mm512_movepi8_mask(lo),
         sh: _mm512_movepi8_mask(hi),
@@ -275,27 +283,32 @@ pub(super) unsafe fn unpack_q5_0(c: &Consts, p: *const u8, len: usize) -> WGroup
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn unpack_q8_0(c: &Consts, p: *const u8, len: usize) -> WGroup {
+    // SAFETY: forwarded caller contract.
+    let [z0, z1, z2, z3] = unsafe { load_q8_0(p, len) };
+    let (lo, hi, sc) = gather_q8_0(c, z0, z1, z2, z3);
+    signed_group(lo, hi, sc)
+}
+
+/// The bytes of the Q8_0 group at `p` (`len` valid bytes, 136 when full) at offsets 0, 64, 8
+/// and 72, for [`gather_q8_0`]; zeros past `len`.
+///
+/// # Safety
+/// `len` bytes at `p` are readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) unsafe fn load_q8_0(p: *const u8, len: usize) -> [__m512i; 4] {
     // SAFETY: a full group holds 136 readable bytes; a partial one is read with masks.
-    let (z0, z1, z2, z3) = unsafe {
+    unsafe {
         if len == 136 {
-            (ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72)))
+            [ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72))]
         } else {
-            (
+            [
                 load_part(p, 0, len),
                 load_part(p, 64, len),
                 load_part(p, 8, len),
                 load_part(p, 72, len),
-            )
+            ]
         }
-    };
-    let (lo, hi, sc) = gather_q8_0(c, z0, z1, z2, z3);
-    WGroup {
-        sl: _mm512_movepi8_mask(lo),
-        sh: _mm512_movepi8_mask(hi),
-        lo: _mm512_abs_epi8(lo),
-        hi: _mm512_abs_epi8(hi),
-        dw: cvt_lo(sc),
-        mw: _mm512_setzero_ps(),
     }
 }
 

@@ -551,8 +551,8 @@ macro_rules! kernels {
                     match F {
                         F_Q5_0R => units::unit_from_copy(c, row, nb.div_ceil(4), u),
                         F_Q8_0R => units::unit_from_copy_q8(row, nb.div_ceil(4), u),
-                        F_Q8_0 => units::unit_from_file_q8(c, row, nb, u),
-                        _ => units::unit_from_file(c, row, nb, u),
+                        F_Q8_0 => units::unit_from_file::<true>(c, row, nb, u),
+                        _ => units::unit_from_file::<false>(c, row, nb, u),
                     }
                 }
             }

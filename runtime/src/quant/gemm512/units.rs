@@ -32,7 +32,7 @@
 
 use std::arch::x86_64::*;
 
-use super::groups::{Consts, Q5_0R_GROUP, consts, cvt_lo, gather_q8_0, ld, load_part, unpack_q5_0};
+use super::groups::{Consts, Q5_0R_GROUP, consts, cvt_lo, gather_q8_0, load_q8_0, unpack_q5_0};
 use crate::GgmlType;
 use crate::quant::packed::has_units;
 
@@ -95,18 +95,25 @@ pub(super) fn transpose4(x: [__m512i; 4]) -> [__m512i; 4] {
     ]
 }
 
-/// Unit `u` of a Q5_0 row of `nb` blocks in the file's layout at `row`: groups `4u..4u + 4`
-/// unpacked by [`unpack_q5_0`] and transposed; zeros past the row's last group.
+/// Unit `u` of a Q5_0 (`Q8` false) or Q8_0 (`Q8` true) row of `nb` blocks in the file's
+/// layout at `row`: groups `4u..4u + 4` unpacked by [`unpack_q5_0`] (Q5_0's `q + 16`) or
+/// gathered into the packed lane order and flipped to `q + 128` (Q8_0), then transposed;
+/// zeros past the row's last group.
 ///
 /// # Safety
 /// The CPU features below; `row` holds `nb` ggml blocks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn unit_from_file(c: &Consts, row: *const u8, nb: usize, u: usize) -> Unit {
+pub(super) unsafe fn unit_from_file<const Q8: bool>(
+    c: &Consts,
+    row: *const u8,
+    nb: usize,
+    u: usize,
+) -> Unit {
     let ng = nb.div_ceil(4);
-    let full = nb / 4;
-    let tail = (nb % 4) * 22;
+    let (bb, gb) = if Q8 { (34, 136) } else { (22, 88) };
     let zero = _mm512_setzero_si512();
+    let flip = _mm512_set1_epi8(-128);
     let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
     let mut d = _mm512_setzero_ps();
     for k in 0..4 {
@@ -114,18 +121,38 @@ pub(super) unsafe fn unit_from_file(c: &Consts, row: *const u8, nb: usize, u: us
         if g >= ng {
             break;
         }
-        let len = if g < full { 88 } else { tail };
-        // SAFETY: group g < ng spans [88 g, 88 g + len) of the row (caller contract).
-        let x = unsafe { unpack_q5_0(c, row.add(88 * g), len) };
-        lo[k] = x.lo;
-        hi[k] = x.hi;
-        d = _mm512_mask_mov_ps(d, 0xF << (4 * k), x.dw);
+        let len = (nb - 4 * g).min(4) * bb;
+        // SAFETY: group g < ng spans [gb·g, gb·g + len) of the row (caller contract).
+        let p = unsafe { row.add(gb * g) };
+        let dw = if Q8 {
+            // SAFETY: as above.
+            let [z0, z1, z2, z3] = unsafe { load_q8_0(p, len) };
+            let (l, h, sc) = gather_q8_0(c, z0, z1, z2, z3);
+            lo[k] = _mm512_xor_si512(l, flip);
+            hi[k] = _mm512_xor_si512(h, flip);
+            cvt_lo(sc)
+        } else {
+            // SAFETY: as above.
+            let x = unsafe { unpack_q5_0(c, p, len) };
+            lo[k] = x.lo;
+            hi[k] = x.hi;
+            x.dw
+        };
+        d = _mm512_mask_mov_ps(d, 0xF << (4 * k), dw);
     }
+    unit_of(lo, hi, d)
+}
+
+/// The unit of four groups' low and high registers in the packed order (`lo[k]`, `hi[k]`:
+/// group `k`) and their scales in block lanes `d`: the registers transposed.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn unit_of(lo: [__m512i; 4], hi: [__m512i; 4], d: __m512) -> Unit {
     let (l, h) = (transpose4(lo), transpose4(hi));
     Unit {
         q: [l[0], l[1], l[2], l[3], h[0], h[1], h[2], h[3]],
         d,
-        neg: zero,
+        neg: _mm512_setzero_si512(),
     }
 }
 
@@ -196,7 +223,7 @@ pub(in crate::quant) unsafe fn repack_q5_0r_row_simd(src: &[u8], nb: usize, dst:
         let out = &mut full;
         // SAFETY: `src` holds the row's nb blocks; `out` is Q5_0U_UNIT bytes.
         unsafe {
-            let x = unit_from_file(&c, src.as_ptr(), nb, u);
+            let x = unit_from_file::<false>(&c, src.as_ptr(), nb, u);
             let o = out.as_mut_ptr();
             for r in 0..4 {
                 let nib = _mm512_or_si512(
@@ -285,56 +312,8 @@ pub(in crate::quant) const fn q8_0u_row_bytes(nb: usize) -> usize {
     nb.div_ceil(4) * 136
 }
 
-/// Unit `u` of a Q8_0 row of `nb` blocks in the file's layout at `row`: groups `4u..4u + 4`
-/// gathered into the packed lane order, flipped to `q + 128` and transposed; zeros past the
-/// row's last group.
-///
-/// # Safety
-/// The CPU features below; `row` holds `nb` ggml blocks.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn unit_from_file_q8(c: &Consts, row: *const u8, nb: usize, u: usize) -> Unit {
-    let ng = nb.div_ceil(4);
-    let zero = _mm512_setzero_si512();
-    let flip = _mm512_set1_epi8(-128);
-    let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
-    let mut d = _mm512_setzero_ps();
-    for k in 0..4 {
-        let g = 4 * u + k;
-        if g >= ng {
-            break;
-        }
-        let len = (nb - 4 * g).min(4) * 34;
-        // SAFETY: group g < ng spans [136 g, 136 g + len) of the row (caller contract); the
-        // masked loads read only those bytes.
-        let (z0, z1, z2, z3) = unsafe {
-            let p = row.add(136 * g);
-            if len == 136 {
-                (ld(p), ld(p.add(64)), ld(p.add(8)), ld(p.add(72)))
-            } else {
-                (
-                    load_part(p, 0, len),
-                    load_part(p, 64, len),
-                    load_part(p, 8, len),
-                    load_part(p, 72, len),
-                )
-            }
-        };
-        let (l, h, sc) = gather_q8_0(c, z0, z1, z2, z3);
-        lo[k] = _mm512_xor_si512(l, flip);
-        hi[k] = _mm512_xor_si512(h, flip);
-        d = _mm512_mask_mov_ps(d, 0xF << (4 * k), cvt_lo(sc));
-    }
-    let (l, h) = (transpose4(lo), transpose4(hi));
-    Unit {
-        q: [l[0], l[1], l[2], l[3], h[0], h[1], h[2], h[3]],
-        d,
-        neg: zero,
-    }
-}
-
 /// Unit `u` of a row of `ng` groups of the Q8_0 copy ([`repack_q8_0u_row_simd`]) at `row`:
-/// the same integers and scales as [`unit_from_file_q8`] gives of the file's row.
+/// the same integers and scales as [`unit_from_file`] gives of the file's row.
 ///
 /// # Safety
 /// The CPU features below; `row` is a row of the Q8_0 copy, `4u < ng`.
@@ -366,7 +345,7 @@ pub(super) unsafe fn unit_from_copy_q8(row: *const u8, ng: usize, u: usize) -> U
 }
 
 /// The Q8_0 copy's row of `nb` ggml blocks (`src`) into `dst` ([`q8_0u_row_bytes`] bytes, the
-/// module docs' layout): [`unit_from_file_q8`]'s registers stored as they are, each unit's
+/// module docs' layout): [`unit_from_file`]'s registers stored as they are, each unit's
 /// scales copied from the blocks.
 ///
 /// # Safety
@@ -387,7 +366,7 @@ pub(in crate::quant) unsafe fn repack_q8_0u_row_simd(src: &[u8], nb: usize, dst:
     for u in 0..ng.div_ceil(4) {
         // SAFETY: `src` holds the row's nb blocks; `full` is Q8_0U_UNIT bytes.
         unsafe {
-            let x = unit_from_file_q8(&c, src.as_ptr(), nb, u);
+            let x = unit_from_file::<true>(&c, src.as_ptr(), nb, u);
             for (r, qr) in x.q.iter().enumerate() {
                 _mm512_storeu_si512(full.as_mut_ptr().add(64 * r) as *mut __m512i, *qr);
             }
